@@ -1,0 +1,3 @@
+from hopline.cli import main
+
+main()

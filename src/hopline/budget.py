@@ -1,0 +1,517 @@
+"""The one table of every hop's ceilings (SPEC B).
+
+Every byte, count, token and time ceiling in hopline is declared here once, with its default, the
+environment variable that overrides it, its unit and the hop it guards. No other module hard-codes
+a ceiling: they all read a :class:`Budget`. A limit that exists only as a library default is a
+failure waiting for the right payload (ADR 0098), so none is left implicit.
+
+This module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# The largest size we accept from a setting: above this a value is an overflow, not a ceiling.
+MAX_SIZE_BYTES = 2**62
+
+# 1024-based, as in the `bytes` npm library that Express uses (`10mb` = 10,485,760).
+_SIZE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": KiB,
+    "kib": KiB,
+    "mb": MiB,
+    "mib": MiB,
+    "gb": GiB,
+    "gib": GiB,
+    "tb": 1024 * GiB,
+    "tib": 1024 * GiB,
+}
+_SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class BudgetError(ValueError):
+    """A setting could not be read; the message names the variable and the value."""
+
+
+def parse_size(value: str | int) -> int:
+    """Parse a byte size: a plain integer (bytes) or a number with a 1024-based unit.
+
+    Units are case-insensitive (`b`, `kb`, `mb`, `gb`, `tb`, `KiB`, `MiB`, `GiB`, `TiB`) and
+    surrounding spaces are allowed. Fractions are floored to whole bytes, as the `bytes` library
+    does. Raises ``ValueError`` for anything else, including negatives and overflow.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        number = Decimal(value)
+        unit = ""
+    else:
+        match = _SIZE_RE.match(value)
+        if match is None:
+            raise ValueError(f"not a size: {value!r} (expected e.g. 10mb, 8MiB, 262144)")
+        try:
+            number = Decimal(match.group(1))
+        except InvalidOperation as exc:  # pragma: no cover - the regex admits only digits
+            raise ValueError(f"not a size: {value!r}") from exc
+        unit = match.group(2).lower()
+    if number < 0:
+        raise ValueError(f"negative size: {value!r}")
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use b, kb, mb, gb, KiB, MiB, GiB)")
+    size = int(number * _SIZE_UNITS[unit])
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"size overflow: {value!r} is more than {MAX_SIZE_BYTES} bytes")
+    return size
+
+
+def format_size(size: int) -> str:
+    """Human units for a byte count, exact when it is a whole number of units (`8 MiB`)."""
+    for unit, factor in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if size >= factor:
+            if size % factor == 0:
+                return f"{size // factor} {unit}"
+            return f"{size / factor:.2f} {unit}"
+    return f"{size} B"
+
+
+class Unit(enum.Enum):
+    BYTES = "bytes"
+    TOKENS = "tokens"
+    COUNT = "count"
+    RATIO = "ratio"
+    SECONDS = "seconds"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """One declared ceiling: its attribute name on :class:`Budget`, default, env var, unit, hop."""
+
+    key: str
+    hop: str
+    unit: Unit
+    default: int | float
+    env: str | None
+    description: str
+    minimum: int | float = 1
+    maximum: int | float | None = None
+
+    @property
+    def name(self) -> str:
+        """The public name: the env var when there is one, else the upper-cased key."""
+        return self.env or self.key.upper()
+
+    def parse(self, raw: str) -> int | float:
+        """Parse ``raw`` for this ceiling; the error names the variable and the value."""
+        try:
+            value: int | float
+            if self.unit is Unit.BYTES:
+                value = parse_size(raw)
+            elif self.unit is Unit.RATIO or self.unit is Unit.SECONDS:
+                value = float(raw.strip())
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError("not a finite number")
+            else:
+                text = raw.strip()
+                if not re.fullmatch(r"-?\d+", text):
+                    raise ValueError("not a whole number")
+                value = int(text)
+        except ValueError as exc:
+            raise BudgetError(f"{self.name}={raw!r}: {exc}") from None
+        self.validate(value, raw)
+        return value
+
+    def validate(self, value: int | float, shown: object) -> None:
+        if value < self.minimum:
+            raise BudgetError(f"{self.name}={shown!r}: must be at least {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise BudgetError(f"{self.name}={shown!r}: must be at most {self.maximum}")
+
+
+# Hops, as named in SPEC's diagram and in every error a hop answers with.
+HOP_DAEMON_API = "daemon.api"
+HOP_DAEMON_SSE = "daemon.sse"
+HOP_CLIENT_SSE = "client.sse"
+HOP_PIPE = "acp.pipe"
+HOP_ENGINE = "engine.llm_turn"
+HOP_GATEWAY = "gateway.llm_turn"
+HOP_PROVIDER = "gateway.provider"
+HOP_CONTEXT = "harness.context"
+HOP_TOOLS = "harness.tools"
+HOP_REPLAY = "daemon.replay"
+HOP_SIDECARS = "daemon.sidecars"
+HOP_OBSERVE = "observe.large_frames"
+
+CEILINGS: tuple[Ceiling, ...] = (
+    # --- hop 4 / hop 3: the llm-turn request path -------------------------------------------
+    Ceiling("api_json_body_limit", HOP_GATEWAY, Unit.BYTES, 10 * MiB, "API_JSON_BODY_LIMIT",
+            "gateway JSON body limit, enforced while reading"),
+    Ceiling("transport_max_body_bytes", HOP_ENGINE, Unit.BYTES, 8 * MiB,
+            "HOPLINE_TRANSPORT_MAX_BODY_BYTES", "engine transport ceiling for one llm-turn body"),
+    Ceiling("provider_connect_timeout_seconds", HOP_PROVIDER, Unit.SECONDS, 10.0,
+            "HOPLINE_PROVIDER_CONNECT_TIMEOUT", "provider connect timeout", minimum=0.001),
+    Ceiling("provider_read_timeout_seconds", HOP_PROVIDER, Unit.SECONDS, 120.0,
+            "HOPLINE_PROVIDER_READ_TIMEOUT", "provider read timeout", minimum=0.001),
+    Ceiling("model_retry_attempts", HOP_ENGINE, Unit.COUNT, 3, "HOPLINE_MODEL_RETRY_ATTEMPTS",
+            "retries of a transient model-origin failure", minimum=0, maximum=10),
+    Ceiling("model_retry_backoff_seconds", HOP_ENGINE, Unit.SECONDS, 0.2,
+            "HOPLINE_MODEL_RETRY_BACKOFF", "first backoff of a model retry (doubles)", minimum=0),
+    # --- the context manager ------------------------------------------------------------------
+    Ceiling("context_window_tokens", HOP_CONTEXT, Unit.TOKENS, 128_000, None,
+            "model context window (declared per agent profile)"),
+    Ceiling("compaction_threshold", HOP_CONTEXT, Unit.RATIO, 0.7, None,
+            "compact when estimate > threshold x effective window (per profile)",
+            minimum=0.05, maximum=0.95),
+    Ceiling("bytes_per_token", HOP_CONTEXT, Unit.COUNT, 4, "HOPLINE_BYTES_PER_TOKEN",
+            "approximate tokenizer: bytes per token", maximum=64),
+    Ceiling("summary_chunk_bytes", HOP_CONTEXT, Unit.BYTES, 2 * MiB, "HOPLINE_SUMMARY_CHUNK_BYTES",
+            "old history sent in one summarization request"),
+    Ceiling("summary_request_overhead_bytes", HOP_CONTEXT, Unit.BYTES, 64 * KiB, None,
+            "room reserved in a summarization request for its prompt and JSON framing"),
+    Ceiling("summary_max_bytes", HOP_CONTEXT, Unit.BYTES, 16 * KiB, "HOPLINE_SUMMARY_MAX_BYTES",
+            "one summary message"),
+    # --- the tool loop ------------------------------------------------------------------------
+    Ceiling("tool_result_max_bytes", HOP_TOOLS, Unit.BYTES, 32 * KiB,
+            "HOPLINE_TOOL_RESULT_MAX_BYTES", "one tool result, as given to the model"),
+    Ceiling("tool_arguments_max_bytes", HOP_TOOLS, Unit.BYTES, 256 * KiB,
+            "HOPLINE_TOOL_ARGUMENTS_MAX_BYTES", "one tool call's JSON arguments"),
+    Ceiling("tool_calls_per_iteration_max", HOP_TOOLS, Unit.COUNT, 8,
+            "HOPLINE_TOOL_CALLS_PER_ITERATION", "tool calls executed from one model answer"),
+    Ceiling("gate_max_iterations", HOP_TOOLS, Unit.COUNT, 60, None,
+            "tool-loop iterations of a gate agent (per profile)"),
+    Ceiling("command_timeout_seconds", HOP_TOOLS, Unit.SECONDS, 30.0,
+            "HOPLINE_COMMAND_TIMEOUT", "run_command wall-clock timeout", minimum=0.01),
+    Ceiling("command_output_max_bytes", HOP_TOOLS, Unit.BYTES, 4 * MiB,
+            "HOPLINE_COMMAND_OUTPUT_MAX_BYTES", "run_command output captured before the cap"),
+    Ceiling("search_max_matches", HOP_TOOLS, Unit.COUNT, 200, "HOPLINE_SEARCH_MAX_MATCHES",
+            "search_workspace matches"),
+    Ceiling("search_max_file_bytes", HOP_TOOLS, Unit.BYTES, 2 * MiB,
+            "HOPLINE_SEARCH_MAX_FILE_BYTES", "search_workspace skips larger files"),
+    # --- hop 2: the ACP pipe ------------------------------------------------------------------
+    Ceiling("pipe_max_frame_bytes", HOP_PIPE, Unit.BYTES, 64 * MiB, "HOPLINE_PIPE_MAX_FRAME_BYTES",
+            "ACP pipe max frame, daemon reader side (both directions)"),
+    Ceiling("agent_max_frame_bytes", HOP_PIPE, Unit.BYTES, 64 * MiB, "HOPLINE_AGENT_MAX_FRAME_BYTES",
+            "ACP pipe max frame, agent SDK reader side (must equal the daemon's)"),
+    Ceiling("child_stderr_line_max_bytes", HOP_PIPE, Unit.BYTES, 8 * KiB,
+            "HOPLINE_CHILD_STDERR_LINE_MAX_BYTES", "one drained stderr line of a child"),
+    Ceiling("large_frame_threshold_bytes", HOP_OBSERVE, Unit.BYTES, 256 * KiB, None,
+            "large-frame attribution threshold (inclusive)"),
+    Ceiling("large_frame_log_quota", HOP_OBSERVE, Unit.COUNT, 50, None,
+            "large-frame records per sampling window"),
+    Ceiling("large_frame_log_window_seconds", HOP_OBSERVE, Unit.SECONDS, 60.0, None,
+            "large-frame sampling window"),
+    # --- hop 1: daemon API and SSE ------------------------------------------------------------
+    Ceiling("daemon_json_body_limit", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
+            "HOPLINE_DAEMON_JSON_BODY_LIMIT", "daemon API JSON body limit (prompts, permissions)"),
+    Ceiling("sse_max_event_bytes", HOP_DAEMON_SSE, Unit.BYTES, 16 * MiB,
+            "HOPLINE_SSE_MAX_EVENT_BYTES", "largest SSE event the daemon emits"),
+    Ceiling("client_sse_max_event_bytes", HOP_CLIENT_SSE, Unit.BYTES, 16 * MiB,
+            "HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES", "SSE event, client reader"),
+    Ceiling("sse_queue_max_events", HOP_DAEMON_SSE, Unit.COUNT, 256, "HOPLINE_SSE_QUEUE_MAX_EVENTS",
+            "per-subscriber queue (clients may choose maxQueued in [16, 2048])",
+            minimum=16, maximum=2048),
+    Ceiling("sse_queue_max_bytes", HOP_DAEMON_SSE, Unit.BYTES, 2 * MiB,
+            "HOPLINE_SSE_QUEUE_MAX_BYTES", "per-subscriber queue bytes (not client-settable)"),
+    Ceiling("sse_heartbeat_seconds", HOP_DAEMON_SSE, Unit.SECONDS, 15.0,
+            "HOPLINE_SSE_HEARTBEAT_SECONDS", "SSE heartbeat comment interval", minimum=0.01),
+    Ceiling("ring_max_events", HOP_DAEMON_SSE, Unit.COUNT, 8000, "HOPLINE_RING_MAX_EVENTS",
+            "replay ring per session, events"),
+    Ceiling("ring_max_bytes", HOP_DAEMON_SSE, Unit.BYTES, 8 * MiB, "HOPLINE_RING_MAX_BYTES",
+            "replay ring per session, bytes"),
+    Ceiling("transcript_page_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
+            "HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES", "one transcript page"),
+    Ceiling("bulk_replay_max_updates", HOP_REPLAY, Unit.COUNT, 10_000,
+            "HOPLINE_BULK_REPLAY_MAX_UPDATES", "bulk replay (session load), updates"),
+    Ceiling("bulk_replay_max_bytes", HOP_REPLAY, Unit.BYTES, 32 * MiB,
+            "HOPLINE_BULK_REPLAY_MAX_BYTES", "bulk replay (session load), bytes"),
+    # --- sidecars -----------------------------------------------------------------------------
+    Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
+            "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
+    Ceiling("sidecar_preview_bytes", HOP_SIDECARS, Unit.BYTES, 2 * KiB,
+            "HOPLINE_SIDECAR_PREVIEW_BYTES", "preview kept on the wire (head and tail)"),
+    Ceiling("sidecar_max_object_bytes", HOP_SIDECARS, Unit.BYTES, 64 * MiB,
+            "HOPLINE_SIDECAR_MAX_OBJECT_BYTES", "one sidecar object"),
+    Ceiling("sidecar_max_session_bytes", HOP_SIDECARS, Unit.BYTES, 256 * MiB,
+            "HOPLINE_SIDECAR_MAX_SESSION_BYTES", "sidecars of one session"),
+    Ceiling("sidecar_max_store_bytes", HOP_SIDECARS, Unit.BYTES, 2 * GiB,
+            "HOPLINE_SIDECAR_MAX_STORE_BYTES", "the whole sidecar store"),
+    Ceiling("sidecar_ttl_seconds", HOP_SIDECARS, Unit.SECONDS, 24 * 3600.0,
+            "HOPLINE_SIDECAR_TTL_SECONDS", "sidecar time to live", minimum=1),
+)
+
+CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
+
+# The byte ceilings one llm-turn request crosses, in order; the narrowest is marked by `limits`.
+REQUEST_PATH: tuple[str, ...] = ("transport_max_body_bytes", "api_json_body_limit")
+
+# The client knob of B-5: the only value a client may choose, and only inside this range.
+MAX_QUEUED_RANGE: tuple[int, int] = (16, 2048)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """The values in force for every ceiling of :data:`CEILINGS`, and where each came from."""
+
+    api_json_body_limit: int
+    transport_max_body_bytes: int
+    provider_connect_timeout_seconds: float
+    provider_read_timeout_seconds: float
+    model_retry_attempts: int
+    model_retry_backoff_seconds: float
+    context_window_tokens: int
+    compaction_threshold: float
+    bytes_per_token: int
+    summary_chunk_bytes: int
+    summary_request_overhead_bytes: int
+    summary_max_bytes: int
+    tool_result_max_bytes: int
+    tool_arguments_max_bytes: int
+    tool_calls_per_iteration_max: int
+    gate_max_iterations: int
+    command_timeout_seconds: float
+    command_output_max_bytes: int
+    search_max_matches: int
+    search_max_file_bytes: int
+    pipe_max_frame_bytes: int
+    agent_max_frame_bytes: int
+    child_stderr_line_max_bytes: int
+    large_frame_threshold_bytes: int
+    large_frame_log_quota: int
+    large_frame_log_window_seconds: float
+    daemon_json_body_limit: int
+    sse_max_event_bytes: int
+    client_sse_max_event_bytes: int
+    sse_queue_max_events: int
+    sse_queue_max_bytes: int
+    sse_heartbeat_seconds: float
+    ring_max_events: int
+    ring_max_bytes: int
+    transcript_page_max_bytes: int
+    bulk_replay_max_updates: int
+    bulk_replay_max_bytes: int
+    sidecar_threshold_bytes: int
+    sidecar_preview_bytes: int
+    sidecar_max_object_bytes: int
+    sidecar_max_session_bytes: int
+    sidecar_max_store_bytes: int
+    sidecar_ttl_seconds: float
+    # key -> "default" or the env var that set it
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    @classmethod
+    def defaults(cls) -> Budget:
+        return cls(**{c.key: c.default for c in CEILINGS}, sources={})  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Budget:
+        """Read every overridable ceiling from ``environ`` (default: the process environment).
+
+        Raises :class:`BudgetError` naming the variable and the value on the first bad setting.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for ceiling in CEILINGS:
+            raw = env.get(ceiling.env) if ceiling.env else None
+            if raw is None or raw.strip() == "":
+                values[ceiling.key] = ceiling.default
+            else:
+                values[ceiling.key] = ceiling.parse(raw)
+                sources[ceiling.key] = ceiling.env  # type: ignore[assignment]
+        return cls(**values, sources=sources)
+
+    def replace(self, **changes: Any) -> Budget:
+        """A copy with ``changes`` (validated); the source of a changed value is ``override``."""
+        for key, value in changes.items():
+            CEILINGS_BY_KEY[key].validate(value, value)
+        sources = dict(self.sources)
+        sources.update({key: "override" for key in changes})
+        return dataclasses.replace(self, **changes, sources=sources)
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+    def value(self, key: str) -> int | float:
+        value: int | float = getattr(self, key)
+        return value
+
+    def narrowest_request_ceiling(self) -> Ceiling:
+        return min((CEILINGS_BY_KEY[k] for k in REQUEST_PATH), key=lambda c: self.value(c.key))
+
+    def to_env(self) -> dict[str, str]:
+        """Env vars that reproduce every overridden value (handed to child processes)."""
+        return {
+            c.env: str(self.value(c.key))
+            for c in CEILINGS
+            if c.env is not None and c.key in self.sources
+        }
+
+
+def load_budget(environ: Mapping[str, str] | None = None) -> Budget:
+    return Budget.from_env(environ)
+
+
+# --- coherence (B-4) --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One coherence finding: the rule, its severity, the settings involved and a message."""
+
+    rule: str
+    severity: str  # "error" | "warning"
+    settings: tuple[str, ...]
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "settings": list(self.settings), "message": self.message}
+
+
+def _names(*keys: str) -> tuple[str, ...]:
+    return tuple(CEILINGS_BY_KEY[k].name for k in keys)
+
+
+def _show(budget: Budget, key: str) -> str:
+    ceiling = CEILINGS_BY_KEY[key]
+    value = budget.value(key)
+    if ceiling.unit is Unit.BYTES:
+        return f"{ceiling.name}={int(value)} ({format_size(int(value))})"
+    return f"{ceiling.name}={value}"
+
+
+def check_engine_within_gateway(budget: Budget) -> list[Finding]:
+    """Error: the engine may build bodies the gateway refuses (the seed's 413)."""
+    if budget.transport_max_body_bytes <= budget.api_json_body_limit:
+        return []
+    keys = ("transport_max_body_bytes", "api_json_body_limit")
+    return [Finding("engine_within_gateway", "error", _names(*keys),
+                    f"engine ceiling {_show(budget, keys[0])} is larger than the gateway limit "
+                    f"{_show(budget, keys[1])}: bodies between the two are built and then refused "
+                    "with 413")]
+
+
+def check_sse_event_within_client_reader(budget: Budget) -> list[Finding]:
+    """Error: the daemon may emit an SSE event the client reader refuses."""
+    if budget.sse_max_event_bytes <= budget.client_sse_max_event_bytes:
+        return []
+    keys = ("sse_max_event_bytes", "client_sse_max_event_bytes")
+    return [Finding("sse_event_within_client_reader", "error", _names(*keys),
+                    f"the daemon may emit an SSE event of {_show(budget, keys[0])}, over the client "
+                    f"reader limit {_show(budget, keys[1])}")]
+
+
+def worst_case_iteration_bytes(budget: Budget) -> int:
+    """One loop iteration's worst case: every call's arguments and every capped result."""
+    calls = budget.tool_calls_per_iteration_max
+    return calls * (budget.tool_result_max_bytes + budget.tool_arguments_max_bytes)
+
+
+def check_iteration_fits_engine(budget: Budget) -> list[Finding]:
+    """Warning: one iteration appended to a history at the trigger must still fit the ceiling."""
+    room = int(budget.transport_max_body_bytes * (1 - budget.compaction_threshold))
+    worst = worst_case_iteration_bytes(budget)
+    if worst <= room:
+        return []
+    keys = ("tool_calls_per_iteration_max", "tool_result_max_bytes", "tool_arguments_max_bytes",
+            "transport_max_body_bytes")
+    return [Finding("iteration_fits_engine", "warning", _names(*keys),
+                    f"one iteration can add {worst} bytes ({_show(budget, keys[0])} x "
+                    f"({_show(budget, keys[1])} + {_show(budget, keys[2])})) but only {room} bytes "
+                    f"are left above the compaction trigger under {_show(budget, keys[3])}")]
+
+
+def check_summarization_fits_engine(budget: Budget) -> list[Finding]:
+    """Error: a summarization request must itself fit under the engine ceiling."""
+    request = budget.summary_chunk_bytes + budget.summary_request_overhead_bytes
+    if request <= budget.transport_max_body_bytes:
+        return []
+    keys = ("summary_chunk_bytes", "summary_request_overhead_bytes", "transport_max_body_bytes")
+    return [Finding("summarization_fits_engine", "error", _names(*keys),
+                    f"a summarization request of {_show(budget, keys[0])} plus "
+                    f"{_show(budget, keys[1])} does not fit {_show(budget, keys[2])}")]
+
+
+def check_pipe_ends_agree(budget: Budget) -> list[Finding]:
+    """Error: both ends of the ACP pipe must read with the same max frame."""
+    if budget.pipe_max_frame_bytes == budget.agent_max_frame_bytes:
+        return []
+    keys = ("pipe_max_frame_bytes", "agent_max_frame_bytes")
+    return [Finding("pipe_ends_agree", "error", _names(*keys),
+                    f"the daemon reads the pipe with {_show(budget, keys[0])} but the agent reads "
+                    f"with {_show(budget, keys[1])}: a frame accepted by one end is torn down by the "
+                    "other")]
+
+
+def check_sidecar_quotas_nested(budget: Budget) -> list[Finding]:
+    """Error: object <= session <= store, or a quota can never be used."""
+    keys = ("sidecar_max_object_bytes", "sidecar_max_session_bytes", "sidecar_max_store_bytes")
+    a, b, c = (budget.value(k) for k in keys)
+    if a <= b <= c:
+        return []
+    return [Finding("sidecar_quotas_nested", "error", _names(*keys),
+                    f"sidecar quotas must nest: {', '.join(_show(budget, k) for k in keys)}")]
+
+
+def check_sidecar_under_large_frame(budget: Budget) -> list[Finding]:
+    """Warning: a sidecar threshold at or over the large-frame threshold lets big frames through."""
+    keys = ("sidecar_threshold_bytes", "large_frame_threshold_bytes")
+    if budget.sidecar_threshold_bytes < budget.large_frame_threshold_bytes:
+        return []
+    return [Finding("sidecar_under_large_frame", "warning", _names(*keys),
+                    f"{_show(budget, keys[0])} is not below {_show(budget, keys[1])}: tool output "
+                    "frames can reach the large-frame threshold before moving to a sidecar")]
+
+
+def check_sidecar_stub_within_sse_event(budget: Budget) -> list[Finding]:
+    """Error: a stubbed update must fit an SSE event."""
+    keys = ("sidecar_threshold_bytes", "sse_max_event_bytes")
+    if budget.sidecar_threshold_bytes < budget.sse_max_event_bytes:
+        return []
+    return [Finding("sidecar_stub_within_sse_event", "error", _names(*keys),
+                    f"{_show(budget, keys[0])} must be below {_show(budget, keys[1])}")]
+
+
+COHERENCE_CHECKS = (
+    check_engine_within_gateway,
+    check_sse_event_within_client_reader,
+    check_iteration_fits_engine,
+    check_summarization_fits_engine,
+    check_pipe_ends_agree,
+    check_sidecar_quotas_nested,
+    check_sidecar_under_large_frame,
+    check_sidecar_stub_within_sse_event,
+)
+
+
+def check_coherence(budget: Budget) -> list[Finding]:
+    """Run every named coherence check; errors first."""
+    findings = [f for check in COHERENCE_CHECKS for f in check(budget)]
+    return sorted(findings, key=lambda f: f.severity != "error")
+
+
+class IncoherentBudget(RuntimeError):
+    """The chain of ceilings is incoherent; a component refuses to start."""
+
+    def __init__(self, errors: list[Finding]):
+        self.errors = errors
+        super().__init__("incoherent budget: " + "; ".join(f.message for f in errors))
+
+
+def require_coherent(budget: Budget) -> list[Finding]:
+    """Raise :class:`IncoherentBudget` on any error; return the warnings."""
+    findings = check_coherence(budget)
+    errors = [f for f in findings if f.severity == "error"]
+    if errors:
+        raise IncoherentBudget(errors)
+    return findings

@@ -1,0 +1,68 @@
+"""`hopline limits`: the hop table and the coherence findings (SPEC B-4)."""
+
+from __future__ import annotations
+
+import typer
+
+from hopline.budget import CEILINGS, Budget, Finding, Unit, check_coherence, format_size
+from hopline.cli._common import budget_or_exit
+
+
+def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
+    ceilings: list[dict[str, object]] = []
+    for c in CEILINGS:
+        row: dict[str, object] = {"name": c.name, "hop": c.hop}
+        if c.unit is Unit.BYTES:
+            row["bytes"] = budget.value(c.key)
+        else:
+            row["value"] = budget.value(c.key)
+            row["unit"] = c.unit.value
+        row["source"] = budget.source(c.key)
+        ceilings.append(row)
+    return {
+        "ceilings": ceilings,
+        "narrowestRequestCeiling": budget.narrowest_request_ceiling().name,
+        "errors": [f.to_json() for f in findings if f.severity == "error"],
+        "warnings": [f.to_json() for f in findings if f.severity == "warning"],
+    }
+
+
+def _print_table(budget: Budget, findings: list[Finding]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    narrowest = budget.narrowest_request_ceiling().key
+    table = Table(title="hopline budget", show_lines=False)
+    for column in ("hop", "ceiling", "value", "human", "source", ""):
+        table.add_column(column)
+    for c in CEILINGS:
+        value = budget.value(c.key)
+        human = format_size(int(value)) if c.unit is Unit.BYTES else c.unit.value
+        mark = "narrowest on the request path" if c.key == narrowest else ""
+        table.add_row(c.hop, c.name, str(value), human, budget.source(c.key), mark)
+    console = Console(width=160)
+    console.print(table)
+    if not findings:
+        console.print("coherent: no errors, no warnings")
+    for f in findings:
+        style = "bold red" if f.severity == "error" else "yellow"
+        console.print(f"[{style}]{f.severity}[/] {f.rule}: {f.message}", markup=True,
+                      highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def limits(
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    ) -> None:
+        """Print every hop's ceiling, where it came from, and the coherence findings."""
+        import orjson
+
+        budget = budget_or_exit()
+        findings = check_coherence(budget)
+        if as_json:
+            typer.echo(orjson.dumps(limits_json(budget, findings)).decode())
+        else:
+            _print_table(budget, findings)
+        if any(f.severity == "error" for f in findings):
+            raise typer.Exit(1)

@@ -1,0 +1,280 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from hopline.budget import (
+    CEILINGS,
+    COHERENCE_CHECKS,
+    MAX_SIZE_BYTES,
+    Budget,
+    BudgetError,
+    IncoherentBudget,
+    check_coherence,
+    check_engine_within_gateway,
+    check_iteration_fits_engine,
+    check_pipe_ends_agree,
+    check_sidecar_quotas_nested,
+    check_sidecar_stub_within_sse_event,
+    check_sidecar_under_large_frame,
+    check_sse_event_within_client_reader,
+    check_summarization_fits_engine,
+    format_size,
+    parse_size,
+    require_coherent,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("10mb", 10_485_760),
+        ("8MiB", 8_388_608),
+        ("256kb", 262_144),
+        ("256KB", 262_144),
+        ("256Kb", 262_144),
+        ("  256kib  ", 262_144),
+        ("1 gb", 1_073_741_824),
+        ("1GiB", 1_073_741_824),
+        ("2tb", 2 * 1024**4),
+        ("1TiB", 1024**4),
+        ("100b", 100),
+        ("100B", 100),
+        ("12345", 12_345),
+        (" 42 ", 42),
+        ("0", 0),
+        ("0kb", 0),
+        ("1.5kb", 1536),
+        ("0.5b", 0),
+        (7, 7),
+    ],
+)
+def test_parse_size_accepts(text: str | int, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "-1", "-1kb", "ten", "10zb", "10 m b", "1e3", "0x10", "kb", "10mb10", "1,000", "+5"],
+)
+def test_parse_size_rejects_garbage_and_negatives(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_size(text)
+
+
+def test_parse_size_overflow_boundary() -> None:
+    assert parse_size(str(MAX_SIZE_BYTES)) == MAX_SIZE_BYTES
+    with pytest.raises(ValueError, match="overflow"):
+        parse_size(str(MAX_SIZE_BYTES + 1))
+    with pytest.raises(ValueError, match="overflow"):
+        parse_size("99999999999gb")
+    with pytest.raises(ValueError):
+        parse_size(True)  # type: ignore[arg-type]
+
+
+def test_format_size() -> None:
+    assert format_size(8 * 1024 * 1024) == "8 MiB"
+    assert format_size(10 * 1024 * 1024) == "10 MiB"
+    assert format_size(1536) == "1.50 KiB"
+    assert format_size(12) == "12 B"
+
+
+def test_table_and_budget_fields_match_one_to_one() -> None:
+    fields = {f for f in Budget.__dataclass_fields__ if f != "sources"}
+    assert fields == {c.key for c in CEILINGS}
+    names = [c.name for c in CEILINGS]
+    assert len(names) == len(set(names))
+
+
+def test_defaults_are_the_spec_table() -> None:
+    b = Budget.defaults()
+    assert b.api_json_body_limit == 10_485_760
+    assert b.transport_max_body_bytes == 8_388_608
+    assert b.context_window_tokens == 128_000
+    assert b.compaction_threshold == 0.7
+    assert b.bytes_per_token == 4
+    assert b.tool_result_max_bytes == 32 * 1024
+    assert b.gate_max_iterations == 60
+    assert b.pipe_max_frame_bytes == 64 * 1024 * 1024
+    assert b.large_frame_threshold_bytes == 256 * 1024
+    assert (b.large_frame_log_quota, b.large_frame_log_window_seconds) == (50, 60.0)
+    assert b.client_sse_max_event_bytes == 16 * 1024 * 1024
+    assert (b.sse_queue_max_events, b.sse_queue_max_bytes) == (256, 2 * 1024 * 1024)
+    assert (b.ring_max_events, b.ring_max_bytes) == (8000, 8 * 1024 * 1024)
+    assert (b.bulk_replay_max_updates, b.bulk_replay_max_bytes) == (10_000, 32 * 1024 * 1024)
+    assert b.sidecar_threshold_bytes == 64 * 1024
+    assert b.sidecar_max_object_bytes == 64 * 1024 * 1024
+    assert b.sidecar_max_session_bytes == 256 * 1024 * 1024
+    assert b.sidecar_max_store_bytes == 2 * 1024**3
+    assert b.sidecar_ttl_seconds == 24 * 3600
+    assert Budget.from_env({}) == b
+    assert check_coherence(b) == []
+
+
+def test_env_overrides_reach_the_table_with_their_source() -> None:
+    b = Budget.from_env({"API_JSON_BODY_LIMIT": "100kb", "HOPLINE_BYTES_PER_TOKEN": " 3 "})
+    assert b.api_json_body_limit == 100 * 1024
+    assert b.source("api_json_body_limit") == "API_JSON_BODY_LIMIT"
+    assert b.bytes_per_token == 3
+    assert b.source("bytes_per_token") == "HOPLINE_BYTES_PER_TOKEN"
+    assert b.source("transport_max_body_bytes") == "default"
+    assert b.to_env() == {"API_JSON_BODY_LIMIT": "102400", "HOPLINE_BYTES_PER_TOKEN": "3"}
+    assert Budget.from_env(b.to_env()) == b
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "needle"),
+    [
+        ("HOPLINE_PIPE_MAX_FRAME_BYTES", "12zb", "unknown size unit"),
+        ("API_JSON_BODY_LIMIT", "-1", "negative"),
+        ("API_JSON_BODY_LIMIT", "0", "at least 1"),
+        ("HOPLINE_BYTES_PER_TOKEN", "four", "whole number"),
+        ("HOPLINE_SSE_QUEUE_MAX_EVENTS", "4096", "at most 2048"),
+        ("HOPLINE_COMMAND_TIMEOUT", "nan", "finite"),
+    ],
+)
+def test_bad_value_names_the_variable_and_value(var: str, value: str, needle: str) -> None:
+    with pytest.raises(BudgetError) as info:
+        Budget.from_env({var: value})
+    assert var in str(info.value)
+    assert repr(value) in str(info.value)
+    assert needle in str(info.value)
+
+
+def test_replace_validates_and_marks_override() -> None:
+    b = Budget.defaults().replace(transport_max_body_bytes=256 * 1024)
+    assert b.source("transport_max_body_bytes") == "override"
+    with pytest.raises(BudgetError):
+        Budget.defaults().replace(transport_max_body_bytes=0)
+
+
+def _with(**changes: object) -> Budget:
+    return Budget.defaults().replace(**changes)
+
+
+def test_engine_within_gateway_at_the_boundary_and_over() -> None:
+    assert check_engine_within_gateway(_with(transport_max_body_bytes=10 * 1024 * 1024)) == []
+    [f] = check_engine_within_gateway(_with(transport_max_body_bytes=10 * 1024 * 1024 + 1))
+    assert f.severity == "error"
+
+
+def test_the_seeds_incoherent_chain_names_both_variables() -> None:
+    b = Budget.from_env({"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "12mb", "API_JSON_BODY_LIMIT": "10mb"})
+    errors = [f for f in check_coherence(b) if f.severity == "error"]
+    assert [f.rule for f in errors] == ["engine_within_gateway"]
+    assert errors[0].settings == ("HOPLINE_TRANSPORT_MAX_BODY_BYTES", "API_JSON_BODY_LIMIT")
+    assert "HOPLINE_TRANSPORT_MAX_BODY_BYTES" in errors[0].message
+    assert "API_JSON_BODY_LIMIT" in errors[0].message
+    with pytest.raises(IncoherentBudget):
+        require_coherent(b)
+
+
+def test_sse_event_within_client_reader() -> None:
+    limit = 16 * 1024 * 1024
+    assert check_sse_event_within_client_reader(_with(sse_max_event_bytes=limit)) == []
+    [f] = check_sse_event_within_client_reader(_with(sse_max_event_bytes=limit + 1))
+    assert f.severity == "error"
+    assert set(f.settings) == {"HOPLINE_SSE_MAX_EVENT_BYTES", "HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES"}
+
+
+def test_iteration_fits_engine_is_a_warning() -> None:
+    # room above the trigger: 30 % of 8 MiB = 2,516,582 bytes; 8 x (32 KiB + args)
+    room = int(8 * 1024 * 1024 * 0.3)
+    fits = room // 8 - 32 * 1024
+    assert check_iteration_fits_engine(_with(tool_arguments_max_bytes=fits)) == []
+    [f] = check_iteration_fits_engine(_with(tool_arguments_max_bytes=fits + 1))
+    assert f.severity == "warning"
+    assert "HOPLINE_TOOL_ARGUMENTS_MAX_BYTES" in f.settings
+    assert require_coherent(_with(tool_arguments_max_bytes=fits + 1)) == [f]
+
+
+def test_summarization_fits_engine() -> None:
+    ceiling = 8 * 1024 * 1024
+    ok = ceiling - 64 * 1024
+    assert check_summarization_fits_engine(_with(summary_chunk_bytes=ok)) == []
+    [f] = check_summarization_fits_engine(_with(summary_chunk_bytes=ok + 1))
+    assert f.severity == "error"
+
+
+def test_pipe_ends_agree() -> None:
+    assert check_pipe_ends_agree(Budget.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "64MiB"})) == []
+    [f] = check_pipe_ends_agree(Budget.from_env({"HOPLINE_AGENT_MAX_FRAME_BYTES": "50MiB"}))
+    assert f.severity == "error"
+    assert f.settings == ("HOPLINE_PIPE_MAX_FRAME_BYTES", "HOPLINE_AGENT_MAX_FRAME_BYTES")
+
+
+def test_sidecar_rules() -> None:
+    store = 2 * 1024**3
+    assert check_sidecar_quotas_nested(_with(sidecar_max_session_bytes=store)) == []
+    [f] = check_sidecar_quotas_nested(_with(sidecar_max_session_bytes=store + 1))
+    assert f.severity == "error"
+    large = 256 * 1024
+    assert check_sidecar_under_large_frame(_with(sidecar_threshold_bytes=large - 1)) == []
+    [w] = check_sidecar_under_large_frame(_with(sidecar_threshold_bytes=large))
+    assert w.severity == "warning"
+    sse = 16 * 1024 * 1024
+    assert check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse - 1)) == []
+    [e] = check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse))
+    assert e.severity == "error"
+
+
+def test_every_check_is_named_and_runs_on_defaults() -> None:
+    for check in COHERENCE_CHECKS:
+        assert check.__name__.startswith("check_")
+        assert check(Budget.defaults()) == []
+
+
+def _hopline(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("HOPLINE_", "API_"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "hopline", *args], capture_output=True, text=True, env=full_env,
+        timeout=60,
+    )
+
+
+def test_limits_cli_on_defaults() -> None:
+    table = _hopline("limits")
+    assert table.returncode == 0, table.stderr
+    assert "API_JSON_BODY_LIMIT" in table.stdout
+    assert "narrowest on the request path" in table.stdout
+    as_json = _hopline("limits", "--json")
+    assert as_json.returncode == 0
+    doc = orjson.loads(as_json.stdout)
+    by_name = {row["name"]: row for row in doc["ceilings"]}
+    assert by_name["API_JSON_BODY_LIMIT"]["bytes"] == 10_485_760
+    assert by_name["HOPLINE_TRANSPORT_MAX_BODY_BYTES"]["bytes"] == 8_388_608
+    assert by_name["API_JSON_BODY_LIMIT"]["source"] == "default"
+    assert by_name["COMPACTION_THRESHOLD"]["value"] == 0.7
+    assert doc["narrowestRequestCeiling"] == "HOPLINE_TRANSPORT_MAX_BODY_BYTES"
+    assert doc["errors"] == [] and doc["warnings"] == []
+
+
+def test_limits_cli_incoherent_exits_1_naming_both() -> None:
+    env = {"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "12mb", "API_JSON_BODY_LIMIT": "10mb"}
+    result = _hopline("limits", "--json", env=env)
+    assert result.returncode == 1
+    doc = orjson.loads(result.stdout)
+    [error] = doc["errors"]
+    assert set(error["settings"]) == {"HOPLINE_TRANSPORT_MAX_BODY_BYTES", "API_JSON_BODY_LIMIT"}
+    by_name = {row["name"]: row for row in doc["ceilings"]}
+    assert by_name["HOPLINE_TRANSPORT_MAX_BODY_BYTES"]["source"] == "HOPLINE_TRANSPORT_MAX_BODY_BYTES"
+    assert _hopline("limits", env=env).returncode == 1
+
+
+def test_limits_cli_marks_the_narrowest_when_the_gateway_is_narrower() -> None:
+    result = _hopline("limits", "--json", env={"API_JSON_BODY_LIMIT": "100kb"})
+    assert result.returncode == 1
+    assert orjson.loads(result.stdout)["narrowestRequestCeiling"] == "API_JSON_BODY_LIMIT"
+
+
+def test_limits_cli_bad_value_fails_at_startup() -> None:
+    result = _hopline("limits", env={"HOPLINE_PIPE_MAX_FRAME_BYTES": "64 megs"})
+    assert result.returncode == 2
+    assert "HOPLINE_PIPE_MAX_FRAME_BYTES" in result.stderr
+    assert "'64 megs'" in result.stderr
