@@ -1,0 +1,134 @@
+"""The harness's model interface: how one llm-turn request reaches a model (SPEC H-8, G-1).
+
+A request is encoded once (``encode_request``); its exact byte size is known before it is sent, and
+the same bytes are what an HTTP model posts. Implementations: the in-process scripted model
+(``hopline.harness.scripted``) and the HTTP model that posts to the gateway (``hopline.gateway``).
+Every failure is a :class:`TurnFailure` carrying its origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, Protocol
+
+import orjson
+
+Origin = Literal["code", "model", "tool", "cancelled"]
+Purpose = Literal["turn", "summary"]
+
+Message = dict[str, Any]  # OpenAI chat shape (SPEC H-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmTurnRequest:
+    """The body of ``POST /internal/sessions/{sessionId}/llm-turn``."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    model: str | None = None
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    purpose: Purpose = "turn"
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"messages": self.messages, "purpose": self.purpose}
+        if self.tools:
+            body["tools"] = self.tools
+        if self.model is not None:
+            body["model"] = self.model
+        if self.params:
+            body["params"] = self.params
+        return body
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedRequest:
+    """A request and the exact bytes that will be sent for it."""
+
+    request: LlmTurnRequest
+    body: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+
+def encode_request(request: LlmTurnRequest) -> EncodedRequest:
+    """The one encoder of llm-turn bodies (orjson), used for sizing and for sending."""
+    return EncodedRequest(request, orjson.dumps(request.to_json()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmTurnResponse:
+    """The answer of an llm-turn: the assistant message, usage and the provider's name."""
+
+    message: Message
+    usage: Usage
+    provider: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"message": self.message, "usage": self.usage.to_json(), "provider": self.provider}
+
+
+class TurnFailure(Exception):
+    """A failed model call or turn, with its origin (SPEC H-8).
+
+    ``size_error`` marks code-origin failures caused by a body too large for a hop (413, a reset
+    while uploading, a context-length error): the loop compacts and retries once. ``retryable``
+    marks transient model-origin failures (429, 5xx, timeouts): the loop retries with backoff.
+    """
+
+    def __init__(
+        self,
+        origin: Origin,
+        message: str,
+        *,
+        status: int | None = None,
+        hop: str | None = None,
+        limit_bytes: int | None = None,
+        observed_bytes: int | None = None,
+        size_error: bool = False,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.origin: Origin = origin
+        self.message = message
+        self.status = status
+        self.hop = hop
+        self.limit_bytes = limit_bytes
+        self.observed_bytes = observed_bytes
+        self.size_error = size_error
+        self.retryable = retryable
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON error shape shared by the gateway and the harness."""
+        error: dict[str, Any] = {"type": "turn_failure", "origin": self.origin, "message": self.message}
+        for key, value in (
+            ("status", self.status),
+            ("hop", self.hop),
+            ("limitBytes", self.limit_bytes),
+            ("observedBytes", self.observed_bytes),
+        ):
+            if value is not None:
+                error[key] = value
+        if self.size_error:
+            error["sizeError"] = True
+        if self.retryable:
+            error["retryable"] = True
+        return {"error": error}
+
+
+class Model(Protocol):
+    """Anything that answers an encoded llm-turn request."""
+
+    async def complete(self, encoded: EncodedRequest) -> LlmTurnResponse:
+        """Answer the request or raise :class:`TurnFailure`."""
+        ...
