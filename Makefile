@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/hopline demo
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest
 
