@@ -1,0 +1,395 @@
+"""The context manager (SPEC H-3..H-6): pure functions, no I/O.
+
+* the effective window is ``min(context_window, transport_max_body_bytes // bytes_per_token)``:
+  compaction must fire before the body passes the real HTTP ceiling, not only before the model
+  "forgets" its window (ADR 0098);
+* ``group_by_iteration`` gives the only places a cut may fall;
+* ``plan_compaction`` / ``apply_compaction`` replace the oldest groups with one summary message;
+* ``repair`` restores the tool-use protocol before every send, and reports what it did.
+
+Named invariants (checked by ``violations``, kept by ``repair`` and by compaction):
+
+* ``TOOL_RESULT_FOLLOWS_CALL`` every tool message answers a call of the assistant message right
+  before its run of tool messages;
+* ``CALL_HAS_RESULT`` every tool call is answered by exactly one tool message;
+* ``NO_DUPLICATE_RESULT`` no call is answered twice;
+* ``SYSTEM_KEPT`` / ``TASK_KEPT`` compaction keeps the system prompt and the first user message;
+* ``CUT_BETWEEN_GROUPS`` compaction replaces whole groups only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import orjson
+
+from hopline.harness.events import CompactionRecord
+from hopline.harness.model import Message
+from hopline.harness.tokens import body_bytes_for, message_bytes
+
+TOOL_RESULT_FOLLOWS_CALL = "TOOL_RESULT_FOLLOWS_CALL"
+CALL_HAS_RESULT = "CALL_HAS_RESULT"
+NO_DUPLICATE_RESULT = "NO_DUPLICATE_RESULT"
+SYSTEM_KEPT = "SYSTEM_KEPT"
+TASK_KEPT = "TASK_KEPT"
+CUT_BETWEEN_GROUPS = "CUT_BETWEEN_GROUPS"
+
+Trigger = Literal["model", "transport"]
+
+SUMMARY_MARKER = "[hopline compaction summary]"
+INTERRUPTED_TEXT = "interrupted: the tool call did not complete (no result was recorded)"
+
+
+def effective_window(context_window: int, transport_max_body_bytes: int, bytes_per_token: int) -> int:
+    """The smaller of the model window and what the transport ceiling can carry, in tokens."""
+    return min(context_window, transport_max_body_bytes // bytes_per_token)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bounds:
+    """The compaction bounds of one loop: model window, transport ceiling, threshold.
+
+    ``naive`` reproduces the seed's old rules: window = context_window, no transport bound.
+    """
+
+    context_window: int
+    ceiling_bytes: int
+    bytes_per_token: int
+    threshold: float
+    naive: bool = False
+
+    @property
+    def transport_window(self) -> int:
+        return self.ceiling_bytes // self.bytes_per_token
+
+    @property
+    def effective_window(self) -> int:
+        if self.naive:
+            return self.context_window
+        return effective_window(self.context_window, self.ceiling_bytes, self.bytes_per_token)
+
+    @property
+    def trigger_kind(self) -> Trigger:
+        """Which bound is the smaller one (ties go to the model)."""
+        if self.naive or self.context_window <= self.transport_window:
+            return "model"
+        return "transport"
+
+    @property
+    def trigger_tokens(self) -> int:
+        return int(self.threshold * self.effective_window)
+
+    @property
+    def trigger_body_bytes(self) -> int | None:
+        """Exact body bytes above which compaction fires (None in naive mode)."""
+        return None if self.naive else int(self.threshold * self.ceiling_bytes)
+
+    @property
+    def target_tokens(self) -> int:
+        return self.trigger_tokens // 2
+
+    @property
+    def target_body_bytes(self) -> int:
+        trigger = self.trigger_body_bytes
+        return (trigger if trigger is not None else self.ceiling_bytes) // 2
+
+    def should_compact(self, estimate_tokens: int, body_bytes: int) -> bool:
+        if estimate_tokens > self.trigger_tokens:
+            return True
+        trigger = self.trigger_body_bytes
+        return trigger is not None and body_bytes > trigger
+
+
+# --- groups -------------------------------------------------------------------------------------
+
+GroupKind = Literal["system", "task", "message", "iteration", "orphan"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """Messages ``[start, end)``: one iteration (assistant with calls + its answers) or one message."""
+
+    start: int
+    end: int
+    kind: GroupKind
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+def call_ids(message: Message) -> list[str]:
+    ids: list[str] = []
+    for call in message.get("tool_calls") or []:
+        call_id = call.get("id") if isinstance(call, dict) else None
+        if isinstance(call_id, str) and call_id not in ids:
+            ids.append(call_id)
+    return ids
+
+
+def has_calls(message: Message) -> bool:
+    return message.get("role") == "assistant" and bool(message.get("tool_calls"))
+
+
+def group_by_iteration(messages: list[Message]) -> list[Group]:
+    """Split ``messages`` into groups; a cut between groups never separates a result from its call.
+
+    An assistant message with ``tool_calls`` takes the run of tool messages right after it that
+    answer its calls. A tool message outside such a run is an ``orphan`` group (``repair`` removes
+    those before a send).
+    """
+    groups: list[Group] = []
+    task_seen = False
+    i, n = 0, len(messages)
+    while i < n:
+        message = messages[i]
+        role = message.get("role")
+        if has_calls(message):
+            ids = set(call_ids(message))
+            j = i + 1
+            while j < n and messages[j].get("role") == "tool" and messages[j].get("tool_call_id") in ids:
+                j += 1
+            groups.append(Group(i, j, "iteration"))
+            i = j
+            continue
+        if role == "tool":
+            kind: GroupKind = "orphan"
+        elif role == "system":
+            kind = "system"
+        elif role == "user" and not task_seen:
+            kind = "task"
+            task_seen = True
+        else:
+            kind = "message"
+        groups.append(Group(i, i + 1, kind))
+        i += 1
+    return groups
+
+
+def violations(messages: list[Message]) -> list[tuple[str, int]]:
+    """Protocol invariant violations as (invariant, message index); empty when valid."""
+    found: list[tuple[str, int]] = []
+    pending: list[str] = []
+    answered: set[str] = set()
+    in_run = False
+    pending_at = -1
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not in_run or call_id not in pending:
+                found.append((TOOL_RESULT_FOLLOWS_CALL, index))
+            elif call_id in answered:
+                found.append((NO_DUPLICATE_RESULT, index))
+            else:
+                answered.add(call_id)
+            continue
+        if in_run:
+            found.extend((CALL_HAS_RESULT, pending_at) for c in pending if c not in answered)
+        in_run = has_calls(message)
+        pending = call_ids(message) if in_run else []
+        answered = set()
+        pending_at = index
+    if in_run:
+        found.extend((CALL_HAS_RESULT, pending_at) for c in pending if c not in answered)
+    return found
+
+
+def orphan_tool_messages(messages: list[Message]) -> int:
+    """Tool messages that do not answer a call right before them (the provider would refuse)."""
+    bad = (TOOL_RESULT_FOLLOWS_CALL, NO_DUPLICATE_RESULT)
+    return sum(1 for name, _ in violations(messages) if name in bad)
+
+
+# --- repair -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RepairReport:
+    """What ``repair`` changed; never silent (SPEC H-6)."""
+
+    orphan_results_removed: int = 0
+    interrupted_results_added: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.orphan_results_removed + self.interrupted_results_added
+
+    def add(self, other: RepairReport) -> None:
+        self.orphan_results_removed += other.orphan_results_removed
+        self.interrupted_results_added += other.interrupted_results_added
+
+    def to_json(self) -> dict[str, int]:
+        return {"orphanResultsRemoved": self.orphan_results_removed,
+                "interruptedResultsAdded": self.interrupted_results_added}
+
+
+def interrupted_result(call_id: str) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_TEXT}
+
+
+def repair(messages: list[Message]) -> tuple[list[Message], RepairReport]:
+    """A copy of ``messages`` (same message objects) satisfying the tool-use invariants.
+
+    Orphan or duplicate tool results are removed; a call without an answer gets an "interrupted"
+    result at the end of its run of answers.
+    """
+    report = RepairReport()
+    out: list[Message] = []
+    i, n = 0, len(messages)
+    while i < n:
+        message = messages[i]
+        if has_calls(message):
+            ids = call_ids(message)
+            out.append(message)
+            answered: set[str] = set()
+            j = i + 1
+            while j < n and messages[j].get("role") == "tool":
+                result = messages[j]
+                call_id = result.get("tool_call_id")
+                if call_id in ids and call_id not in answered:
+                    out.append(result)
+                    answered.add(call_id)  # type: ignore[arg-type]
+                else:
+                    report.orphan_results_removed += 1
+                j += 1
+            for call_id in ids:
+                if call_id not in answered:
+                    out.append(interrupted_result(call_id))
+                    report.interrupted_results_added += 1
+            i = j
+            continue
+        if message.get("role") == "tool":
+            report.orphan_results_removed += 1
+        else:
+            out.append(message)
+        i += 1
+    return out, report
+
+
+# --- compaction ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CompactionPlan:
+    """Where the cut falls: ``head`` (system + task) and ``tail`` kept, ``old`` summarized."""
+
+    head: list[Message]
+    old: list[Message]
+    tail: list[Message]
+    summary_max_bytes: int
+    reason: str = ""  # why the target cannot be reached (empty when it can)
+
+    @property
+    def possible(self) -> bool:
+        return bool(self.old)
+
+
+def _sizes(messages: list[Message]) -> tuple[list[int], list[int]]:
+    return [message_bytes(m) for m in messages], [len(orjson.dumps(m)) for m in messages]
+
+
+# Room for the summary message's own framing (marker, counts, JSON keys) beyond the summary text.
+SUMMARY_FRAME_BYTES = 512
+
+
+def plan_compaction(
+    messages: list[Message],
+    *,
+    target_tokens: int,
+    target_body_bytes: int,
+    bytes_per_token: int,
+    envelope_bytes: int,
+    summary_max_bytes: int,
+    sizes: tuple[list[int], list[int]] | None = None,
+) -> CompactionPlan:
+    """Choose the cut: keep head and the newest groups that fit the targets, summarize the rest.
+
+    The newest group is always kept (the model needs the last iteration's results); if it alone
+    overshoots, the plan says why. ``summary_max_bytes`` is shrunk so the summary cannot by itself
+    eat the target.
+    """
+    est, enc = sizes if sizes is not None else _sizes(messages)
+    groups = group_by_iteration(messages)
+    head_end = 0
+    for index, group in enumerate(groups):
+        if group.kind == "task":
+            head_end = index + 1
+            break
+    else:
+        while head_end < len(groups) and groups[head_end].kind == "system":
+            head_end += 1
+    head_groups, rest = groups[:head_end], groups[head_end:]
+    head_stop = head_groups[-1].end if head_groups else 0
+    summary_max = max(64, min(summary_max_bytes, target_body_bytes // 4))
+    if len(rest) <= 1:
+        return CompactionPlan(messages[:head_stop], [], messages[head_stop:], summary_max,
+                              reason="nothing older than the newest iteration to summarize")
+
+    def group_est(g: Group) -> int:
+        return sum(est[g.start:g.end])
+
+    def group_enc(g: Group) -> int:
+        return sum(enc[g.start:g.end]) + len(g)  # + separators
+
+    # JSON escaping can at most double ordinary text; reserve for the worst plausible summary.
+    reserve_est = summary_max + SUMMARY_FRAME_BYTES
+    reserve_enc = 2 * summary_max + SUMMARY_FRAME_BYTES
+    used_est = sum(group_est(g) for g in head_groups) + reserve_est
+    used_enc = envelope_bytes + sum(group_enc(g) for g in head_groups) + reserve_enc
+    target_est_bytes = target_tokens * bytes_per_token
+    keep = 0
+    reason = ""
+    for group in reversed(rest[1:]):
+        next_est = used_est + group_est(group)
+        next_enc = used_enc + group_enc(group)
+        if keep >= 1 and (next_est > target_est_bytes or next_enc > target_body_bytes):
+            break
+        if keep == 0 and (next_est > target_est_bytes or next_enc > target_body_bytes):
+            reason = (f"the newest iteration alone ({group_enc(group)} bytes) with the system prompt, task "
+                      f"and summary does not fit the target ({target_body_bytes} body bytes, "
+                      f"{target_tokens} tokens); it is kept whole because a cut inside it would separate "
+                      "tool results from their calls")
+        used_est, used_enc = next_est, next_enc
+        keep += 1
+    cut = rest[len(rest) - keep].start if keep else rest[-1].end
+    old_start = rest[0].start
+    if cut <= old_start:
+        return CompactionPlan(messages[:head_stop], [], messages[head_stop:], summary_max,
+                              reason="already under the target")
+    return CompactionPlan(messages[:old_start], messages[old_start:cut], messages[cut:], summary_max, reason)
+
+
+def summary_message(summary_text: str, messages_replaced: int, bytes_replaced: int,
+                    summarizer: str) -> Message:
+    text = (f"{SUMMARY_MARKER} This summary replaces {messages_replaced} earlier messages "
+            f"({bytes_replaced} bytes) of this conversation (summarizer: {summarizer}).\n{summary_text}")
+    return {"role": "user", "content": text}
+
+
+def apply_compaction(
+    plan: CompactionPlan,
+    summary_text: str,
+    *,
+    summarizer: Literal["model", "extractive"],
+    trigger: Trigger,
+    envelope_bytes: int,
+    target_body_bytes: int,
+    bytes_before: int | None = None,
+) -> tuple[list[Message], CompactionRecord]:
+    """The compacted history and its record (how many messages and bytes the summary replaced)."""
+    old_enc = [len(orjson.dumps(m)) for m in plan.old]
+    bytes_replaced = sum(old_enc)
+    summary = summary_message(summary_text, len(plan.old), bytes_replaced, summarizer)
+    result = [*plan.head, summary, *plan.tail]
+    if bytes_before is None:
+        bytes_before = body_bytes_for(envelope_bytes, [len(orjson.dumps(m)) for m in
+                                                       [*plan.head, *plan.old, *plan.tail]])
+    bytes_after = body_bytes_for(envelope_bytes, [len(orjson.dumps(m)) for m in result])
+    reason = plan.reason
+    if not reason and bytes_after > target_body_bytes:
+        reason = f"compacted body is {bytes_after} bytes, over the target of {target_body_bytes} bytes"
+    record = CompactionRecord(trigger=trigger, messages_replaced=len(plan.old), bytes_replaced=bytes_replaced,
+                              bytes_before=bytes_before, bytes_after=bytes_after, summarizer=summarizer,
+                              reason=reason)
+    return result, record
