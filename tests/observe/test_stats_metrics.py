@@ -1,0 +1,81 @@
+"""Pipe stats (O-1) and the Prometheus histogram (O-2)."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from hopline.budget import Budget, KiB, MiB
+from hopline.observe.metrics import PipeMetrics, bucket_boundaries
+from hopline.observe.stats import PipeStats
+
+
+def test_stats_snapshot_shape_and_values() -> None:
+    stats = PipeStats()
+    assert stats.snapshot() == {
+        "inbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
+        "outbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
+    }
+    for n in (10, 300, 20):
+        stats.record("inbound", n)
+    stats.record("outbound", 7)
+    assert stats.snapshot() == {
+        "inbound": {"count": 3, "totalBytes": 330, "maxBytes": 300},
+        "outbound": {"count": 1, "totalBytes": 7, "maxBytes": 7},
+    }
+
+
+def _samples(metrics: PipeMetrics) -> list[tuple[str, dict[str, str], float]]:
+    text = metrics.render().decode()
+    return [
+        (s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def test_histogram_buckets_and_direction_label_only() -> None:
+    metrics = PipeMetrics(Budget.defaults())
+    metrics.record("inbound", 300 * KiB)
+    metrics.record("inbound", 10)
+    metrics.record("outbound", 64 * MiB)
+    samples = _samples(metrics)
+    buckets = [(labels, value) for name, labels, value in samples
+               if name == "hopline_daemon_pipe_message_bytes_bucket"]
+    assert buckets, samples
+    for labels, _ in buckets:
+        assert set(labels) == {"direction", "le"}
+    bounds = sorted({float(labels["le"]) for labels, _ in buckets})
+    expected = [256, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB]
+    assert bounds == [float(b) for b in expected] + [float("inf")]
+    inbound = {float(labels["le"]): value for labels, value in buckets if labels["direction"] == "inbound"}
+    assert inbound[256.0] == 1 and inbound[256.0 * KiB] == 1 and inbound[float(MiB)] == 2
+    outbound = {float(labels["le"]): value for labels, value in buckets
+                if labels["direction"] == "outbound"}
+    assert outbound[16.0 * MiB] == 0 and outbound[64.0 * MiB] == 1  # the exact max frame is inside
+    counts = {labels["direction"]: value for name, labels, value in samples
+              if name == "hopline_daemon_pipe_message_bytes_count"}
+    assert counts == {"inbound": 2, "outbound": 1}
+    assert all(set(labels) <= {"direction", "le"} for _, labels, _ in samples)
+
+
+def test_budget_ceilings_become_buckets() -> None:
+    budget = Budget.defaults().replace(pipe_max_frame_bytes=10 * MiB, agent_max_frame_bytes=10 * MiB,
+                                       large_frame_threshold_bytes=300 * KiB)
+    bounds = bucket_boundaries(budget)
+    assert 10.0 * MiB in bounds and 300.0 * KiB in bounds
+    assert bounds == sorted(set(bounds))
+    metrics = PipeMetrics(budget)
+    metrics.record("inbound", 1)
+    les = {labels["le"] for name, labels, _ in _samples(metrics) if name.endswith("_bucket")}
+    assert {float(x) for x in les} >= {10.0 * MiB, 300.0 * KiB}
+
+
+def test_private_registries_coexist() -> None:
+    a, b = PipeMetrics(Budget.defaults()), PipeMetrics(Budget.defaults())
+    a.record("inbound", 5)
+    counts_a = [v for n, _, v in _samples(a) if n.endswith("_count")]
+    counts_b = [v for n, _, v in _samples(b) if n.endswith("_count")]
+    assert counts_a == [1.0] and counts_b == []
+    assert a.registry is not b.registry
+    a.shutdown()
+    b.shutdown()
