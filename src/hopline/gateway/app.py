@@ -1,0 +1,149 @@
+"""The gateway's ASGI app (SPEC G-1..G-3): ``POST /internal/sessions/{sessionId}/llm-turn``.
+
+Layers, outermost first: metrics (status counter, body-bytes histogram) -> bearer token (401 before
+any body byte is read; ``/health`` is open) -> body limit (413 JSON, enforced while reading) -> routes.
+
+Standalone, the routes are ``/internal/sessions/{sessionId}/llm-turn``, ``/health`` and ``/metrics``.
+To mount it inside another app (the daemon) keep the public path the same by moving the prefix to
+the mount::
+
+    daemon.mount("/internal", create_gateway_app(budget, token=..., provider=..., route_prefix=""))
+
+The mounted app keeps its own middleware, so its body limit and token apply only under ``/internal``
+(and its health/metrics become ``/internal/health`` and ``/internal/metrics``).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from pydantic import ValidationError
+
+from hopline.budget import HOP_GATEWAY, Budget
+from hopline.gateway.auth import BearerTokenMiddleware
+from hopline.gateway.body_limit import BodyLimitMiddleware, BodyLimitStats
+from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
+from hopline.gateway.providers import Provider, gateway_status
+from hopline.gateway.schema import LlmTurnBody, field_errors
+from hopline.harness.model import LlmTurnRequest, TurnFailure
+
+log = logging.getLogger("hopline.gateway")
+
+LLM_TURN_PATH = "/sessions/{sessionId}/llm-turn"
+
+
+def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"type": kind, "hop": HOP_GATEWAY, "message": message, **extra}},
+                        status_code=status)
+
+
+def _is_json(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _body_schema() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The body's JSON schema for OpenAPI, and its nested models (for ``components.schemas``)."""
+    schema = LlmTurnBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    nested = schema.pop("$defs", {})
+    return schema, nested
+
+
+def _add_schema_components(app: FastAPI, nested: dict[str, Any]) -> None:
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        spec = generate()
+        spec.setdefault("components", {}).setdefault("schemas", {}).update(nested)
+        return spec
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def create_gateway_app(
+    budget: Budget,
+    *,
+    token: str,
+    provider: Provider,
+    metrics_registry: CollectorRegistry | None = None,
+    route_prefix: str = "/internal",
+    body_stats: BodyLimitStats | None = None,
+) -> FastAPI:
+    """The gateway app. ``body_stats`` (optional) receives what the body limit read, for tests."""
+    limit = budget.api_json_body_limit
+    metrics = GatewayMetrics(limit, metrics_registry)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> Any:
+        try:
+            yield
+        finally:
+            await provider.aclose()
+
+    app = FastAPI(title="hopline gateway", version="0.1.0", lifespan=lifespan)
+    app.state.budget = budget
+    app.state.metrics = metrics
+    app.state.body_stats = body_stats if body_stats is not None else BodyLimitStats()
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "provider": provider.name, "bodyLimitBytes": limit}
+
+    @app.get("/metrics")
+    async def metrics_endpoint() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    body_schema, nested = _body_schema()
+    _add_schema_components(app, nested)
+
+    @app.post(
+        route_prefix + LLM_TURN_PATH,
+        openapi_extra={"requestBody": {"required": True,
+                                       "content": {"application/json": {"schema": body_schema}}}},
+        responses={400: {}, 401: {}, 413: {}, 415: {}, 502: {}, 504: {}},
+    )
+    async def llm_turn(sessionId: str, request: Request) -> Response:
+        if not _is_json(request.headers.get("content-type")):
+            return _error(415, "unsupported_media_type", "the llm-turn body must be application/json")
+        raw = await request.body()
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return _error(400, "invalid_json", f"the body is not JSON: {exc}", field="(body)")
+        try:
+            LlmTurnBody.model_validate(data)
+        except ValidationError as exc:
+            errors = field_errors(exc)
+            return _error(400, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
+                          field=errors[0]["field"], errors=errors)
+        # The validated shape is checked; the provider gets the original dicts, byte for byte.
+        turn = LlmTurnRequest(
+            messages=data["messages"],
+            tools=data.get("tools") or [],
+            model=data.get("model"),
+            params=data.get("params") or {},
+            purpose=data.get("purpose", "turn"),
+        )
+        del raw, data
+        try:
+            answer = await provider.complete(turn)
+        except TurnFailure as failure:
+            status = gateway_status(failure)
+            log.warning("llm-turn failed", extra={"origin": failure.origin, "status": status,
+                                                  "providerStatus": failure.status})
+            return Response(orjson.dumps(failure.to_json()), status_code=status,
+                            media_type="application/json")
+        return Response(orjson.dumps(answer.to_json()), media_type="application/json")
+
+    app.add_middleware(BodyLimitMiddleware, limit=limit, hop=HOP_GATEWAY, stats=app.state.body_stats)
+    app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,162 @@
+"""``HttpModel``: the harness's :class:`~hopline.harness.model.Model` over HTTP to the gateway.
+
+The body is the encoder's exact bytes, sent with its ``Content-Length``; it is checked against the
+engine ceiling before a byte leaves (unless ``enforce_ceiling=False``, the naive mode that reproduces
+the seed's incident). Failures keep the origin the gateway reported; without the gateway's JSON,
+413 and a reset while uploading are ``code`` size errors, 429/5xx and timeouts are ``model``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import orjson
+
+from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, TurnFailure, Usage
+
+# The upload is handed to httpx in slices of this size, so that a failure can tell "during upload"
+# from "after the body was sent" (a framing choice, not a ceiling).
+UPLOAD_SLICE_BYTES = 64 * KiB
+
+
+class _Upload:
+    """The request body as an async byte stream that remembers how much was handed over."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        view = memoryview(self.body)
+        for start in range(0, len(view), UPLOAD_SLICE_BYTES):
+            piece = bytes(view[start:start + UPLOAD_SLICE_BYTES])
+            yield piece
+            self.sent = start + len(piece)
+
+    @property
+    def complete(self) -> bool:
+        return self.sent >= len(self.body)
+
+
+class HttpModel:
+    """POST ``{base_url}/internal/sessions/{session_id}/llm-turn`` with the bearer token."""
+
+    def __init__(
+        self,
+        base_url: str,
+        session_id: str,
+        token: str,
+        budget: Budget,
+        *,
+        client: httpx.AsyncClient | None = None,
+        enforce_ceiling: bool = True,
+    ) -> None:
+        self.url = f"{base_url.rstrip('/')}/internal/sessions/{quote(session_id, safe='')}/llm-turn"
+        self.budget = budget
+        self.enforce_ceiling = enforce_ceiling
+        self._token = token
+        self._own_client = client is None
+        # The gateway waits on the provider: its read timeout covers the provider's plus a connect.
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(
+                connect=budget.provider_connect_timeout_seconds,
+                read=budget.provider_read_timeout_seconds + budget.provider_connect_timeout_seconds,
+                write=budget.provider_read_timeout_seconds,
+                pool=budget.provider_connect_timeout_seconds,
+            )
+        )
+
+    async def aclose(self) -> None:
+        if self._own_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> HttpModel:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def complete(self, encoded: EncodedRequest) -> LlmTurnResponse:
+        ceiling = self.budget.transport_max_body_bytes
+        if self.enforce_ceiling and encoded.size > ceiling:
+            raise TurnFailure(
+                "code",
+                f"llm-turn body of {encoded.size} bytes is over the engine ceiling of {ceiling} bytes "
+                "(HOPLINE_TRANSPORT_MAX_BODY_BYTES); not sent",
+                hop=HOP_ENGINE, limit_bytes=ceiling, observed_bytes=encoded.size, size_error=True,
+            )
+        upload = _Upload(encoded.body)
+        headers = {
+            "content-type": "application/json",
+            "content-length": str(encoded.size),  # explicit: the body is streamed but not chunked
+            "authorization": f"Bearer {self._token}",
+        }
+        try:
+            response = await self._client.post(self.url, content=upload, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise TurnFailure("model", f"gateway timed out ({type(exc).__name__})", hop=HOP_GATEWAY,
+                              retryable=True) from None
+        except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            if isinstance(exc, httpx.WriteError) or not upload.complete:
+                raise TurnFailure(
+                    "code",
+                    f"connection reset while uploading a {encoded.size}-byte llm-turn body "
+                    f"({upload.sent} bytes handed over): the gateway refused its size",
+                    hop=HOP_GATEWAY, observed_bytes=encoded.size, size_error=True,
+                ) from None
+            raise TurnFailure("model", f"gateway connection failed ({type(exc).__name__})", hop=HOP_GATEWAY,
+                              retryable=True) from None
+        except httpx.TransportError as exc:
+            raise TurnFailure("model", f"gateway connection failed ({type(exc).__name__})", hop=HOP_GATEWAY,
+                              retryable=True) from None
+        if response.status_code == 200:
+            return _parse_answer(response.content)
+        raise failure_from_response(response.status_code, response.content, encoded.size)
+
+
+def _parse_answer(raw: bytes) -> LlmTurnResponse:
+    try:
+        body = orjson.loads(raw)
+        message = body["message"]
+        if not isinstance(message, dict):
+            raise TypeError("message is not an object")
+        usage = body.get("usage") or {}
+        return LlmTurnResponse(
+            message,
+            Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            str(body.get("provider") or ""),
+        )
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise TurnFailure("model", f"malformed gateway answer: {type(exc).__name__}", hop=HOP_GATEWAY,
+                          retryable=True) from None
+
+
+def failure_from_response(status: int, raw: bytes, size: int) -> TurnFailure:
+    """A TurnFailure for a non-200 gateway answer, keeping the origin the gateway reported."""
+    error: dict[str, Any] = {}
+    try:
+        body = orjson.loads(raw)
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            error = body["error"]
+    except orjson.JSONDecodeError:
+        pass
+    hop = error.get("hop") or HOP_GATEWAY
+    limit = error.get("limitBytes")
+    observed = error.get("observedBytes", size)
+    message = str(error.get("message") or f"gateway answered HTTP {status}")
+    if status == 413:
+        # 413 is code, never model (SPEC H-8), whatever the body says.
+        return TurnFailure("code", message, status=413, hop=hop, limit_bytes=limit, observed_bytes=observed,
+                           size_error=True)
+    origin = error.get("origin")
+    if origin in ("code", "model", "tool", "cancelled"):
+        return TurnFailure(origin, message, status=error.get("status", status), hop=hop, limit_bytes=limit,
+                           observed_bytes=error.get("observedBytes"),
+                           size_error=bool(error.get("sizeError")), retryable=bool(error.get("retryable")))
+    if status == 429 or status >= 500:
+        return TurnFailure("model", message, status=status, hop=hop, retryable=True)
+    return TurnFailure("code", message, status=status, hop=hop)
