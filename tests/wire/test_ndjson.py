@@ -239,3 +239,56 @@ def test_many_small_frames_in_one_chunk() -> None:
     decoder = NdjsonDecoder(64)
     assert messages(decode_all(decoder, [data])) == msgs
     assert decoder.scanned_bytes == len(data)
+
+
+def _reference(data: bytes, limit: int) -> list[object]:
+    """What a whole-buffer split would give, as comparable tuples."""
+    *lines, tail = data.split(b"\n")
+    out: list[object] = []
+    for line in lines:
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line:
+            continue
+        if len(line) > limit:
+            out.append(("too_large", len(line)))
+            continue
+        try:
+            out.append(("frame", orjson.loads(line)))
+        except orjson.JSONDecodeError:
+            out.append(("invalid", len(line)))
+    if tail:
+        out.append(("too_large", len(tail.rstrip(b"\r"))) if len(tail.rstrip(b"\r")) > limit
+                   else ("incomplete", len(tail)))
+    return out
+
+
+def _comparable(items: list[Frame | FrameError]) -> list[object]:
+    out: list[object] = []
+    for item in items:
+        if isinstance(item, Frame):
+            out.append(("frame", item.message))
+        elif isinstance(item, FrameTooLarge):
+            out.append(("too_large", item.size))
+        elif isinstance(item, InvalidFrame):
+            out.append(("invalid", item.size))
+        else:
+            out.append(("incomplete", item.size))
+    return out
+
+
+PIECES = [encode({"k": "v"}), encode({"t": "ü" * 30}), b"\r\n", b"\n", b"{bad}\n", b'"\xc3"\n',
+          b'{"big":"' + b"z" * 60 + b'"}\r\n', b'{"e":"\xe2\x82\xac"}\r\n', b"\r", b"{"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=12), st.data(), st.integers(min_value=8, max_value=70))
+def test_matches_a_whole_buffer_reference_under_any_chunking(pieces: list[bytes], data: st.DataObject,
+                                                              limit: int) -> None:
+    stream = b"".join(pieces)
+    cuts = data.draw(st.lists(st.integers(0, len(stream)), max_size=10))
+    points = [0, *sorted(cuts), len(stream)]
+    decoder = NdjsonDecoder(limit)
+    got = decode_all(decoder, [stream[a:b] for a, b in itertools.pairwise(points)])
+    assert _comparable(got) == _reference(stream, limit)
+    assert decoder.scanned_bytes == len(stream)
