@@ -1,0 +1,167 @@
+"""Shared helpers of the benchmarks: results, verdicts, machine facts, ports, processes."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+PYTHON = sys.executable
+MB = 1_000_000  # throughput is reported in decimal MB/s; sizes of frames are 1024-based
+HOST = "127.0.0.1"
+
+
+@dataclasses.dataclass
+class Settings:
+    quick: bool
+    workdir: Path
+
+    def pick(self, full: Any, quick: Any) -> Any:
+        return quick if self.quick else full
+
+
+@dataclasses.dataclass
+class Verdict:
+    """One target: the measured value, the target and whether it passed (``None``: not measured)."""
+
+    name: str
+    measured: float | None
+    target: float
+    higher_is_better: bool
+    unit: str = "x"
+    note: str = ""
+
+    @property
+    def passed(self) -> bool | None:
+        if self.measured is None:
+            return None
+        return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
+
+    def line(self) -> str:
+        op = ">=" if self.higher_is_better else "<="
+        if self.measured is None:
+            status = "SKIP"
+            shown = "n/a"
+        else:
+            status = "PASS" if self.passed else "FAIL"
+            shown = f"{self.measured:.3g}{self.unit}"
+        note = f" ({self.note})" if self.note else ""
+        return f"  [{status}] {self.name}: {shown} (target {op} {self.target:g}{self.unit}){note}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "measured": self.measured, "target": self.target,
+                "op": ">=" if self.higher_is_better else "<=", "unit": self.unit,
+                "verdict": {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed], "note": self.note}
+
+
+@dataclasses.dataclass
+class BenchResult:
+    name: str
+    figures: dict[str, Any] = dataclasses.field(default_factory=dict)
+    verdicts: list[Verdict] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    skipped: str | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"figures": self.figures, "verdicts": [v.to_json() for v in self.verdicts],
+                "notes": self.notes, "skipped": self.skipped, "seconds": round(self.seconds, 2)}
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    try:
+        import psutil
+
+        info["memoryBytes"] = psutil.virtual_memory().total
+        info["memoryGiB"] = round(psutil.virtual_memory().total / 2**30, 1)
+        info["loadAvg1m"] = round(os.getloadavg()[0], 2)
+    except Exception:  # psutil is a dev dependency; the machine facts are best effort
+        pass
+    return info
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server process exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.5):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {HOST}:{port} after {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 5.0) -> None:
+    """Stop a process we started (its own process group): SIGTERM, then SIGKILL."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)
+
+
+@contextlib.contextmanager
+def started(args: list[str], *, env: dict[str, str] | None = None, port: int | None = None,
+            startup_timeout: float = 30.0,
+            stderr_path: Path | None = None) -> Iterator[subprocess.Popen[Any]]:
+    """Start ``args`` in its own process group; wait for ``port``; always stop it afterwards."""
+    err = open(stderr_path, "wb") if stderr_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=err, cwd=REPO_ROOT, start_new_session=True)
+    try:
+        if port is not None:
+            wait_for_port(port, startup_timeout, proc)
+        yield proc
+    finally:
+        stop_process(proc)
+        if stderr_path is not None:
+            err.close()  # type: ignore[union-attr]
+
+
+def tail(path: Path, nbytes: int = 2000) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-nbytes:].decode("utf-8", "replace")
+
+
+def rate(nbytes: int, seconds: float) -> float:
+    return nbytes / MB / seconds if seconds > 0 else float("inf")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b

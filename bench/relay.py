@@ -1,0 +1,162 @@
+"""Benchmark 1: relay throughput, child -> daemon -> SSE client, against a raw pipe and a naive relay.
+
+Frames are ``agent_message_chunk`` ``session/update`` notifications (sidecars move only tool output,
+so these bytes really cross every hop). For each frame size the same NDJSON stream file is:
+
+* raw pipe: ``cat FILE`` into a reader in this process that only counts bytes;
+* naive relay: ``bench/naive_relay.py`` (asyncio subprocess, ``readline`` with a raised limit,
+  ``json.loads`` / ``json.dumps``, SSE over a real socket) driving ``bench/stream_agent.py``;
+* daemon: ``hopline serve --agent-cmd "python bench/stream_agent.py FILE"``, prompt over HTTP,
+  the frames read back from ``GET /session/{id}/events``.
+
+Throughput is frame bytes (the file's size) over the time from the first byte the client could
+get to the last frame received; both relays are timed the same way (from "session ready").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench import daemon_driver
+from bench.common import (
+    BENCH_DIR,
+    HOST,
+    PYTHON,
+    BenchResult,
+    Settings,
+    Verdict,
+    free_port,
+    rate,
+    ratio,
+    say,
+    started,
+)
+from bench.frames import frame_count, write_stream
+from bench.sse_client import SseCounter
+
+KiB = 1024
+MiB = 1024 * KiB
+SIZES = (1 * KiB, 64 * KiB, 1 * MiB, 8 * MiB)
+TARGET_VS_NAIVE = 2.0  # at 1 MiB frames
+TARGET_VS_RAW = 0.25
+TIMEOUT_S = 120.0
+
+
+def size_label(size: int) -> str:
+    return f"{size // MiB} MiB" if size >= MiB else f"{size // KiB} KiB"
+
+
+def stream_files(settings: Settings) -> list[tuple[int, Path, int, int]]:
+    """(frame size, file, frames, file bytes) for each size, generated once per run."""
+    total = settings.pick(64 * MiB, 8 * MiB)
+    max_frames = settings.pick(8192, 1024)
+    out = []
+    for size in SIZES:
+        count = frame_count(size, total, max_frames)
+        path = settings.workdir / f"stream-{size}.ndjson"
+        if not path.exists():
+            write_stream(path, size, count)
+        out.append((size, path, count, path.stat().st_size))
+    return out
+
+
+def measure_raw_pipe(path: Path, repeats: int = 3) -> float:
+    """Seconds for ``cat FILE`` into a byte-counting reader (best of ``repeats``)."""
+    best = float("inf")
+    expected = path.stat().st_size
+    for _ in range(repeats):
+        started_at = time.perf_counter()
+        proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        got = 0
+        while True:
+            block = os.read(fd, 1 << 20)
+            if not block:
+                break
+            got += len(block)
+        proc.wait(10)
+        elapsed = time.perf_counter() - started_at
+        proc.stdout.close()
+        if got != expected:
+            raise RuntimeError(f"raw pipe read {got} bytes, expected {expected}")
+        best = min(best, elapsed)
+    return best
+
+
+async def _read_naive(port: int, frames: int) -> SseCounter:
+    counter = SseCounter()
+    timeout = httpx.Timeout(TIMEOUT_S, connect=10.0)
+    async with httpx.AsyncClient(timeout=timeout) as client, \
+            client.stream("GET", f"http://{HOST}:{port}/events") as response:
+        response.raise_for_status()
+        async for chunk in response.aiter_raw():
+            counter.feed(chunk)
+            if counter.names.get("done"):
+                break
+    if counter.marked != frames:
+        raise RuntimeError(f"naive relay delivered {counter.marked} frames, expected {frames}")
+    return counter
+
+
+def measure_naive(path: Path, frames: int, settings: Settings) -> float:
+    port = free_port()
+    agent = [PYTHON, str(BENCH_DIR / "stream_agent.py"), str(path)]
+    log = settings.workdir / "naive_relay.stderr"
+    with started([PYTHON, str(BENCH_DIR / "naive_relay.py"), str(port), *agent], port=port,
+                 stderr_path=log):
+        counter = asyncio.run(asyncio.wait_for(_read_naive(port, frames), TIMEOUT_S))
+    assert counter.first_byte_at is not None and counter.last_marked_at is not None
+    return counter.last_marked_at - counter.first_byte_at
+
+
+def run(settings: Settings) -> BenchResult:
+    result = BenchResult("relay")
+    result.notes.append("frames are agent_message_chunk session/update notifications: sidecars apply "
+                        "only to tool_call/tool_call_update output, so every byte crosses every hop")
+    files = stream_files(settings)
+    daemon = daemon_driver.available()
+    if daemon is not None:
+        result.notes.append(f"daemon path not measured: {daemon}")
+    rows: dict[str, Any] = {}
+    say(f"  {'frame':>8} {'frames':>6} {'MiB':>6} | {'raw MB/s':>9} | {'naive MB/s':>10} {'fr/s':>7} "
+        f"| {'daemon MB/s':>11} {'fr/s':>7} | {'d/naive':>7} {'d/raw':>6}")
+    for size, path, count, nbytes in files:
+        raw_s = measure_raw_pipe(path)
+        naive_s = measure_naive(path, count, settings)
+        daemon_s = None
+        if daemon is None:
+            daemon_s = daemon_driver.measure_relay(path, count, settings, frame_bytes=size)
+        row = {
+            "frameBytes": size, "frames": count, "bytes": nbytes,
+            "rawPipe": {"seconds": raw_s, "MBps": rate(nbytes, raw_s)},
+            "naive": {"seconds": naive_s, "MBps": rate(nbytes, naive_s), "framesPerSecond": count / naive_s},
+        }
+        if daemon_s is not None:
+            row["daemon"] = {"seconds": daemon_s, "MBps": rate(nbytes, daemon_s),
+                             "framesPerSecond": count / daemon_s}
+            row["daemonVsNaive"] = naive_s / daemon_s
+            row["daemonVsRaw"] = raw_s / daemon_s
+        rows[size_label(size)] = row
+        d = row.get("daemon", {})
+        say(f"  {size_label(size):>8} {count:>6} {nbytes / MiB:>6.1f} | {rate(nbytes, raw_s):>9.1f} | "
+            f"{rate(nbytes, naive_s):>10.1f} {count / naive_s:>7.0f} | "
+            f"{d.get('MBps', float('nan')):>11.1f} {d.get('framesPerSecond', float('nan')):>7.0f} | "
+            f"{row.get('daemonVsNaive', float('nan')):>7.2f} {row.get('daemonVsRaw', float('nan')):>6.2f}")
+    result.figures["sizes"] = rows
+    one = rows[size_label(1 * MiB)]
+    result.verdicts.append(Verdict("daemon vs naive relay, 1 MiB frames", one.get("daemonVsNaive"),
+                                   TARGET_VS_NAIVE, True))
+    result.verdicts.append(Verdict("daemon vs raw pipe, 1 MiB frames", one.get("daemonVsRaw"),
+                                   TARGET_VS_RAW, True))
+    worst_raw = min((r["daemonVsRaw"] for r in rows.values() if "daemonVsRaw" in r), default=None)
+    result.figures["worstDaemonVsRaw"] = worst_raw
+    result.figures["naiveVsRaw1MiB"] = ratio(one["rawPipe"]["seconds"], one["naive"]["seconds"])
+    return result

@@ -1,0 +1,66 @@
+"""A minimal raw ACP agent for the benchmarks (NDJSON JSON-RPC 2.0 on stdio, no SDK).
+
+It answers ``initialize``, ``session/new``, ``session/load`` and ``session/prompt``; for each prompt
+it copies a pre-generated NDJSON file of ``session/update`` notifications (made by
+``bench.frames``, all for the session id it returned) to stdout, then answers the prompt with
+``stopReason: end_turn``. Copying a file keeps the agent's own cost at that of ``cat``, so the
+benchmark measures the relay, not the agent.
+
+    python bench/stream_agent.py STREAM_FILE [SESSION_ID]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+PROTOCOL_VERSION = 1
+CHUNK = 1 << 20
+
+
+def main() -> int:
+    stream_file = sys.argv[1]
+    session_id = sys.argv[2] if len(sys.argv) > 2 else "bench-session-0001"
+    out = sys.stdout.buffer
+
+    def send(message: dict) -> None:
+        out.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+        out.flush()
+
+    for raw in sys.stdin.buffer:
+        if not raw.strip():
+            continue
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        method = message.get("method")
+        msg_id = message.get("id")
+        if msg_id is None:
+            continue  # notifications (session/cancel) and responses to our (absent) requests
+        if method == "initialize":
+            send({"jsonrpc": "2.0", "id": msg_id, "result": {
+                "protocolVersion": PROTOCOL_VERSION,
+                "agentCapabilities": {"loadSession": False,
+                                      "promptCapabilities": {"image": False, "audio": False,
+                                                             "embeddedContext": False}},
+                "authMethods": []}})
+        elif method == "session/new":
+            send({"jsonrpc": "2.0", "id": msg_id, "result": {"sessionId": session_id}})
+        elif method == "session/prompt":
+            with open(stream_file, "rb") as source:
+                while True:
+                    block = source.read(CHUNK)
+                    if not block:
+                        break
+                    out.write(block)
+            out.flush()
+            send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "end_turn"}})
+        elif "id" in message and method is not None:
+            send({"jsonrpc": "2.0", "id": msg_id,
+                  "error": {"code": -32601, "message": "method not found"}})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
