@@ -1,0 +1,444 @@
+"""`hopline agent`: the harness's tool loop served as an ACP agent over stdio (SPEC H-10, D-6).
+
+Wire names (relayed by the daemon):
+
+- ``session/new`` ``_meta``: ``hopline.profile`` (default ``qa_automation``),
+  ``hopline.permissionMode`` (``"auto"`` auto-approves; env ``HOPLINE_PERMISSION_MODE=auto`` too),
+  ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``).
+- ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
+  maxBodyBytes, ceilingBytes, stopReason}}}``; a failed turn answers a JSON-RPC error (code
+  ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
+- Progress: notification ``_hopline/progress`` with ``{sessionId, progress}`` before every llm-turn
+  and ``{sessionId, compaction}`` per compaction.
+- ``session/load`` ``_meta["hopline.session.loadReplayMode"] = "bulk"`` answers
+  ``_meta["hopline.session.loadReplay"] = {v: 1, updates, partial?, hasMore?, nextCursor?}``;
+  otherwise the history is replayed as ``session/update`` notifications before the answer.
+- Request ``_hopline/session/loadUpdates`` ``{sessionId, cursor?}`` answers ``{updates, startTime,
+  lastUpdated, nextCursor?, partial?, hasMore?}``.
+
+Each prompt's text is echoed first as a ``user_message_chunk`` update, so the persisted log (and
+every replay) holds the whole conversation, user side included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from acp import PROTOCOL_VERSION, RequestError
+from acp.agent.router import build_agent_router
+from acp.connection import Connection
+from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
+
+from hopline.budget import Budget
+from hopline.harness.events import (
+    AgentText,
+    Compacted,
+    IterationProgress,
+    LoopEvent,
+    PlanUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from hopline.harness.model import Model, TurnFailure
+from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
+
+log = logging.getLogger("hopline.agent")
+
+DEFAULT_PROFILE = "qa_automation"
+META_PROFILE = "hopline.profile"
+META_PERMISSION_MODE = "hopline.permissionMode"
+META_SCRIPTED = "hopline.scripted"
+META_TURN = "hopline.turn"
+META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
+META_LOAD_REPLAY = "hopline.session.loadReplay"
+PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
+PROGRESS_NOTIFICATION = "hopline/progress"  # on the wire: "_hopline/progress"
+LOAD_UPDATES_METHOD = "hopline/session/loadUpdates"  # on the wire: "_hopline/session/loadUpdates"
+TURN_FAILED_CODE = -32603
+PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
+ALLOW_ONCE = "allow_once"
+REJECT_ONCE = "reject_once"
+
+# Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
+_RESPONSE_WRAPPER_BYTES = 256
+
+ModelFactory = Callable[[str], Model]  # session id -> model
+LoopFactory = Callable[..., Any]
+
+
+def _stop_reason(loop_stop: str) -> str:
+    return {"end_turn": "end_turn", "max_iterations": "max_turn_requests",
+            "cancelled": "cancelled"}.get(loop_stop, "end_turn")
+
+
+def prompt_text(blocks: list[Any]) -> str:
+    """The user's text from ACP content blocks (text and embedded text resources)."""
+    parts: list[str] = []
+    for block in blocks:
+        data = block.model_dump(by_alias=True) if hasattr(block, "model_dump") else dict(block)
+        if data.get("type") == "text":
+            parts.append(str(data.get("text", "")))
+        elif data.get("type") == "resource":
+            resource = data.get("resource") or {}
+            if isinstance(resource.get("text"), str):
+                parts.append(resource["text"])
+    return "\n".join(parts)
+
+
+# --- loop events -> session/update objects --------------------------------------------------
+
+
+def tool_call_update_of(event: ToolCallStarted, status: str) -> dict[str, Any]:
+    return {
+        "sessionUpdate": "tool_call",
+        "toolCallId": event.call_id,
+        "title": event.title,
+        "kind": event.kind,
+        "status": status,
+        "rawInput": event.raw_input,
+        "locations": [{"path": p} for p in event.locations],
+    }
+
+
+def tool_result_update_of(event: ToolCallFinished) -> dict[str, Any]:
+    update: dict[str, Any] = {
+        "sessionUpdate": "tool_call_update",
+        "toolCallId": event.call_id,
+        "status": event.status,
+        "content": [{"type": "content", "content": {"type": "text", "text": event.output}}],
+    }
+    update["rawOutput"] = event.raw_output if event.raw_output is not None else event.output
+    return update
+
+
+@dataclasses.dataclass
+class LiveSession:
+    record: SessionRecord
+    auto_approve: bool
+    scripted: dict[str, Any] | None
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    task: asyncio.Task[Any] | None = None
+    cancelled: bool = False
+
+
+class HoplineAgent:
+    """The ACP agent. ``attach()`` binds it to the SDK connection it talks through."""
+
+    def __init__(
+        self,
+        budget: Budget,
+        store: SessionStore,
+        model_factory: ModelFactory,
+        loop_factory: LoopFactory,
+        *,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.budget = budget
+        self.store = store
+        self._model_factory = model_factory
+        self._loop_factory = loop_factory
+        self._env = dict(os.environ if environ is None else environ)
+        self._sessions: dict[str, LiveSession] = {}
+        self._conn: Connection | None = None
+
+    def attach(self, conn: Connection) -> None:
+        self._conn = conn
+
+    @property
+    def conn(self) -> Connection:
+        if self._conn is None:
+            raise RuntimeError("agent not attached to a connection")
+        return self._conn
+
+    # --- ACP: initialize, session/new -------------------------------------------------------
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
+                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        from hopline import __version__
+
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_info=Implementation(name="hopline", title="hopline agent", version=__version__),
+        )
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
+                          mcp_servers: list[Any] | None = None, **meta: Any) -> NewSessionResponse:
+        workspace = _workspace_or_error(cwd)
+        profile_name = meta.get(META_PROFILE) or DEFAULT_PROFILE
+        if not isinstance(profile_name, str):
+            raise RequestError.invalid_params({"field": f"_meta.{META_PROFILE}", "reason": "not a string"})
+        self._check_profile(profile_name)
+        mode = meta.get(META_PERMISSION_MODE) or self._env.get(PERMISSION_MODE_ENV, "")
+        scripted = meta.get(META_SCRIPTED)
+        if scripted is not None and not isinstance(scripted, dict):
+            raise RequestError.invalid_params({"field": f"_meta.{META_SCRIPTED}", "reason": "not an object"})
+        options = {"permissionMode": "auto" if mode == "auto" else "ask", "scripted": scripted}
+        record = self.store.create(profile_name, str(workspace), options)
+        self._sessions[record.id] = self._live(record)
+        log.info("session created", extra={"profile": profile_name, "autoApprove": mode == "auto"})
+        return NewSessionResponse(session_id=record.id)
+
+    def _live(self, record: SessionRecord) -> LiveSession:
+        return LiveSession(record, record.options.get("permissionMode") == "auto",
+                           record.options.get("scripted"))
+
+    def _check_profile(self, name: str) -> None:
+        from hopline.harness.profiles import get_profile
+
+        try:
+            get_profile(name, self.budget)
+        except (KeyError, ValueError):
+            raise RequestError.invalid_params(
+                {"field": f"_meta.{META_PROFILE}", "reason": "unknown profile", "profile": name}) from None
+
+    def _session(self, session_id: str) -> LiveSession:
+        live = self._sessions.get(session_id)
+        if live is not None:
+            return live
+        try:
+            record = self.store.get(session_id)
+        except KeyError:
+            raise RequestError.invalid_params(
+                {"sessionId": session_id, "reason": "unknown session"}) from None
+        live = self._live(record)
+        self._sessions[session_id] = live
+        return live
+
+    # --- updates ------------------------------------------------------------------------------
+
+    async def _send_update(self, session_id: str, update: dict[str, Any]) -> None:
+        """Persist the update (its exact JSON), then send it as a session/update notification."""
+        self.store.append_update(session_id, update)
+        await self.conn.send_notification("session/update", {"sessionId": session_id, "update": update})
+
+    async def _progress(self, session_id: str, key: str, value: dict[str, Any]) -> None:
+        await self.conn.send_notification(f"_{PROGRESS_NOTIFICATION}", {"sessionId": session_id, key: value})
+
+    # --- ACP: session/prompt, session/cancel ---------------------------------------------------
+
+    async def prompt(self, session_id: str, prompt: list[Any], **meta: Any) -> dict[str, Any]:
+        live = self._session(session_id)
+        if live.lock.locked():
+            raise RequestError.invalid_request({"reason": "a prompt is already running in this session"})
+        async with live.lock:
+            live.cancelled = False
+            text = prompt_text(prompt)
+            await self._send_update(session_id, {"sessionUpdate": "user_message_chunk",
+                                                 "content": {"type": "text", "text": text}})
+            tool_loop = self._build_loop(live)
+            conversation = live.record.conversation
+            live.task = asyncio.ensure_future(tool_loop.run(conversation, text))
+            try:
+                result = await live.task
+            except asyncio.CancelledError:
+                if not live.cancelled:
+                    raise
+                result = None
+            finally:
+                live.task = None
+                self.store.save_conversation(session_id, conversation)
+            if result is None:  # cancelled before the loop could answer
+                return self._prompt_answer("cancelled", None)
+            failure = getattr(result, "failure", None)
+            if result.stop_reason == "failed" and failure is not None:
+                log.warning("turn failed", extra={"origin": failure.origin})
+                raise _turn_error(failure)
+            stop = "cancelled" if live.cancelled else _stop_reason(result.stop_reason)
+            log.info("turn finished", extra={"stopReason": stop, "iterations": result.iterations})
+            return self._prompt_answer(stop, result)
+
+    def _prompt_answer(self, stop: str, result: Any) -> dict[str, Any]:
+        turn = {
+            "iterations": getattr(result, "iterations", 0),
+            "compactions": getattr(result, "compactions", 0),
+            "maxBodyBytes": getattr(result, "max_body_bytes", 0),
+            "ceilingBytes": self.budget.transport_max_body_bytes,
+            "stopReason": stop,
+        }
+        return {"stopReason": stop, "_meta": {META_TURN: turn}}
+
+    def _build_loop(self, live: LiveSession) -> Any:
+        session_id = live.record.id
+
+        async def sink(event: LoopEvent) -> None:
+            if isinstance(event, AgentText):
+                await self._send_update(session_id, {"sessionUpdate": "agent_message_chunk",
+                                                     "content": {"type": "text", "text": event.text}})
+            elif isinstance(event, PlanUpdated):
+                await self._send_update(session_id, {"sessionUpdate": "plan", "entries": event.entries})
+            elif isinstance(event, ToolCallStarted):
+                asks = event.name in PERMISSION_TOOLS and not live.auto_approve
+                await self._send_update(session_id,
+                                        tool_call_update_of(event, "pending" if asks else "in_progress"))
+            elif isinstance(event, ToolCallFinished):
+                await self._send_update(session_id, tool_result_update_of(event))
+            elif isinstance(event, IterationProgress):
+                await self._progress(session_id, "progress", event.to_json())
+            elif isinstance(event, Compacted):
+                await self._progress(session_id, "compaction", event.record.to_json())
+
+        async def permit(event: ToolCallStarted) -> bool:
+            if live.auto_approve or event.name not in PERMISSION_TOOLS:
+                return True
+            allowed = await self._ask_permission(session_id, event)
+            if allowed:
+                await self._send_update(session_id, {"sessionUpdate": "tool_call_update",
+                                                     "toolCallId": event.call_id, "status": "in_progress"})
+            return allowed
+
+        return self._loop_factory(live, self._model_factory(session_id), sink, permit)
+
+    async def _ask_permission(self, session_id: str, event: ToolCallStarted) -> bool:
+        params = {
+            "sessionId": session_id,
+            "toolCall": {
+                "toolCallId": event.call_id, "title": event.title, "kind": event.kind,
+                "status": "pending", "rawInput": event.raw_input,
+                "locations": [{"path": p} for p in event.locations],
+            },
+            "options": [
+                {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
+                {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
+            ],
+        }
+        answer = await self.conn.send_request("session/request_permission", params)
+        outcome = (answer or {}).get("outcome") or {}
+        allowed = outcome.get("outcome") == "selected" and outcome.get("optionId") == ALLOW_ONCE
+        log.info("permission answered", extra={"tool": event.name, "allowed": allowed})
+        return bool(allowed)
+
+    async def cancel(self, session_id: str, **meta: Any) -> None:
+        live = self._sessions.get(session_id)
+        if live is None or live.task is None:
+            return
+        live.cancelled = True
+        loop_cancel = getattr(live, "loop_cancel", None)
+        if callable(loop_cancel):
+            loop_cancel()
+        else:
+            live.task.cancel()
+
+    # --- ACP: session/load and the loadUpdates extension ----------------------------------------
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
+                           additional_directories: list[str] | None = None, **meta: Any) -> dict[str, Any]:
+        live = self._session(session_id)
+        workspace = Path(cwd)
+        if workspace.is_dir() and str(workspace.resolve()) != live.record.cwd:
+            live.record.cwd = str(workspace.resolve())
+        if meta.get(META_LOAD_REPLAY_MODE) == "bulk":
+            envelope = self._bulk_page(session_id, 0)
+            log.info("session loaded", extra={"mode": "bulk", "updates": len(envelope["updates"])})
+            return {"_meta": {META_LOAD_REPLAY: envelope}}
+        sent = 0
+        start = 0
+        chunk = self.budget.bulk_replay_max_updates
+        while True:
+            bodies = self.store.read_updates(session_id, start, chunk)
+            for body in bodies:
+                await self.conn.send_notification(
+                    "session/update", {"sessionId": session_id, "update": orjson.loads(body)})
+            sent += len(bodies)
+            start += len(bodies)
+            if len(bodies) < chunk:
+                break
+        log.info("session loaded", extra={"mode": "stream", "updates": sent})
+        return {}
+
+    def _page(self, session_id: str, start: int, envelope_bytes: int) -> tuple[Page, list[bytes]]:
+        total = self.store.update_count(session_id)
+        limit = self.budget.bulk_replay_max_updates
+        candidates = self.store.read_updates(session_id, start, limit)
+        page = page_updates(candidates, start, max_updates=limit,
+                            max_bytes=self.budget.bulk_replay_max_bytes - _RESPONSE_WRAPPER_BYTES,
+                            envelope_bytes=envelope_bytes, total=total)
+        return page, candidates[: page.count]
+
+    def _bulk_page(self, session_id: str, start: int) -> dict[str, Any]:
+        overhead = len(orjson.dumps({"v": 1, "updates": [], "partial": True, "hasMore": True,
+                                     "nextCursor": str(2**63)}))
+        page, bodies = self._page(session_id, start, overhead)
+        envelope: dict[str, Any] = {"v": 1, "updates": [orjson.loads(b) for b in bodies]}
+        if page.has_more:
+            envelope.update(partial=True, hasMore=True, nextCursor=str(page.next_start))
+        return envelope
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method != LOAD_UPDATES_METHOD:
+            raise RequestError.method_not_found(f"_{method}")
+        session_id = params.get("sessionId")
+        if not isinstance(session_id, str):
+            raise RequestError.invalid_params({"field": "sessionId", "reason": "required string"})
+        live = self._session(session_id)
+        start = _cursor(params.get("cursor"))
+        overhead = len(orjson.dumps({"updates": [], "startTime": live.record.created_at,
+                                     "lastUpdated": "x" * 40, "nextCursor": str(2**63),
+                                     "partial": True, "hasMore": True}))
+        page, bodies = self._page(session_id, start, overhead)
+        record = self.store.get(session_id)
+        answer: dict[str, Any] = {"updates": [orjson.loads(b) for b in bodies],
+                                  "startTime": record.created_at, "lastUpdated": record.updated_at}
+        if page.has_more:
+            answer.update(nextCursor=str(page.next_start), partial=True, hasMore=True)
+        return answer
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+
+def _cursor(value: Any) -> int:
+    if value is None:
+        return 0
+    try:
+        cursor = int(value)
+    except (TypeError, ValueError):
+        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"}) from None
+    if cursor < 0:
+        raise RequestError.invalid_params({"field": "cursor", "reason": "negative"})
+    return cursor
+
+
+def _workspace_or_error(cwd: str) -> Path:
+    path = Path(cwd)
+    if not path.is_absolute() or not path.is_dir():
+        raise RequestError.invalid_params({"field": "cwd", "reason": "not an absolute path to a directory"})
+    return path.resolve()
+
+
+def _turn_error(failure: TurnFailure) -> RequestError:
+    data: dict[str, Any] = {"origin": failure.origin, "message": failure.message}
+    if failure.hop is not None:
+        data["hop"] = failure.hop
+    if failure.limit_bytes is not None:
+        data["limitBytes"] = failure.limit_bytes
+    if failure.observed_bytes is not None:
+        data["observedBytes"] = failure.observed_bytes
+    return RequestError(TURN_FAILED_CODE, f"turn failed ({failure.origin}): {failure.message}", data)
+
+
+def build_connection(agent: HoplineAgent, transport: Any) -> Connection:
+    """The SDK's agent router on our transport; the agent sends through the same connection."""
+    conn = Connection(build_agent_router(agent), transport, listening=False)  # type: ignore[arg-type]
+    agent.attach(conn)
+    return conn
+
+
+async def serve(agent: HoplineAgent, transport: Any) -> None:
+    conn = build_connection(agent, transport)
+    try:
+        await conn.main_loop()
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(conn.close())

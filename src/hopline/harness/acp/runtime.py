@@ -1,0 +1,80 @@
+"""Wiring of `hopline agent`: stdio claimed, store opened, model chosen, the agent served.
+
+The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``
+with ``HOPLINE_INTERNAL_TOKEN``); otherwise the offline scripted model in-process, so the agent
+works standalone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hopline.budget import Budget
+from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
+from hopline.harness.acp.logs import configure_stderr_json_logging
+from hopline.harness.acp.pipe import PipeTransport, claim_stdio
+from hopline.harness.sessions import SessionStore, default_data_dir
+
+log = logging.getLogger("hopline.agent")
+
+GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
+INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
+
+
+def model_factory(budget: Budget, environ: Mapping[str, str]) -> ModelFactory:
+    url = environ.get(GATEWAY_URL_ENV, "").strip()
+    if url:
+        from hopline.gateway.client import HttpModel
+
+        token = environ.get(INTERNAL_TOKEN_ENV, "")
+        return lambda session_id: HttpModel(url, session_id, token, budget)
+
+    def scripted(session_id: str) -> Any:
+        from hopline.harness.scripted import in_process_model
+
+        return in_process_model(budget)
+
+    return scripted
+
+
+def loop_factory(budget: Budget) -> Any:
+    def build(live: LiveSession, model: Any, sink: Any, permit: Any) -> Any:
+        from hopline.harness.loop import ToolLoop
+        from hopline.harness.profiles import get_profile
+
+        profile = get_profile(live.record.profile, budget)
+        params = {"scripted": live.scripted} if live.scripted else None
+        return ToolLoop(model, profile, Path(live.record.cwd), budget, sink=sink, permit=permit,
+                        params=params)
+
+    return build
+
+
+async def _main(budget: Budget, read_fd: int, write_fd: int) -> None:
+    environ = dict(os.environ)
+    store = SessionStore(default_data_dir(environ))
+    transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
+    agent = HoplineAgent(budget, store, model_factory(budget, environ), loop_factory(budget),
+                         environ=environ)
+    log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes})
+    try:
+        await serve(agent, transport)
+    finally:
+        store.close()
+        log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
+
+
+def run_stdio(budget: Budget) -> int:
+    """Serve on this process's stdio until the peer closes stdin; returns the exit code."""
+    read_fd, write_fd = claim_stdio()
+    configure_stderr_json_logging()
+    try:
+        asyncio.run(_main(budget, read_fd, write_fd))
+    except KeyboardInterrupt:
+        return 130
+    return 0

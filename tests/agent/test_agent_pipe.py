@@ -1,0 +1,129 @@
+"""`hopline agent` on raw pipes: only JSON-RPC lines on stdout, the exact max frame, budget refusal."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from agent.acp_peer import AGENT_CMD, agent_env
+
+TIMEOUT = 30.0
+
+
+class RawAgent:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[bytes] = []
+
+    async def send_line(self, data: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(data + b"\n")
+        await self.process.stdin.drain()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.send_line(orjson.dumps(message))
+
+    async def read(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), TIMEOUT)
+        assert line.endswith(b"\n"), "agent closed stdout"
+        self.lines.append(line)
+        message = orjson.loads(line)
+        assert isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+        return message
+
+    async def response(self, request_id: int) -> dict[str, Any]:
+        while True:
+            message = await self.read()
+            if message.get("id") == request_id and "method" not in message:
+                return message
+
+
+@contextlib.asynccontextmanager
+async def raw_agent(data_dir: Path, **env: str) -> AsyncIterator[RawAgent]:
+    process = await asyncio.create_subprocess_exec(
+        *AGENT_CMD, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=agent_env(data_dir, **env), limit=128 * 1024 * 1024)
+    agent = RawAgent(process)
+    try:
+        yield agent
+    finally:
+        if process.stdin is not None and not process.stdin.is_closing():
+            process.stdin.close()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+def validate_stdout(lines: list[bytes]) -> None:
+    """Every stdout line is one JSON-RPC 2.0 object: a request, notification or response."""
+    for line in lines:
+        message = orjson.loads(line)
+        assert message["jsonrpc"] == "2.0"
+        assert ("method" in message) or ("id" in message and ("result" in message or "error" in message))
+
+
+async def test_exact_max_frame_passes_one_byte_over_is_dropped_and_channel_goes_on(tmp_path: Path) -> None:
+    limit = 4096
+    env = {"HOPLINE_AGENT_MAX_FRAME_BYTES": str(limit), "HOPLINE_PIPE_MAX_FRAME_BYTES": str(limit)}
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with raw_agent(tmp_path / "data", **env) as agent:
+        await agent.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                          "params": {"protocolVersion": 1}})
+        assert (await agent.response(0))["result"]["agentCapabilities"]["loadSession"] is True
+
+        def padded(request_id: int, size: int) -> bytes:
+            base = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "session/new",
+                                 "params": {"cwd": str(workspace), "mcpServers": []}})
+            frame = base[:-1] + b" " * (size - len(base)) + b"}"
+            assert len(frame) == size
+            return frame
+
+        await agent.send_line(padded(1, limit))  # at the limit: accepted
+        assert "sessionId" in (await agent.response(1))["result"]
+        await agent.send_line(padded(2, limit + 1))  # one byte over: dropped, no answer
+        await agent.send({"jsonrpc": "2.0", "id": 3, "method": "session/new",
+                          "params": {"cwd": str(workspace), "mcpServers": []}})
+        answer = await agent.response(3)
+        assert "sessionId" in answer["result"]
+        assert all(orjson.loads(line).get("id") != 2 for line in agent.lines)
+        assert agent.process.stdin is not None
+        agent.process.stdin.close()
+        assert agent.process.stdout is not None
+        rest = await asyncio.wait_for(agent.process.stdout.read(), TIMEOUT)
+        agent.lines.extend(line + b"\n" for line in rest.splitlines())
+        assert agent.process.stderr is not None
+        stderr = await asyncio.wait_for(agent.process.stderr.read(), TIMEOUT)
+    validate_stdout(agent.lines)
+    records = [orjson.loads(line) for line in stderr.splitlines()]
+    dropped = [r for r in records if r.get("event") == "frame dropped"]
+    assert dropped == [dropped[0]] and dropped[0]["bytes"] == limit + 1 and dropped[0]["limit"] == limit
+    assert str(workspace).encode() not in stderr  # no paths in logs
+
+
+async def test_incoherent_budget_refuses_to_start_with_findings_on_stderr(tmp_path: Path) -> None:
+    async with raw_agent(tmp_path / "data", HOPLINE_AGENT_MAX_FRAME_BYTES="1mb") as agent:
+        assert agent.process.stdout is not None and agent.process.stderr is not None
+        out = await asyncio.wait_for(agent.process.stdout.read(), TIMEOUT)
+        err = await asyncio.wait_for(agent.process.stderr.read(), TIMEOUT)
+        code = await asyncio.wait_for(agent.process.wait(), TIMEOUT)
+    assert code == 2
+    assert out == b""
+    assert b"pipe_ends_agree" in err and b"HOPLINE_AGENT_MAX_FRAME_BYTES" in err
+
+
+@pytest.mark.parametrize("method", ["_hopline/nope", "session/nope"])
+async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: str) -> None:
+    async with raw_agent(tmp_path / "data") as agent:
+        await agent.send({"jsonrpc": "2.0", "id": 7, "method": method, "params": {}})
+        answer = await agent.response(7)
+    assert answer["error"]["code"] == -32601
