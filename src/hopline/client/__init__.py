@@ -1,0 +1,25 @@
+"""hopline's Python SDK: the daemon client and its bounded SSE reader (SPEC C-1)."""
+
+from hopline.client.daemon import (
+    DaemonClient,
+    DaemonError,
+    SidecarIntegrityError,
+    SseReconnectExhausted,
+    TranscriptPage,
+)
+from hopline.client.events import Event, SidecarRef, content_text
+from hopline.client.sse import SseEventTooLarge, SseMessage, SseParser
+
+__all__ = [
+    "DaemonClient",
+    "DaemonError",
+    "Event",
+    "SidecarIntegrityError",
+    "SidecarRef",
+    "SseEventTooLarge",
+    "SseMessage",
+    "SseParser",
+    "SseReconnectExhausted",
+    "TranscriptPage",
+    "content_text",
+]

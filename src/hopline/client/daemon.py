@@ -1,0 +1,322 @@
+"""``DaemonClient``: the async Python SDK for the hopline daemon's HTTP + SSE API (SPEC C-1).
+
+The event iterator reads SSE with the bounded :class:`~hopline.client.sse.SseParser` over
+``response.aiter_bytes()`` and resumes a dropped stream with ``Last-Event-ID``; events are
+deduplicated by id, so a resume neither loses nor repeats one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+
+from hopline.budget import HOP_CLIENT_SSE, HOP_DAEMON_API, HOP_SIDECARS, Budget
+from hopline.client.events import Event, SidecarRef
+from hopline.client.sse import SseMessage, SseParser
+
+log = logging.getLogger("hopline.client")
+
+# --- FALLBACKS: the coordinator is asked to add these ceilings to hopline.budget (client.sse hop).
+# Read through the Budget when it declares them (getattr), never used as bare numbers in logic.
+FALLBACK_CLIENT_SSE_RECONNECT_ATTEMPTS = 8  # consecutive failed reconnects before giving up
+FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS = 0.1  # first backoff, doubles, capped at x32
+FALLBACK_CLIENT_HTTP_TIMEOUT_SECONDS = 30.0  # one non-streaming API call
+
+
+def reconnect_attempts(budget: Budget) -> int:
+    return int(getattr(budget, "client_sse_reconnect_attempts", FALLBACK_CLIENT_SSE_RECONNECT_ATTEMPTS))
+
+
+def reconnect_backoff_seconds(budget: Budget) -> float:
+    return float(getattr(budget, "client_sse_reconnect_backoff_seconds",
+                         FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS))
+
+
+def http_timeout_seconds(budget: Budget) -> float:
+    return float(getattr(budget, "client_http_timeout_seconds", FALLBACK_CLIENT_HTTP_TIMEOUT_SECONDS))
+
+
+class DaemonError(Exception):
+    """The daemon answered an API call with an error status."""
+
+    def __init__(self, status: int, body: Any, method: str, route: str) -> None:
+        self.status = status
+        self.body = body
+        self.hop = body.get("hop", HOP_DAEMON_API) if isinstance(body, dict) else HOP_DAEMON_API
+        detail = body.get("message") or body.get("error") or body.get("detail") \
+            if isinstance(body, dict) else body
+        super().__init__(f"hop {self.hop}: {method} {route} -> {status}: {detail}")
+
+
+class SseReconnectExhausted(Exception):
+    """The event stream dropped and every reconnect attempt failed."""
+
+    def __init__(self, attempts: int, last_event_id: int | None, cause: BaseException) -> None:
+        self.attempts = attempts
+        self.last_event_id = last_event_id
+        super().__init__(f"hop {HOP_CLIENT_SSE}: event stream lost after {attempts} reconnect attempts "
+                         f"(last event id {last_event_id}): {type(cause).__name__}: {cause}")
+
+
+class SidecarIntegrityError(Exception):
+    """A fetched sidecar does not match its declared size or sha256."""
+
+    def __init__(self, sidecar_id: str, message: str) -> None:
+        self.sidecar_id = sidecar_id
+        super().__init__(f"hop {HOP_SIDECARS}: sidecar {sidecar_id}: {message}")
+
+
+class _StreamEnded(Exception):
+    """The server ended the SSE response (no error): resume like a drop."""
+
+
+# Errors that mean "the connection went away": resume with Last-Event-ID.
+_DROPS: tuple[type[Exception], ...] = (
+    httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.ConnectError,
+    httpx.ConnectTimeout, httpx.WriteError, httpx.PoolTimeout, _StreamEnded,
+)
+
+
+def to_event(message: SseMessage) -> Event:
+    """An SSE message as a typed event; an undecodable one becomes ``invalid_event`` (no payload)."""
+    event_id: int | None = None
+    if message.id is not None and message.id.strip().isdigit():
+        event_id = int(message.id)
+    try:
+        data = orjson.loads(message.data)
+    except orjson.JSONDecodeError:
+        return Event(event_id, "invalid_event",
+                     {"hop": HOP_CLIENT_SSE, "event": message.event[:128], "bytes": message.size,
+                      "error": "data is not JSON"}, message.size)
+    if not isinstance(data, dict):
+        data = {"value": data}
+    return Event(event_id, message.event, data, message.size)
+
+
+class TranscriptPage:
+    """One page of ``GET /session/{id}/transcript``."""
+
+    def __init__(self, events: list[dict[str, Any]], next_cursor: Any) -> None:
+        self.events = events
+        self.next_cursor = next_cursor
+
+
+class DaemonClient:
+    """Async client for one daemon. Use as ``async with DaemonClient(url, token) as client``."""
+
+    def __init__(self, base_url: str, token: str | None, *, budget: Budget | None = None,
+                 http: httpx.AsyncClient | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.budget = budget or Budget.from_env()
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=http_timeout_seconds(self.budget))
+        # Counters of the last event stream (read by tests and the CLI).
+        self.reconnects = 0
+        self.max_buffered = 0
+
+    async def __aenter__(self) -> DaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    # --- plain API calls ----------------------------------------------------------------------
+
+    async def _call(self, method: str, route: str, *, json: Any = None,
+                    params: dict[str, Any] | None = None, expect: tuple[int, ...] = (200,)) -> Any:
+        response = await self._http.request(method, self.base_url + route, json=json, params=params,
+                                            headers=self._headers)
+        body: Any
+        try:
+            body = response.json() if response.content else None
+        except ValueError:
+            body = response.text[:512]
+        if response.status_code not in expect:
+            raise DaemonError(response.status_code, body, method, _route_shape(route))
+        return body
+
+    async def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", "/health")
+        return result
+
+    async def create_session(self, cwd: str | None = None, profile: str | None = None,
+                             permission_mode: str | None = None,
+                             scripted: dict[str, Any] | None = None) -> str:
+        body: dict[str, Any] = {}
+        if cwd is not None:
+            body["cwd"] = cwd
+        if profile is not None:
+            body["profile"] = profile
+        if permission_mode is not None:
+            body["permissionMode"] = permission_mode
+        if scripted is not None:
+            body["scripted"] = scripted
+        result = await self._call("POST", "/session", json=body, expect=(200, 201))
+        return str(result["sessionId"])
+
+    async def prompt(self, session_id: str, text: str) -> str:
+        result = await self._call("POST", f"/session/{session_id}/prompt", json={"text": text},
+                                  expect=(200, 202))
+        return str(result["promptId"])
+
+    async def cancel(self, session_id: str) -> Any:
+        return await self._call("POST", f"/session/{session_id}/cancel", expect=(200, 202, 204))
+
+    async def load(self, session_id: str) -> Any:
+        return await self._call("POST", f"/session/{session_id}/load", expect=(200, 202))
+
+    async def transcript(self, session_id: str, cursor: Any = None) -> TranscriptPage:
+        params = {"cursor": cursor} if cursor is not None else None
+        result = await self._call("GET", f"/session/{session_id}/transcript", params=params)
+        return TranscriptPage(list(result.get("events") or []), result.get("nextCursor"))
+
+    async def answer_permission(self, session_id: str, request_id: str, option_id: str) -> Any:
+        return await self._call("POST", f"/session/{session_id}/permission/{request_id}",
+                                json={"optionId": option_id}, expect=(200, 202, 204))
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._call("DELETE", f"/session/{session_id}", expect=(200, 202, 204))
+
+    async def status(self) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("GET", "/daemon/status")
+        return result
+
+    # --- the event stream ---------------------------------------------------------------------
+
+    async def events(self, session_id: str, *, last_event_id: int | None = None,
+                     max_queued: int | None = None) -> AsyncIterator[Event]:
+        """Yield the session's events in id order; resume a dropped stream with ``Last-Event-ID``.
+
+        Events with an id at or below the last one seen are skipped (a resume may repeat them).
+        Raises :class:`~hopline.client.sse.SseEventTooLarge` for an event over the client limit and
+        :class:`SseReconnectExhausted` when the stream cannot be re-established.
+        """
+        last_id = last_event_id
+        failures = 0
+        attempts = reconnect_attempts(self.budget)
+        backoff = reconnect_backoff_seconds(self.budget)
+        params = {"maxQueued": max_queued} if max_queued is not None else None
+        # A read timeout well above the heartbeat interval: silence this long is a dead connection.
+        timeout = httpx.Timeout(http_timeout_seconds(self.budget),
+                                read=max(3 * self.budget.sse_heartbeat_seconds, 1.0))
+        self.reconnects = 0
+        while True:
+            headers = dict(self._headers, Accept="text/event-stream")
+            if last_id is not None:
+                headers["Last-Event-ID"] = str(last_id)
+            parser = SseParser(self.budget.client_sse_max_event_bytes)
+            delivered = False
+            try:
+                async with self._http.stream("GET", f"{self.base_url}/session/{session_id}/events",
+                                             params=params, headers=headers, timeout=timeout) as response:
+                    if response.status_code != 200:
+                        body = await _read_error_body(response, self.budget.daemon_json_body_limit)
+                        raise DaemonError(response.status_code, body, "GET", "/session/{id}/events")
+                    async for chunk in response.aiter_bytes():
+                        messages = parser.feed(chunk)
+                        self.max_buffered = max(self.max_buffered, parser.max_buffered)
+                        for message in messages:
+                            event = to_event(message)
+                            if event.id is not None:
+                                if last_id is not None and event.id <= last_id:
+                                    continue  # already delivered before a resume
+                                last_id = event.id
+                            delivered = True
+                            failures = 0
+                            yield event
+                raise _StreamEnded("the server ended the event stream")
+            except _DROPS as exc:
+                if delivered:
+                    failures = 0
+                failures += 1
+                if failures > attempts:
+                    raise SseReconnectExhausted(attempts, last_id, exc) from exc
+                self.reconnects += 1
+                log.info("sse reconnect", extra={"hop": HOP_CLIENT_SSE, "attempt": failures,
+                                                 "error": type(exc).__name__})
+                await asyncio.sleep(min(backoff * (2 ** (failures - 1)), backoff * 32))
+
+    async def turn_events(self, session_id: str, prompt_id: str, *, last_event_id: int | None = 0,
+                          max_queued: int | None = None) -> AsyncIterator[Event]:
+        """The session's events up to and including the end (complete or error) of ``prompt_id``.
+
+        Starts from ``last_event_id`` (0: the session's first event), so nothing the turn emitted
+        before the subscription is missed.
+        """
+        stream = self.events(session_id, last_event_id=last_event_id, max_queued=max_queued)
+        try:
+            async for event in stream:
+                yield event
+                if event.is_turn_end and event.prompt_id == prompt_id:
+                    return
+        finally:
+            await stream.aclose()  # type: ignore[attr-defined]
+
+    # --- sidecars -----------------------------------------------------------------------------
+
+    async def resolve_sidecar(self, session_id: str, entry: SidecarRef | dict[str, Any]) -> bytes:
+        """Fetch a sidecar and verify its size and sha256 (:class:`SidecarIntegrityError` if not)."""
+        ref = entry if isinstance(entry, SidecarRef) else SidecarRef.from_json(entry)
+        if not ref.resolvable or ref.id is None or ref.sha256 is None:
+            raise SidecarIntegrityError(str(ref.id), f"not resolvable (truncated={ref.truncated}, "
+                                                     f"reason={ref.reason})")
+        limit = min(ref.bytes, self.budget.sidecar_max_object_bytes)
+        if ref.bytes > self.budget.sidecar_max_object_bytes:
+            raise SidecarIntegrityError(ref.id, f"declares {ref.bytes} bytes, over the object limit "
+                                                f"{self.budget.sidecar_max_object_bytes}")
+        digest = hashlib.sha256()
+        body = bytearray()
+        route = f"/session/{session_id}/sidecars/{ref.id}"
+        async with self._http.stream("GET", self.base_url + route, headers=self._headers) as response:
+            if response.status_code != 200:
+                body = await _read_error_body(response, self.budget.daemon_json_body_limit)
+                raise DaemonError(response.status_code, body, "GET", "/session/{id}/sidecars/{sidecarId}")
+            etag = response.headers.get("etag")
+            if etag is not None and etag.strip('W/"') != ref.sha256:
+                raise SidecarIntegrityError(ref.id, "the server's ETag does not match the declared sha256")
+            async for chunk in response.aiter_bytes():
+                if len(body) + len(chunk) > limit:
+                    raise SidecarIntegrityError(
+                        ref.id, f"body exceeds its declared {ref.bytes} bytes "
+                                f"(read {len(body) + len(chunk)} so far)")
+                body += chunk
+                digest.update(chunk)
+        if len(body) != ref.bytes:
+            raise SidecarIntegrityError(ref.id, f"body is {len(body)} bytes, declared {ref.bytes}")
+        if digest.hexdigest() != ref.sha256:
+            raise SidecarIntegrityError(ref.id, "sha256 mismatch: the body is not the one declared")
+        return bytes(body)
+
+
+async def _read_error_body(response: httpx.Response, limit: int) -> Any:
+    """An error body, read up to ``limit`` (errors are JSON objects of a few hundred bytes)."""
+    data = bytearray()
+    async for chunk in response.aiter_bytes():
+        data += chunk
+        if len(data) > limit:
+            break
+    try:
+        return orjson.loads(bytes(data))
+    except orjson.JSONDecodeError:
+        return bytes(data[:512]).decode("utf-8", "replace")
+
+
+def _route_shape(route: str) -> str:
+    """The route with ids replaced, so error messages never carry a session id."""
+    parts = route.split("/")
+    if len(parts) > 2 and parts[1] == "session" and parts[2]:
+        parts[2] = "{id}"
+    if len(parts) > 4 and parts[3] in ("permission", "sidecars"):
+        parts[4] = "{id}"
+    return "/".join(parts)

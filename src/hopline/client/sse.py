@@ -1,0 +1,217 @@
+"""A bounded, sans-IO Server-Sent Events parser (SPEC C-1, hop `client.sse`).
+
+``SseParser.feed(bytes) -> [SseMessage]``: no I/O inside, so the bound is testable byte by byte.
+Lines end with ``\\r\\n``, ``\\r`` or ``\\n`` (a ``\\r`` at the end of one chunk and a ``\\n`` at the
+start of the next are one line ending). Comment lines (heartbeats) are skipped while they stream, never
+buffered. Multi-line ``data:`` is joined with ``\\n``.
+
+The size of an event is the bytes of the field values it delivers: its data (lines joined with
+``\\n``), its ``event`` type and its ``id``. An event over ``max_event_bytes`` raises
+:class:`SseEventTooLarge` as soon as the running size passes the limit, before the offending bytes
+are buffered, so the parser never holds more than the limit plus one field prefix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from hopline.budget import HOP_CLIENT_SSE
+
+_EOL = re.compile(rb"[\r\n]")
+_BOM = b"\xef\xbb\xbf"
+# Fields whose values become part of the delivered event; `retry` and unknown fields are dropped.
+_KEPT_FIELDS = (b"data", b"event", b"id")
+
+
+class SseEventTooLarge(Exception):
+    """An SSE event passed the client reader limit; nothing past the limit was buffered."""
+
+    def __init__(self, limit: int, seen: int) -> None:
+        self.hop = HOP_CLIENT_SSE
+        self.limit = limit
+        self.seen = seen
+        super().__init__(f"hop {HOP_CLIENT_SSE}: event exceeds {limit} bytes (read {seen} so far)")
+
+
+@dataclasses.dataclass(frozen=True)
+class SseMessage:
+    """One dispatched event: ``id`` is this event's own ``id:`` value (None when it has none)."""
+
+    id: str | None
+    event: str
+    data: str
+    size: int
+
+
+class SseParser:
+    """Incremental SSE parser with an explicit per-event byte limit."""
+
+    def __init__(self, max_event_bytes: int) -> None:
+        if max_event_bytes < 1:
+            raise ValueError("max_event_bytes must be positive")
+        self.max_event_bytes = max_event_bytes
+        self._line = bytearray()  # the pending (incomplete) line
+        self._field: bytes | None = None  # its field name, once its colon was seen
+        self._value_start = 0  # where its value starts in _line (after ":" and one optional space)
+        self._skipping = False  # pending line is a comment or a dropped field: not buffered
+        self._after_cr = False  # the previous chunk ended with "\r"
+        self._started = False  # a leading BOM was checked
+        self._data: list[bytes] = []
+        self._data_bytes = 0
+        self._event: bytes | None = None
+        self._id: bytes | None = None
+        self._size = 0  # delivered bytes of the event so far (complete lines only)
+        self.max_buffered = 0  # high-water mark of bytes held for one event
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held right now: the pending line plus the event's completed data lines."""
+        return len(self._line) + self._data_bytes + len(self._event or b"") + len(self._id or b"")
+
+    def feed(self, chunk: bytes) -> list[SseMessage]:
+        out: list[SseMessage] = []
+        pos = 0
+        if not self._started and chunk:
+            self._started = True
+            if chunk.startswith(_BOM):
+                pos = len(_BOM)
+        if self._after_cr and pos < len(chunk):
+            self._after_cr = False
+            if chunk[pos] == 0x0A:
+                pos += 1
+        n = len(chunk)
+        while pos < n:
+            match = _EOL.search(chunk, pos)
+            if match is None:
+                self._extend(chunk, pos, n)
+                break
+            end = match.start()
+            self._extend(chunk, pos, end)
+            self._finish_line(out)
+            if chunk[end] == 0x0D:
+                if end + 1 < n:
+                    pos = end + 2 if chunk[end + 1] == 0x0A else end + 1
+                else:
+                    self._after_cr = True
+                    pos = n
+            else:
+                pos = end + 1
+        return out
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _pending_contribution(self, piece: bytes = b"") -> int:
+        """What the pending line (plus ``piece``) adds to the event's size once complete.
+
+        Before its colon a line is all field name and is counted in full (conservative)."""
+        total = len(self._line) + len(piece)
+        if self._field is None:
+            return total
+        value = total - self._value_start
+        if value > 0:
+            held = len(self._line)
+            first = self._line[self._value_start] if held > self._value_start \
+                else piece[self._value_start - held]
+            if first == 0x20:
+                value -= 1  # the optional space after the colon is syntax, not value
+        if self._field == b"data" and self._data:
+            return value + 1  # the "\n" that joins it to the previous data line
+        if self._field == b"event":
+            return value - len(self._event or b"")  # a repeated field replaces the earlier value
+        if self._field == b"id":
+            return value - len(self._id or b"")
+        return value
+
+    def _extend(self, chunk: bytes, start: int, end: int) -> None:
+        if start >= end or self._skipping:
+            return
+        if not self._line and chunk[start] == 0x3A:  # ":" first: a comment or heartbeat
+            self._skipping = True
+            return
+        if self._field is None:
+            colon = chunk.find(b":", start, end)
+            if colon >= 0:
+                name = bytes(self._line) + chunk[start:colon]
+                if name not in _KEPT_FIELDS:
+                    self._skipping = True
+                    self._line.clear()
+                    return
+                self._field = name
+                self._value_start = len(self._line) + (colon - start) + 1
+        # Checked before buffering: the projected size includes this piece.
+        piece = chunk[start:end]
+        projected = self._size + self._pending_contribution(piece)
+        if projected > self.max_event_bytes:
+            self._reset_event()
+            raise SseEventTooLarge(self.max_event_bytes, projected)
+        self._line += piece
+        self._note_buffered()
+
+    def _note_buffered(self) -> None:
+        held = self.buffered
+        if held > self.max_buffered:
+            self.max_buffered = held
+
+    def _finish_line(self, out: list[SseMessage]) -> None:
+        if self._skipping:
+            self._skipping = False
+            self._line.clear()
+            return
+        line = bytes(self._line)
+        self._line.clear()
+        field, value_start = self._field, self._value_start
+        self._field, self._value_start = None, 0
+        if not line:
+            self._dispatch(out)
+            return
+        if field is None:
+            # No colon: the whole line is a field name with an empty value.
+            name, value = line, b""
+            if name not in _KEPT_FIELDS:
+                return
+        else:
+            name, value = field, line[value_start:]
+            if value.startswith(b" "):
+                value = value[1:]
+        if name == b"data":
+            added = len(value) + (1 if self._data else 0)
+            self._grow(added)
+            self._data.append(value)
+            self._data_bytes += len(value)
+        elif name == b"event":
+            self._grow(len(value) - len(self._event or b""))
+            self._event = value
+        elif name == b"id" and b"\x00" not in value:
+            self._grow(len(value) - len(self._id or b""))
+            self._id = value
+        self._note_buffered()
+
+    def _grow(self, added: int) -> None:
+        if self._size + added > self.max_event_bytes:
+            seen = self._size + added
+            self._reset_event()
+            raise SseEventTooLarge(self.max_event_bytes, seen)
+        self._size += added
+
+    def _dispatch(self, out: list[SseMessage]) -> None:
+        if not self._data and self._event is None and self._id is None:
+            return
+        if self._data:
+            out.append(SseMessage(
+                id=self._id.decode("utf-8", "replace") if self._id is not None else None,
+                event=self._event.decode("utf-8", "replace") if self._event else "message",
+                data=b"\n".join(self._data).decode("utf-8", "replace"),
+                size=self._size,
+            ))
+        self._reset_event()
+
+    def _reset_event(self) -> None:
+        self._data = []
+        self._data_bytes = 0
+        self._event = None
+        self._id = None
+        self._size = 0
+        self._line.clear()
+        self._field = None
+        self._value_start = 0
