@@ -18,3 +18,9 @@ def available() -> str | None:
 
 def measure_relay(path: Path, frames: int, settings: Settings, *, frame_bytes: int) -> float | None:
     return None
+
+
+def observer_switch() -> str | None:
+    """None when the daemon can run with the observer off; else a note saying what is missing."""
+    return ("daemon relay with the observer on/off not measured: the daemon has no switch for it "
+            "(measured in process instead)")
