@@ -1,0 +1,39 @@
+"""Sidecars for large tool output (SPEC S-1..S-3): store, projection, access route, agent writer.
+
+The route module imports FastAPI; import it as ``hopline.daemon.sidecars.routes`` so the agent
+side (``.writer``) stays light.
+"""
+
+from hopline.daemon.sidecars.projection import (
+    JSON_MEDIA_TYPE,
+    META_KEY,
+    TEXT_MEDIA_TYPE,
+    aproject_message,
+    needs_projection,
+    preview_text,
+    project_message,
+    project_update,
+)
+from hopline.daemon.sidecars.store import (
+    FALLBACK_KEYS,
+    SidecarEntry,
+    SidecarRefused,
+    SidecarStore,
+    is_valid_sidecar_id,
+)
+
+__all__ = [
+    "FALLBACK_KEYS",
+    "JSON_MEDIA_TYPE",
+    "META_KEY",
+    "TEXT_MEDIA_TYPE",
+    "SidecarEntry",
+    "SidecarRefused",
+    "SidecarStore",
+    "aproject_message",
+    "is_valid_sidecar_id",
+    "needs_projection",
+    "preview_text",
+    "project_message",
+    "project_update",
+]

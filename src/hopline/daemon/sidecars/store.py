@@ -1,0 +1,522 @@
+"""The sidecar store (SPEC S-2): large tool output kept off the wire, on disk, per session.
+
+Layout under ``root``::
+
+    blobs/<id>           one file per sidecar, named by its validated id (never by user input)
+    tmp/                 files being written; renamed into blobs/ inside the index transaction
+    sidecars.sqlite3     the index (WAL): sidecars, per-session write tokens, counters
+
+A sidecar id is ``secrets.token_urlsafe(24)`` (32 characters of the URL-safe alphabet) and is
+checked against :data:`SIDECAR_ID_RE` before any filesystem or database access. Quotas come
+from the :class:`~hopline.budget.Budget`: one object, one session and the whole store, each
+exact at the limit (the limit stores, one byte over is refused).
+
+The daemon and our own agent (S-3, :mod:`.writer`) may open the same root from two processes:
+every write takes SQLite's write lock (``BEGIN IMMEDIATE``) around the quota check, the insert
+and the rename, so quotas hold across processes and a committed row always has its file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import re
+import secrets
+import sqlite3
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from hopline.budget import HOP_SIDECARS, Budget
+
+log = logging.getLogger("hopline.daemon.sidecars")
+
+SIDECAR_ID_BYTES = 24
+# token_urlsafe(24) -> 32 characters; \Z (not $) so a trailing newline never matches.
+SIDECAR_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{32}\Z")
+WRITE_TOKEN_BYTES = 32
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+# type/subtype with optional simple parameters; anything else (CR/LF, quotes, long) is replaced.
+_MEDIA_TYPE_RE = re.compile(
+    r"\A[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}"
+    r"(?:\s*;\s*[A-Za-z0-9_.+-]{1,32}=[A-Za-z0-9_.+-]{1,64}){0,4}\Z"
+)
+_READ_CHUNK_BYTES = 64 * 1024  # I/O granularity, not a ceiling
+
+REASON_OVER_OBJECT = "over_object_quota"
+REASON_OVER_SESSION = "over_session_quota"
+REASON_OVER_STORE = "over_store_quota"
+REASON_DISK_ERROR = "disk_error"
+# reason -> the key under stats()["fallbacks"]
+FALLBACK_KEYS = {
+    REASON_OVER_OBJECT: "overObjectQuota",
+    REASON_OVER_SESSION: "overSessionQuota",
+    REASON_OVER_STORE: "overStoreQuota",
+    REASON_DISK_ERROR: "diskError",
+}
+_KEPT_OFF_WIRE = "bytesKeptOffWire"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sidecars (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sidecars_session ON sidecars (session_id, sha256);
+CREATE INDEX IF NOT EXISTS sidecars_expiry ON sidecars (expires_at);
+CREATE TABLE IF NOT EXISTS write_tokens (
+    token_sha256 TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS write_tokens_session ON write_tokens (session_id);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+def is_valid_sidecar_id(value: object) -> bool:
+    """True only for a string shaped exactly like an id we mint (checked before any I/O)."""
+    return isinstance(value, str) and SIDECAR_ID_RE.match(value) is not None
+
+
+def new_sidecar_id() -> str:
+    return secrets.token_urlsafe(SIDECAR_ID_BYTES)
+
+
+def safe_media_type(value: object) -> str:
+    """The media type if it is a plain ``type/subtype[; k=v]``, else ``application/octet-stream``."""
+    if isinstance(value, str) and _MEDIA_TYPE_RE.match(value):
+        return value
+    return DEFAULT_MEDIA_TYPE
+
+
+class SidecarRefused(Exception):
+    """A sidecar was not stored: ``reason`` is one of the ``REASON_*`` values.
+
+    ``limit`` is the ceiling that was hit (``None`` for a disk error) and ``observed`` the size
+    the store would have reached (for quotas) or the object size (for a disk error).
+    """
+
+    def __init__(self, reason: str, limit: int | None, observed: int) -> None:
+        self.reason = reason
+        self.limit = limit
+        self.observed = observed
+        limit_text = "no limit (disk error)" if limit is None else f"limit {limit} bytes"
+        super().__init__(
+            f"{HOP_SIDECARS}: sidecar refused ({reason}): {limit_text}, observed {observed} bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class SidecarEntry:
+    """One stored sidecar, as its index row says."""
+
+    id: str
+    session_id: str
+    size: int
+    sha256: str
+    media_type: str
+    created_at: float
+    expires_at: float
+
+    @property
+    def etag(self) -> str:
+        return f'"{self.sha256}"'
+
+    def meta(self, field: str) -> dict[str, Any]:
+        """The ``_meta["hopline.sidecar"]`` list entry for ``field`` (no session id: it is implied)."""
+        return {"field": field, "id": self.id, "bytes": self.size, "sha256": self.sha256,
+                "mediaType": self.media_type}
+
+
+def _token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class SidecarStore:
+    """Sidecar files plus their SQLite index, safe for the threads of one daemon process.
+
+    All database access goes through :meth:`_execute` / :meth:`_transaction` and every blob path
+    through :meth:`_blob_path`, which refuses anything but a valid id (defence in depth: callers
+    validate first).
+    """
+
+    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] = time.time) -> None:
+        self.root = Path(root)
+        self.budget = budget
+        self.clock = clock
+        self.blobs_dir = self.root / "blobs"
+        self.tmp_dir = self.root / "tmp"
+        self.db_path = self.root / "sidecars.sqlite3"
+        for directory in (self.root, self.blobs_dir, self.tmp_dir):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        # Counters the DB could not record (a failing disk): still reported by stats().
+        self._unrecorded: dict[str, int] = {}
+
+    # --- low-level access (every DB query and every blob path goes through here) -------------
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, params)
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self)
+
+    def _blob_path(self, sidecar_id: str) -> Path:
+        if not is_valid_sidecar_id(sidecar_id):
+            raise ValueError("not a sidecar id")
+        return self.blobs_dir / sidecar_id
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SidecarStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def put(self, session_id: str, data: bytes, media_type: str) -> SidecarEntry:
+        """Store ``data`` for ``session_id``; raises :class:`SidecarRefused` over quota or on disk error.
+
+        The same bytes with the same media type already stored for the session (a replayed update,
+        or one output carried both as content text and as rawOutput) return the existing entry and
+        cost no quota.
+        """
+        try:
+            return self._put(session_id, data, safe_media_type(media_type))
+        except SidecarRefused as refused:
+            # Counted outside the refused transaction (which rolls back).
+            self._bump(FALLBACK_KEYS[refused.reason], 1)
+            log.warning("sidecar refused", extra={"reason": refused.reason, "limit": refused.limit,
+                                                  "observed": refused.observed})
+            raise
+
+    def _put(self, session_id: str, data: bytes, media: str) -> SidecarEntry:
+        size = len(data)
+        limit = self.budget.sidecar_max_object_bytes
+        if size > limit:
+            raise SidecarRefused(REASON_OVER_OBJECT, limit, size)
+        digest = hashlib.sha256(data).hexdigest()
+        existing = self._find_same(session_id, digest, media)
+        if existing is not None:
+            return existing
+        # Cheap check before writing a file; repeated under the write lock below.
+        self._check_quotas(session_id, size)
+        try:
+            tmp_path = self._write_temp(data)
+        except OSError as exc:
+            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
+        try:
+            return self._commit(session_id, data, digest, media, tmp_path)
+        finally:
+            # Present only when the commit did not rename it (refused or failed).
+            with contextlib.suppress(OSError):  # else collected at the next startup
+                tmp_path.unlink(missing_ok=True)
+
+    def _commit(self, session_id: str, data: bytes, digest: str, media: str, tmp_path: Path) -> SidecarEntry:
+        size = len(data)
+        now = self.clock()
+        entry = SidecarEntry(new_sidecar_id(), session_id, size, digest, media, now,
+                             now + self.budget.sidecar_ttl_seconds)
+        blob = self._blob_path(entry.id)
+        try:
+            with self._transaction():
+                existing = self._find_same(session_id, digest, media)
+                if existing is not None:
+                    return existing
+                self._check_quotas(session_id, size)
+                self._execute(
+                    "INSERT INTO sidecars (id, session_id, size, sha256, media_type, created_at, expires_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (entry.id, entry.session_id, entry.size, entry.sha256, entry.media_type,
+                     entry.created_at, entry.expires_at))
+                # Renamed before COMMIT: a visible row always has its file.
+                os.replace(tmp_path, blob)
+        except SidecarRefused:
+            raise
+        except (OSError, sqlite3.Error) as exc:
+            with contextlib.suppress(OSError):
+                blob.unlink(missing_ok=True)
+            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
+        with contextlib.suppress(OSError):  # written and renamed; the directory fsync is best effort
+            self._fsync_dir(self.blobs_dir)
+        return entry
+
+    def _write_temp(self, data: bytes) -> Path:
+        fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="put-", suffix=".part")
+        path = Path(name)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return path
+
+    @staticmethod
+    def _fsync_dir(directory: Path) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _find_same(self, session_id: str, digest: str, media: str) -> SidecarEntry | None:
+        try:
+            row = self._execute(
+                "SELECT id, session_id, size, sha256, media_type, created_at, expires_at FROM sidecars"
+                " WHERE session_id = ? AND sha256 = ? AND media_type = ? AND expires_at > ? LIMIT 1",
+                (session_id, digest, media, self.clock())).fetchone()
+        except sqlite3.Error:
+            return None
+        return SidecarEntry(*row) if row else None
+
+    def _check_quotas(self, session_id: str, size: int) -> None:
+        try:
+            session_bytes = self._execute(
+                "SELECT COALESCE(SUM(size), 0) FROM sidecars WHERE session_id = ?", (session_id,)
+            ).fetchone()[0]
+            store_bytes = self._execute("SELECT COALESCE(SUM(size), 0) FROM sidecars").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
+        if session_bytes + size > self.budget.sidecar_max_session_bytes:
+            raise SidecarRefused(REASON_OVER_SESSION, self.budget.sidecar_max_session_bytes,
+                                 session_bytes + size)
+        if store_bytes + size > self.budget.sidecar_max_store_bytes:
+            raise SidecarRefused(REASON_OVER_STORE, self.budget.sidecar_max_store_bytes, store_bytes + size)
+
+    # --- counters -------------------------------------------------------------------------------
+
+    def _bump(self, name: str, amount: int) -> None:
+        try:
+            self._execute(
+                "INSERT INTO counters (name, value) VALUES (?, ?)"
+                " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, amount))
+        except sqlite3.Error:
+            with self._lock:
+                self._unrecorded[name] = self._unrecorded.get(name, 0) + amount
+
+    def count_kept_off_wire(self, nbytes: int) -> None:
+        """Record bytes that did not travel on the wire because a sidecar carried them."""
+        if nbytes > 0:
+            self._bump(_KEPT_OFF_WIRE, nbytes)
+
+    def count_fallback(self, reason: str) -> None:
+        """Record a fallback the store did not see itself (an unexpected projection error)."""
+        self._bump(FALLBACK_KEYS.get(reason, FALLBACK_KEYS[REASON_DISK_ERROR]), 1)
+
+    def stats(self) -> dict[str, Any]:
+        """For ``/daemon/status``: live count and bytes, and cumulative counters (kept across restarts)."""
+        counters: dict[str, int] = {}
+        count = total = 0
+        try:
+            count, total = self._execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sidecars").fetchone()
+            counters = dict(self._execute("SELECT name, value FROM counters").fetchall())
+        except sqlite3.Error:
+            pass
+        with self._lock:
+            for name, value in self._unrecorded.items():
+                counters[name] = counters.get(name, 0) + value
+        return {
+            "count": count,
+            "bytes": total,
+            "bytesKeptOffWire": counters.get(_KEPT_OFF_WIRE, 0),
+            "fallbacks": {key: counters.get(key, 0) for key in FALLBACK_KEYS.values()},
+        }
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def get(self, session_id: str, sidecar_id: str) -> SidecarEntry | None:
+        """The entry if ``sidecar_id`` is valid, belongs to ``session_id`` and has not expired."""
+        if not is_valid_sidecar_id(sidecar_id) or not isinstance(session_id, str):
+            return None
+        row = self._execute(
+            "SELECT id, session_id, size, sha256, media_type, created_at, expires_at FROM sidecars"
+            " WHERE id = ? AND session_id = ? AND expires_at > ?",
+            (sidecar_id, session_id, self.clock())).fetchone()
+        return SidecarEntry(*row) if row else None
+
+    def open_blob(self, entry: SidecarEntry) -> BinaryIO | None:
+        """An open binary file for the entry, or ``None`` if its file is gone (reaped meanwhile)."""
+        try:
+            return self._blob_path(entry.id).open("rb")
+        except FileNotFoundError:
+            return None
+
+    def iter_range(self, handle: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
+        """Bytes ``[start, stop)`` of an open blob, in chunks; closes ``handle`` when done."""
+        try:
+            handle.seek(start)
+            remaining = stop - start
+            while remaining > 0:
+                chunk = handle.read(min(_READ_CHUNK_BYTES, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                yield chunk
+        finally:
+            handle.close()
+
+    def read_bytes(self, entry: SidecarEntry) -> bytes | None:
+        handle = self.open_blob(entry)
+        if handle is None:
+            return None
+        with handle:
+            return handle.read()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def delete_session(self, session_id: str) -> int:
+        """Remove every sidecar and write token of a session; returns the number of sidecars."""
+        with self._transaction():
+            ids = [r[0] for r in self._execute(
+                "SELECT id FROM sidecars WHERE session_id = ?", (session_id,)).fetchall()]
+            self._execute("DELETE FROM sidecars WHERE session_id = ?", (session_id,))
+            self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,))
+        self._unlink_blobs(ids)
+        return len(ids)
+
+    def reap_expired(self, now: float | None = None) -> int:
+        """Remove sidecars whose time to live has passed; returns how many."""
+        moment = self.clock() if now is None else now
+        with self._transaction():
+            ids = [r[0] for r in self._execute(
+                "SELECT id FROM sidecars WHERE expires_at <= ?", (moment,)).fetchall()]
+            self._execute("DELETE FROM sidecars WHERE expires_at <= ?", (moment,))
+        self._unlink_blobs(ids)
+        if ids:
+            log.info("sidecars reaped", extra={"count": len(ids)})
+        return len(ids)
+
+    def _unlink_blobs(self, ids: list[str]) -> None:
+        # After COMMIT: a file left behind by a failed unlink is an orphan, collected at startup.
+        for sidecar_id in ids:
+            with contextlib.suppress(OSError, ValueError):
+                self._blob_path(sidecar_id).unlink(missing_ok=True)
+
+    def collect_orphans(self) -> int:
+        """At daemon startup: remove files without a row, rows without a (complete) file, temp files.
+
+        Returns the number of files and rows removed. Runs under the write lock, so no put can
+        commit meanwhile; temp files are removed unconditionally, so call it before any agent
+        child (S-3 writer) is started.
+        """
+        removed = 0
+        with self._transaction():
+            rows = {r[0]: r[1] for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
+            on_disk: set[str] = set()
+            for path in self.blobs_dir.iterdir():
+                name = path.name
+                expected = rows.get(name) if is_valid_sidecar_id(name) else None
+                try:
+                    intact = expected is not None and path.is_file() and path.stat().st_size == expected
+                except OSError:
+                    intact = False
+                if intact:
+                    on_disk.add(name)
+                    continue
+                try:
+                    if path.is_dir() and not path.is_symlink():
+                        continue  # never ours; leave it
+                    path.unlink()
+                    removed += 1
+                except OSError:
+                    pass
+            for sidecar_id in rows.keys() - on_disk:
+                self._execute("DELETE FROM sidecars WHERE id = ?", (sidecar_id,))
+                removed += 1
+        for path in self.tmp_dir.iterdir():
+            try:
+                path.unlink()
+                removed += 1
+            except OSError:
+                pass
+        if removed:
+            log.info("sidecar orphans collected", extra={"count": removed})
+        return removed
+
+    async def run_reaper(self, interval: float) -> None:
+        """Reap expired sidecars every ``interval`` seconds until cancelled (errors are logged)."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.reap_expired)
+            except Exception as exc:  # keep reaping on the next tick
+                log.warning("sidecar reaper failed", extra={"error": type(exc).__name__})
+
+    # --- per-session write tokens (S-3) --------------------------------------------------------
+
+    def mint_write_token(self, session_id: str) -> str:
+        """A new token that lets a process on this machine write sidecars for ``session_id`` only.
+
+        Only its SHA-256 is stored. Deleted with the session (:meth:`delete_session`).
+        """
+        token = secrets.token_urlsafe(WRITE_TOKEN_BYTES)
+        self._execute("INSERT INTO write_tokens (token_sha256, session_id, created_at) VALUES (?, ?, ?)",
+                      (_token_digest(token), session_id, self.clock()))
+        return token
+
+    def session_for_write_token(self, token: str) -> str | None:
+        if not isinstance(token, str) or not token or len(token) > 256:
+            return None
+        row = self._execute("SELECT session_id FROM write_tokens WHERE token_sha256 = ?",
+                            (_token_digest(token),)).fetchone()
+        return row[0] if row else None
+
+    def revoke_write_tokens(self, session_id: str) -> int:
+        return self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,)).rowcount
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``: holds the thread lock and SQLite's write lock."""
+
+    def __init__(self, store: SidecarStore) -> None:
+        self.store = store
+
+    def __enter__(self) -> None:
+        self.store._lock.acquire()
+        try:
+            self.store._execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.store._lock.release()
+            raise
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        try:
+            if exc_type is not None:
+                if self.store._db.in_transaction:
+                    self.store._execute("ROLLBACK")
+                return
+            try:
+                self.store._execute("COMMIT")
+            except sqlite3.Error:
+                if self.store._db.in_transaction:
+                    self.store._execute("ROLLBACK")
+                raise
+        finally:
+            self.store._lock.release()

@@ -1,0 +1,221 @@
+"""Projection (S-1) and fallback (S-2) on the inbound path: pure shapes, a real store underneath."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from acp.schema import ToolCallProgress
+
+from hopline.budget import Budget
+from hopline.daemon.sidecars.projection import (
+    JSON_MEDIA_TYPE,
+    TEXT_MEDIA_TYPE,
+    aproject_message,
+    needs_projection,
+    preview_text,
+    project_message,
+    project_update,
+)
+
+from .conftest import CountingStore
+
+StoreFactory = Callable[..., CountingStore]
+MiB = 1024 * 1024
+
+
+def tool_update(text: str | None = None, raw: Any = None, kind: str = "tool_call_update") -> dict[str, Any]:
+    update: dict[str, Any] = {"sessionUpdate": kind, "toolCallId": "call-1", "status": "completed"}
+    if text is not None:
+        update["content"] = [{"type": "content", "content": {"type": "text", "text": text}}]
+    if raw is not None:
+        update["rawOutput"] = raw
+    return update
+
+
+def big_text(size: int) -> str:
+    head = "HEAD-" + "h" * 2000
+    tail = "t" * 2000 + "-TAIL"
+    return head + "m" * (size - len(head) - len(tail)) + tail
+
+
+def test_five_mib_update_is_projected_under_the_threshold(make_store: StoreFactory) -> None:
+    store = make_store()
+    budget = store.budget
+    text = big_text(5 * MiB)
+    update = tool_update(text)
+    original = copy.deepcopy(update)
+    projected = project_update(update, "s1", store, budget)
+    assert update == original  # the input is never mutated
+    assert len(orjson.dumps(projected)) < budget.sidecar_threshold_bytes
+    meta = projected["_meta"]["hopline.sidecar"]
+    assert len(meta) == 1
+    entry = meta[0]
+    assert entry["field"] == "content[0].text"
+    assert entry["bytes"] == 5 * MiB and entry["mediaType"] == TEXT_MEDIA_TYPE
+    stored = store.get("s1", entry["id"])
+    assert stored is not None and stored.sha256 == entry["sha256"]
+    assert store.read_bytes(stored) == text.encode()
+    preview = projected["content"][0]["content"]["text"]
+    assert preview.startswith("HEAD-") and preview.endswith("-TAIL")
+    assert f"[hopline: {5 * MiB} bytes in sidecar {entry['id']}; 2048 shown]" in preview
+    stats = store.stats()
+    assert stats["bytesKeptOffWire"] == 5 * MiB - len(preview.encode())
+
+
+def test_exactly_at_threshold_passes_one_byte_over_moves(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=1000))
+    at_limit = tool_update("a" * 1000, raw="b" * 1000)
+    assert project_update(at_limit, "s1", store, store.budget) is at_limit
+    over = tool_update("a" * 1001, raw="b" * 1001)
+    projected = project_update(over, "s1", store, store.budget)
+    fields = [e["field"] for e in projected["_meta"]["hopline.sidecar"]]
+    assert fields == ["content[0].text", "rawOutput"]
+    assert "1001 bytes in sidecar" in projected["rawOutput"]
+    # multi-byte characters are counted in UTF-8 bytes, not characters
+    euro = tool_update("€" * 334)  # 1002 bytes, 334 characters
+    assert project_update(euro, "s1", store, store.budget) is not euro
+
+
+def test_only_tool_updates_and_never_raises_on_odd_shapes(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    big = "x" * 500
+    untouched: list[Any] = [
+        None, 42, "text", [big],
+        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big}},
+        {"sessionUpdate": "tool_call_update", "content": "not a list", "rawOutput": None},
+        {"sessionUpdate": "tool_call_update", "content": [None, 3, big, {"type": "content"},
+                                                          {"type": "content", "content": big},
+                                                          {"type": "content", "content": {"type": "image",
+                                                                                          "data": big}},
+                                                          {"type": "diff", "path": "p", "newText": big},
+                                                          {"type": "content",
+                                                           "content": {"type": "text", "text": 5}}]},
+        {"sessionUpdate": "tool_call", "rawOutput": 12345},
+        {"sessionUpdate": "tool_call", "rawOutput": {"n": 2**70, "pad": big}},  # orjson cannot encode it
+        {"sessionUpdate": "tool_call", "rawOutput": {"small": True}},
+        {"sessionUpdate": ["tool_call"]},
+    ]
+    for update in untouched:
+        assert project_update(update, "s1", store, store.budget) is update
+    odd_meta = {"sessionUpdate": "tool_call", "rawOutput": big, "_meta": "not a dict"}
+    projected = project_update(odd_meta, "s1", store, store.budget)
+    assert projected["_meta"]["hopline.sidecar"][0]["field"] == "rawOutput"
+
+
+def test_existing_meta_is_kept_and_extended(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    agent_entry = {"field": "content[1].text", "id": "x" * 32, "bytes": 9, "sha256": "0", "mediaType": "t/p"}
+    update = {**tool_update(raw="r" * 200), "_meta": {"other": 1, "hopline.sidecar": [agent_entry]}}
+    projected = project_update(update, "s1", store, store.budget)
+    assert projected["_meta"]["other"] == 1
+    assert projected["_meta"]["hopline.sidecar"][0] == agent_entry
+    assert projected["_meta"]["hopline.sidecar"][1]["field"] == "rawOutput"
+    assert update["_meta"]["hopline.sidecar"] == [agent_entry]
+
+
+def test_non_string_raw_output_becomes_a_json_stub(make_store: StoreFactory) -> None:
+    store = make_store()
+    raw = {"stdout": "o" * 100_000, "exitCode": 0, "files": [{"name": "ä", "size": 1}]}
+    projected = project_update(tool_update(raw=raw, kind="tool_call"), "s1", store, store.budget)
+    stub = projected["rawOutput"]
+    entry = projected["_meta"]["hopline.sidecar"][0]
+    assert entry["field"] == "rawOutput" and entry["mediaType"] == JSON_MEDIA_TYPE
+    assert stub["hopline.sidecar"] == entry["id"]
+    assert stub["bytes"] == entry["bytes"] == len(orjson.dumps(raw))
+    assert stub["preview"].startswith('{"stdout":"ooo')
+    stored = store.get("s1", entry["id"])
+    assert stored is not None and stored.media_type == JSON_MEDIA_TYPE
+    assert orjson.loads(store.read_bytes(stored) or b"") == raw
+
+
+def test_preview_cuts_on_utf8_boundaries() -> None:
+    for char in ["é", "€", "🙂", "a"]:
+        data = (char * 5000).encode()
+        for preview_bytes in (0, 1, 2, 3, 7, 2048):
+            text = preview_text(data, preview_bytes, "i" * 32)
+            head, _, rest = text.partition("\n… [hopline:")
+            tail = rest.split("] …\n", 1)[1]
+            shown = len(head.encode()) + len(tail.encode())
+            assert shown <= preview_bytes
+            assert set(head) <= {char} and set(tail) <= {char}
+            assert f"; {shown} shown]" in text
+            assert preview_bytes - shown < 2 * len(char.encode())  # as much as fits
+
+
+@pytest.mark.parametrize(("limits", "reason", "key"), [
+    ({"sidecar_max_object_bytes": 150_000}, "over_object_quota", "overObjectQuota"),
+    ({"sidecar_max_session_bytes": 150_000}, "over_session_quota", "overSessionQuota"),
+    ({"sidecar_max_store_bytes": 150_000}, "over_store_quota", "overStoreQuota"),
+])
+def test_quota_fallback_is_a_flagged_truncated_preview(make_store: StoreFactory, limits: dict[str, int],
+                                                       reason: str, key: str) -> None:
+    store = make_store(Budget.defaults().replace(**limits))
+    fits = project_update(tool_update("a" * 150_000), "s1", store, store.budget)  # exactly at the limit
+    assert "id" in fits["_meta"]["hopline.sidecar"][0]
+    # one byte over the object limit; the session/store is already full, so any more is over
+    over = tool_update(raw="b" * (150_001 if reason == "over_object_quota" else 70_000))
+    projected = project_update(over, "s1", store, store.budget)
+    entry = projected["_meta"]["hopline.sidecar"][0]
+    assert entry["truncated"] is True and entry["reason"] == reason and "id" not in entry
+    assert entry["field"] == "rawOutput" and entry["bytes"] == len(over["rawOutput"])
+    assert f"bytes, truncated ({reason});" in projected["rawOutput"]
+    assert projected["rawOutput"].startswith("b" * 1024) and len(projected["rawOutput"]) < 2200
+    assert store.stats()["fallbacks"][key] == 1
+
+
+def test_fallback_for_non_string_raw_output(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_max_object_bytes=100_000))
+    projected = project_update(tool_update(raw={"x": "y" * 100_000}), "s1", store, store.budget)
+    stub = projected["rawOutput"]
+    assert stub["hopline.truncated"] is True and stub["reason"] == "over_object_quota"
+    assert "hopline.sidecar" not in stub and stub["preview"].startswith('{"x":"yyy')
+
+
+def test_client_ignoring_meta_reads_the_preview_through_the_acp_sdk(make_store: StoreFactory) -> None:
+    store = make_store()
+    projected = project_update(tool_update(big_text(300_000)), "s1", store, store.budget)
+    model = ToolCallProgress.model_validate(orjson.loads(orjson.dumps(projected)))
+    assert model.content is not None
+    text = model.content[0].content.text  # type: ignore[union-attr]
+    assert text.startswith("HEAD-") and text.endswith("-TAIL")
+    assert "300000 bytes in sidecar" in text
+
+
+def test_notifications_and_replays_are_projected(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    big = tool_update(raw="r" * 500)
+    note = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "child", "update": big}}
+    out = project_message(note, "daemon-s", store, store.budget)
+    assert out["params"]["sessionId"] == "child"
+    sidecar_id = out["params"]["update"]["_meta"]["hopline.sidecar"][0]["id"]
+    assert store.get("daemon-s", sidecar_id) is not None
+    assert note["params"]["update"] is big  # not mutated
+
+    small = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "hi"}}
+    replay = {"jsonrpc": "2.0", "id": 7, "result": {"_meta": {"hopline.session.loadReplay": {
+        "v": 1, "updates": [small, {"sessionId": "child", "update": tool_update(raw="q" * 500)}]}}}}
+    out = project_message(replay, "daemon-s", store, store.budget)
+    updates = out["result"]["_meta"]["hopline.session.loadReplay"]["updates"]
+    assert updates[0] is small
+    assert "500 bytes in sidecar" in updates[1]["update"]["rawOutput"]
+    page = {"jsonrpc": "2.0", "id": 8, "result": {"updates": [tool_update(raw="p" * 500)], "partial": False}}
+    paged = project_message(page, "daemon-s", store, store.budget)
+    assert "hopline.sidecar" in paged["result"]["updates"][0]["_meta"]
+    for message in [{"jsonrpc": "2.0", "id": 1, "result": {}}, {"method": "x"}, "junk",
+                    {"method": "session/update", "params": "odd"}]:
+        assert project_message(message, "daemon-s", store, store.budget) is message
+
+
+async def test_async_projection_skips_messages_without_tool_output(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    chunk = {"method": "session/update", "params": {"update": {"sessionUpdate": "agent_message_chunk"}}}
+    assert not needs_projection(chunk)
+    assert await aproject_message(chunk, "s", store, store.budget) is chunk
+    note = {"method": "session/update", "params": {"update": tool_update(raw="r" * 500)}}
+    assert needs_projection(note)
+    out = await aproject_message(note, "s", store, store.budget)
+    assert out["params"]["update"]["_meta"]["hopline.sidecar"][0]["bytes"] == 500
