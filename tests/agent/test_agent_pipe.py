@@ -127,3 +127,33 @@ async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: s
         await agent.send({"jsonrpc": "2.0", "id": 7, "method": method, "params": {}})
         answer = await agent.response(7)
     assert answer["error"]["code"] == -32601
+
+
+async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("ERROR one\nTODO two\n")
+    async with raw_agent(tmp_path / "data") as agent:
+        await agent.send({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                          "params": {"protocolVersion": 1}})
+        await agent.response(0)
+        await agent.send({"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {
+            "cwd": str(workspace), "mcpServers": [],
+            "_meta": {"hopline.scripted": {"iterations": 2, "toolsPerIteration": 3}}}})
+        session_id = (await agent.response(1))["result"]["sessionId"]
+        await agent.send({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
+            "sessionId": session_id, "prompt": [{"type": "text", "text": "look"}]}})
+        methods: list[str] = []
+        while True:  # answer the agent's permission requests ourselves (allow)
+            message = await agent.read()
+            if message.get("method") == "session/request_permission":
+                await agent.send({"jsonrpc": "2.0", "id": message["id"], "result": {
+                    "outcome": {"outcome": "selected", "optionId": "allow_once"}}})
+            if "method" in message:
+                methods.append(message["method"])
+            elif message.get("id") == 2:
+                assert message["result"]["stopReason"] == "end_turn"
+                break
+        assert "session/request_permission" in methods and "_hopline/progress" in methods
+        assert methods.count("session/update") >= 4
+    validate_stdout(agent.lines)

@@ -38,6 +38,7 @@ from acp.connection import Connection
 from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
 
 from hopline.budget import Budget
+from hopline.harness.context import repair
 from hopline.harness.events import (
     AgentText,
     Compacted,
@@ -115,7 +116,11 @@ def tool_result_update_of(event: ToolCallFinished) -> dict[str, Any]:
         "status": event.status,
         "content": [{"type": "content", "content": {"type": "text", "text": event.output}}],
     }
-    update["rawOutput"] = event.raw_output if event.raw_output is not None else event.output
+    if event.raw_output is not None:
+        update["rawOutput"] = event.raw_output
+    else:  # the full text is in content[]; repeating it here would double the frame
+        update["rawOutput"] = {"bytes": len(event.output.encode("utf-8")),
+                               "modelBytes": len(event.model_output.encode("utf-8"))}
     return update
 
 
@@ -126,7 +131,9 @@ class LiveSession:
     scripted: dict[str, Any] | None
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     task: asyncio.Task[Any] | None = None
+    tool_loop: Any = None
     cancelled: bool = False
+    open_calls: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class HoplineAgent:
@@ -234,21 +241,33 @@ class HoplineAgent:
             raise RequestError.invalid_request({"reason": "a prompt is already running in this session"})
         async with live.lock:
             live.cancelled = False
+            live.open_calls = {}
             text = prompt_text(prompt)
             await self._send_update(session_id, {"sessionUpdate": "user_message_chunk",
                                                  "content": {"type": "text", "text": text}})
-            tool_loop = self._build_loop(live)
+            if live.tool_loop is None:  # one loop per session: it keeps the cut outputs for read-more
+                live.tool_loop = self._build_loop(live)
             conversation = live.record.conversation
-            live.task = asyncio.ensure_future(tool_loop.run(conversation, text))
+            live.task = asyncio.ensure_future(live.tool_loop.run(conversation, text))
+            result: Any = None
             try:
                 result = await live.task
             except asyncio.CancelledError:
                 if not live.cancelled:
                     raise
-                result = None
             finally:
                 live.task = None
+                returned = getattr(result, "conversation", None)
+                if isinstance(returned, list):
+                    conversation = returned
+                # A loop stopped between a tool call and its answer leaves an orphan call: repair it
+                # (counted) before the conversation is kept, so the next turn starts valid.
+                conversation, report = repair(conversation)
+                if report.total:
+                    log.info("conversation repaired after the turn", extra=report.to_json())
+                live.record.conversation = conversation
                 self.store.save_conversation(session_id, conversation)
+            await self._close_open_calls(live)
             if result is None:  # cancelled before the loop could answer
                 return self._prompt_answer("cancelled", None)
             failure = getattr(result, "failure", None)
@@ -259,13 +278,23 @@ class HoplineAgent:
             log.info("turn finished", extra={"stopReason": stop, "iterations": result.iterations})
             return self._prompt_answer(stop, result)
 
+    async def _close_open_calls(self, live: LiveSession) -> None:
+        """Tool calls started but never finished (a cancelled turn) end as failed, not dangling."""
+        for call_id in list(live.open_calls):
+            await self._send_update(live.record.id, {
+                "sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
+                "content": [{"type": "content", "content": {"type": "text", "text": "cancelled"}}]})
+        live.open_calls = {}
+
     def _prompt_answer(self, stop: str, result: Any) -> dict[str, Any]:
+        repairs = getattr(result, "repairs", None)
         turn = {
             "iterations": getattr(result, "iterations", 0),
-            "compactions": getattr(result, "compactions", 0),
+            "compactions": len(getattr(result, "compactions", None) or []),
             "maxBodyBytes": getattr(result, "max_body_bytes", 0),
             "ceilingBytes": self.budget.transport_max_body_bytes,
             "stopReason": stop,
+            "repairs": repairs.to_json() if repairs is not None else {},
         }
         return {"stopReason": stop, "_meta": {META_TURN: turn}}
 
@@ -279,10 +308,12 @@ class HoplineAgent:
             elif isinstance(event, PlanUpdated):
                 await self._send_update(session_id, {"sessionUpdate": "plan", "entries": event.entries})
             elif isinstance(event, ToolCallStarted):
+                live.open_calls[event.call_id] = event.name
                 asks = event.name in PERMISSION_TOOLS and not live.auto_approve
                 await self._send_update(session_id,
                                         tool_call_update_of(event, "pending" if asks else "in_progress"))
             elif isinstance(event, ToolCallFinished):
+                live.open_calls.pop(event.call_id, None)
                 await self._send_update(session_id, tool_result_update_of(event))
             elif isinstance(event, IterationProgress):
                 await self._progress(session_id, "progress", event.to_json())
@@ -324,11 +355,9 @@ class HoplineAgent:
         if live is None or live.task is None:
             return
         live.cancelled = True
-        loop_cancel = getattr(live, "loop_cancel", None)
-        if callable(loop_cancel):
-            loop_cancel()
-        else:
-            live.task.cancel()
+        # The loop runs inside this task: it catches the cancellation, repairs the conversation and
+        # answers "cancelled" (a cancel landing before the loop started is caught in prompt()).
+        live.task.cancel()
 
     # --- ACP: session/load and the loadUpdates extension ----------------------------------------
 

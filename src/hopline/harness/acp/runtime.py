@@ -35,9 +35,11 @@ def model_factory(budget: Budget, environ: Mapping[str, str]) -> ModelFactory:
         return lambda session_id: HttpModel(url, session_id, token, budget)
 
     def scripted(session_id: str) -> Any:
-        from hopline.harness.scripted import in_process_model
+        from hopline.harness.scripted import InProcessModel, ScriptedModel
 
-        return in_process_model(budget)
+        # Refuses bodies over the gateway limit like the embedded gateway would (413, origin code).
+        return InProcessModel(ScriptedModel(summary_max_bytes=budget.summary_max_bytes),
+                              max_body_bytes=budget.api_json_body_limit)
 
     return scripted
 
