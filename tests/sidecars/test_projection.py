@@ -219,3 +219,15 @@ async def test_async_projection_skips_messages_without_tool_output(make_store: S
     assert needs_projection(note)
     out = await aproject_message(note, "s", store, store.budget)
     assert out["params"]["update"]["_meta"]["hopline.sidecar"][0]["bytes"] == 500
+
+
+def test_disk_error_falls_back_and_the_update_still_goes_out(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    store.tmp_dir.rmdir()
+    store.tmp_dir.write_bytes(b"not a directory")  # a real failing write, no patching
+    projected = project_update(tool_update("z" * 5000), "s1", store, store.budget)
+    entry = projected["_meta"]["hopline.sidecar"][0]
+    assert entry == {"field": "content[0].text", "truncated": True, "reason": "disk_error", "bytes": 5000,
+                     "mediaType": TEXT_MEDIA_TYPE}
+    assert "5000 bytes, truncated (disk_error)" in projected["content"][0]["content"]["text"]
+    assert store.stats()["fallbacks"]["diskError"] == 1
