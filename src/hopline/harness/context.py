@@ -249,7 +249,7 @@ def repair(messages: list[Message]) -> tuple[list[Message], RepairReport]:
                 call_id = result.get("tool_call_id")
                 if call_id in ids and call_id not in answered:
                     out.append(result)
-                    answered.add(call_id)  # type: ignore[arg-type]
+                    answered.add(call_id)
                 else:
                     report.orphan_results_removed += 1
                 j += 1

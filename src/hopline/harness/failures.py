@@ -1,0 +1,128 @@
+"""Turn failure classification (SPEC H-8), table-driven.
+
+``413 -> code``, never ``model``: a body too large for a hop is our side's doing (the seed's
+incident was misattributed to the provider). Size errors carry ``size_error=True`` (the loop
+compacts and retries once); transient provider errors carry ``retryable=True`` (the loop retries
+with bounded backoff); everything else fails the turn with its origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+
+from hopline.budget import HOP_ENGINE, HOP_PROVIDER
+from hopline.harness.model import Origin, TurnFailure
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    origin: Origin
+    size_error: bool
+    retryable: bool
+    what: str
+
+
+# Provider/gateway error texts that mean "the request is too large for the model or a hop".
+CONTEXT_LENGTH_RE = re.compile(
+    r"context[_ ]length|maximum context|context window|too many tokens|prompt is too long|"
+    r"request too large|request entity too large|payload too large|body too large|max_tokens.*exceed",
+    re.IGNORECASE,
+)
+
+STATUS_RULES: dict[int, Rule] = {
+    413: Rule("code", True, False, "request entity too large"),
+    408: Rule("model", False, True, "request timeout"),
+    429: Rule("model", False, True, "rate limited"),
+    500: Rule("model", False, True, "provider internal error"),
+    502: Rule("model", False, True, "bad gateway"),
+    503: Rule("model", False, True, "provider unavailable"),
+    504: Rule("model", False, True, "gateway timeout"),
+}
+CONTEXT_LENGTH_RULE = Rule("code", True, False, "context length exceeded")
+OTHER_4XX_RULE = Rule("code", False, False, "request refused")
+OTHER_5XX_RULE = Rule("model", False, False, "provider error")
+
+
+def classify_http_status(status: int, body_text: str = "", *, hop: str = HOP_PROVIDER,
+                         body_bytes: int | None = None, limit_bytes: int | None = None) -> TurnFailure:
+    """The failure for an HTTP error answer; the body text can reveal a context-length error."""
+    rule = STATUS_RULES.get(status)
+    if rule is None:
+        # A 400 saying "context length exceeded" is a size error of ours; a 429 saying "too many
+        # tokens per minute" is a rate limit, so only statuses without a rule look at the text.
+        if 400 <= status < 500 and CONTEXT_LENGTH_RE.search(body_text):
+            rule = CONTEXT_LENGTH_RULE
+        else:
+            rule = OTHER_4XX_RULE if 400 <= status < 500 else OTHER_5XX_RULE
+    detail = body_text.strip().replace("\n", " ")[:200]
+    message = f"HTTP {status} ({rule.what}) from {hop}"
+    if body_bytes is not None:
+        message += f" for a body of {body_bytes} bytes"
+    if limit_bytes is not None:
+        message += f" (limit {limit_bytes} bytes)"
+    if detail:
+        message += f": {detail}"
+    return TurnFailure(rule.origin, message, status=status, hop=hop, observed_bytes=body_bytes,
+                       limit_bytes=limit_bytes, size_error=rule.size_error, retryable=rule.retryable)
+
+
+# (exception class names, while uploading?) -> rule. Names, so httpx need not be imported here.
+_RESET_NAMES = {"ConnectionResetError", "BrokenPipeError", "WriteError", "ConnectionAbortedError"}
+_TIMEOUT_NAMES = {"TimeoutError", "TimeoutException", "ReadTimeout", "WriteTimeout", "ConnectTimeout",
+                  "PoolTimeout"}
+_TRANSIENT_NAMES = {"ConnectError", "RemoteProtocolError", "ReadError", "NetworkError"}
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def classify_exception(exc: BaseException, *, during_upload: bool = False, hop: str = HOP_ENGINE,
+                       body_bytes: int | None = None) -> TurnFailure:
+    """The failure for a transport exception.
+
+    A connection reset or broken pipe while the body is being uploaded is the peer refusing a body
+    too large for it (origin ``code``, size error); timeouts and other network errors are
+    transient ``model`` failures.
+    """
+    if isinstance(exc, TurnFailure):
+        return exc
+    names = _names(exc)
+    sized = f" while uploading a body of {body_bytes} bytes" if body_bytes is not None else ""
+    if isinstance(exc, asyncio.CancelledError):
+        return TurnFailure("cancelled", "the turn was cancelled", hop=hop)
+    if names & _TIMEOUT_NAMES:
+        return TurnFailure("model", f"timeout on {hop}: {type(exc).__name__}", hop=hop, retryable=True,
+                           observed_bytes=body_bytes)
+    if names & _RESET_NAMES and during_upload:
+        return TurnFailure("code", f"connection reset by {hop}{sized}: the peer refused a body too large "
+                           "for it", hop=hop, observed_bytes=body_bytes, size_error=True)
+    if names & (_RESET_NAMES | _TRANSIENT_NAMES):
+        return TurnFailure("model", f"network error on {hop}: {type(exc).__name__}", hop=hop, retryable=True)
+    return TurnFailure("model", f"unexpected error on {hop}: {type(exc).__name__}", hop=hop)
+
+
+def malformed_output(detail: str) -> TurnFailure:
+    """The model answered something that is not an assistant message we can act on."""
+    return TurnFailure("model", f"malformed model output: {detail}")
+
+
+def tool_crash(tool: str, exc: BaseException) -> TurnFailure:
+    """A tool raised instead of returning a result."""
+    return TurnFailure("tool", f"tool {tool} crashed: {type(exc).__name__}: {exc}", hop="harness.tools")
+
+
+def cancelled() -> TurnFailure:
+    return TurnFailure("cancelled", "the turn was cancelled")
+
+
+def over_ceiling(body_bytes: int, ceiling_bytes: int, detail: str = "") -> TurnFailure:
+    """Our side would send a body over the engine ceiling; it is never sent."""
+    message = (f"the llm-turn body is {body_bytes} bytes, over the engine ceiling "
+               f"HOPLINE_TRANSPORT_MAX_BODY_BYTES={ceiling_bytes} bytes; not sent")
+    if detail:
+        message += f" ({detail})"
+    return TurnFailure("code", message, hop=HOP_ENGINE, limit_bytes=ceiling_bytes, observed_bytes=body_bytes,
+                       size_error=True)

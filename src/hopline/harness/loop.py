@@ -1,0 +1,378 @@
+"""The tool loop (SPEC H-7, H-8).
+
+One iteration: compaction check -> repair -> size check -> llm-turn -> execute tool calls ->
+append -> repeat, until a final answer, cancellation, a failure or the profile's max iterations.
+
+The conversation is a plain list of OpenAI-shape message dicts, extended in place, so the ACP agent
+can persist it. The exact body size is known before every send (``IncrementalEstimator``); a body
+over the engine ceiling is never sent: compaction runs first, and if even the compacted body cannot
+fit, the turn fails with origin ``code`` naming the ceiling and the size. ``naive=True`` replays the
+seed's old rules (content-only estimate, window = context_window, no transport bound, no pre-send
+refusal, no size retry) so the incident can be reproduced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+
+from hopline.budget import HOP_ENGINE, Budget
+from hopline.harness import failures
+from hopline.harness.context import Bounds, RepairReport, apply_compaction, plan_compaction, repair
+from hopline.harness.events import (
+    AgentText,
+    Compacted,
+    CompactionRecord,
+    EventSink,
+    IterationProgress,
+    LoopEvent,
+    PermissionHook,
+    PlanUpdated,
+    ToolCallFinished,
+    ToolCallStarted,
+)
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Message, Model, TurnFailure
+from hopline.harness.profiles import Profile
+from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
+from hopline.harness.tokens import IncrementalEstimator, bytes_per_token
+from hopline.harness.tools import ToolOutcome, Workspace, tool_schemas
+
+log = logging.getLogger("hopline.harness")
+
+StopReason = Literal["end_turn", "max_iterations", "cancelled", "failed"]
+PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
+REJECTED_TEXT = "rejected by the user: the tool call was not run"
+
+
+@dataclasses.dataclass
+class TurnResult:
+    stop_reason: StopReason
+    final_text: str = ""
+    failure: TurnFailure | None = None
+    iterations: int = 0
+    compactions: list[CompactionRecord] = dataclasses.field(default_factory=list)
+    max_body_bytes: int = 0
+    repairs: RepairReport = dataclasses.field(default_factory=RepairReport)
+    summarizer_failures: list[TurnFailure] = dataclasses.field(default_factory=list)
+    model_retries: int = 0
+    size_retries: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stopReason": self.stop_reason,
+            "finalText": self.final_text,
+            "failure": self.failure.to_json()["error"] if self.failure else None,
+            "iterations": self.iterations,
+            "compactions": [c.to_json() for c in self.compactions],
+            "maxBodyBytes": self.max_body_bytes,
+            "repairs": self.repairs.to_json(),
+            "summarizerFailures": [f.to_json()["error"] for f in self.summarizer_failures],
+            "modelRetries": self.model_retries,
+            "sizeRetries": self.size_retries,
+        }
+
+
+_PLAN = [
+    {"content": "Look at the workspace", "priority": "high", "status": "in_progress"},
+    {"content": "Run tools and read their results", "priority": "medium", "status": "pending"},
+    {"content": "Answer with the findings", "priority": "medium", "status": "pending"},
+]
+
+
+class ToolLoop:
+    """Runs turns of one agent profile over one workspace; see the module docstring."""
+
+    def __init__(
+        self,
+        model: Model,
+        profile: Profile,
+        workspace: Path,
+        budget: Budget,
+        *,
+        sink: EventSink | None = None,
+        permit: PermissionHook | None = None,
+        summarizer_model: Model | None = None,
+        naive: bool = False,
+        model_name: str | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.profile = profile
+        self.budget = budget
+        self.sink = sink
+        self.permit = permit
+        self.naive = naive
+        self.tools = Workspace(workspace, budget, allow_write="write_file" in profile.tools)
+        self.bounds = Bounds(profile.context_window, budget.transport_max_body_bytes, bytes_per_token(budget),
+                             profile.compaction_threshold, naive=naive)
+        self.envelope = LlmTurnRequest([], tools=tool_schemas(profile.tools), model=model_name,
+                                       params=dict(params or {}))
+        self.sizer = IncrementalEstimator(budget, self.envelope)
+        self.summarizer = ModelSummarizer(summarizer_model or model, budget)
+        self._task: asyncio.Task[Any] | None = None
+        self._compacted_in_iteration: CompactionRecord | None = None
+
+    @property
+    def ceiling_bytes(self) -> int:
+        return self.budget.transport_max_body_bytes
+
+    def close(self) -> None:
+        """Drop the kept (cut) tool outputs; the loop's tools are unusable afterwards."""
+        self.tools.close()
+
+    def cancel(self) -> None:
+        """End the running turn with stop reason ``cancelled`` (the conversation stays valid)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def run(self, conversation: list[Message], user_text: str) -> TurnResult:
+        result = TurnResult(stop_reason="failed")
+        self._task = asyncio.current_task()
+        try:
+            await self._run(conversation, user_text, result)
+        except asyncio.CancelledError:
+            if self._task is not None:
+                self._task.uncancel()
+            result.stop_reason = "cancelled"
+            result.failure = failures.cancelled()
+            result.final_text = "cancelled"
+        except TurnFailure as failure:
+            result.stop_reason = "failed"
+            result.failure = failure
+            result.final_text = f"turn failed (origin {failure.origin}): {failure.message}"
+            log.warning("turn failed", extra={"origin": failure.origin, "status": failure.status,
+                                              "limit_bytes": failure.limit_bytes,
+                                              "observed_bytes": failure.observed_bytes})
+        finally:
+            self._task = None
+            # Whatever happened, leave a history the provider accepts (no orphan, no unanswered call).
+            self._repair(conversation, result)
+        return result
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    async def _emit(self, event: LoopEvent) -> None:
+        if self.sink is not None:
+            await self.sink(event)
+
+    async def _run(self, conversation: list[Message], user_text: str, result: TurnResult) -> None:
+        if not conversation or conversation[0].get("role") != "system":
+            conversation.insert(0, {"role": "system", "content": self.profile.system_prompt})
+        conversation.append({"role": "user", "content": user_text})
+        await self._emit(PlanUpdated([dict(e) for e in _PLAN]))
+        for iteration in range(1, self.profile.max_iterations + 1):
+            result.iterations = iteration
+            self._compacted_in_iteration = None
+            await self._compaction_check(conversation, result)
+            self._repair(conversation, result)
+            await self._size_check(conversation, result)
+            response = await self._send(conversation, result, iteration)
+            message = _validated(response)
+            conversation.append(message)
+            text = message.get("content") or ""
+            if text:
+                await self._emit(AgentText(text))
+            calls = message.get("tool_calls")
+            if not calls:
+                result.stop_reason = "end_turn"
+                result.final_text = text
+                return
+            await self._execute(calls, conversation)
+        result.stop_reason = "max_iterations"
+        result.final_text = next((m["content"] for m in reversed(conversation)
+                                  if m.get("role") == "assistant" and m.get("content")),
+                                 f"stopped after {self.profile.max_iterations} iterations")
+
+    def _repair(self, conversation: list[Message], result: TurnResult) -> None:
+        fixed, report = repair(conversation)
+        if report.total:
+            conversation[:] = fixed
+            result.repairs.add(report)
+            log.warning("history repaired before send", extra=report.to_json())
+
+    def _estimate_tokens(self) -> int:
+        return self.sizer.naive_estimate_tokens if self.naive else self.sizer.estimate_tokens
+
+    async def _compaction_check(self, conversation: list[Message], result: TurnResult) -> None:
+        self.sizer.sync(conversation)
+        if self.bounds.should_compact(self._estimate_tokens(), self.sizer.body_bytes):
+            await self._compact(conversation, result)
+
+    async def _size_check(self, conversation: list[Message], result: TurnResult) -> None:
+        """A body over the engine ceiling is never sent: compact first, else fail with origin code."""
+        if self.naive:
+            return
+        self.sizer.sync(conversation)
+        size = self.sizer.body_bytes
+        if size <= self.ceiling_bytes:
+            return
+        record = await self._compact(conversation, result)
+        self.sizer.sync(conversation)
+        after = self.sizer.body_bytes
+        if after > self.ceiling_bytes:
+            why = record.reason if record else "nothing could be compacted"
+            raise failures.over_ceiling(after, self.ceiling_bytes,
+                                        f"after compaction from {size} bytes; {why}")
+
+    async def _compact(self, conversation: list[Message], result: TurnResult, *,
+                       target_body_bytes: int | None = None) -> CompactionRecord | None:
+        self._repair(conversation, result)  # groups must be whole before a cut
+        self.sizer.sync(conversation)
+        target_body = target_body_bytes if target_body_bytes is not None else self.bounds.target_body_bytes
+        target_tokens = min(self.bounds.target_tokens, target_body // self.bounds.bytes_per_token)
+        plan = plan_compaction(
+            conversation, target_tokens=target_tokens, target_body_bytes=target_body,
+            bytes_per_token=self.bounds.bytes_per_token, envelope_bytes=self.sizer.envelope_bytes,
+            summary_max_bytes=self.budget.summary_max_bytes, sizes=self.sizer.message_sizes())
+        if not plan.possible:
+            return None
+        outcome = await summarize_with_fallback(self.summarizer, plan.old, plan.summary_max_bytes)
+        if outcome.failure is not None:
+            result.summarizer_failures.append(outcome.failure)
+            log.warning("summarizer failed; extractive summary used",
+                        extra={"origin": outcome.failure.origin, "status": outcome.failure.status})
+        compacted, record = apply_compaction(
+            plan, outcome.text, summarizer=outcome.summarizer, trigger=self.bounds.trigger_kind,
+            envelope_bytes=self.sizer.envelope_bytes, target_body_bytes=target_body,
+            bytes_before=self.sizer.body_bytes)
+        conversation[:] = compacted
+        result.compactions.append(record)
+        self._compacted_in_iteration = record
+        await self._emit(Compacted(record))
+        return record
+
+    async def _send(self, conversation: list[Message], result: TurnResult, iteration: int) -> LlmTurnResponse:
+        size_retried = False
+        attempt = 0
+        while True:
+            self.sizer.sync(conversation)
+            encoded = self.sizer.encoded()
+            # _size_check guards this already; kept as the last net before the wire
+            if not self.naive and encoded.size > self.ceiling_bytes:
+                raise failures.over_ceiling(encoded.size, self.ceiling_bytes)
+            record = self._compacted_in_iteration
+            await self._emit(IterationProgress(
+                iteration=iteration, max_iterations=self.profile.max_iterations, body_bytes=encoded.size,
+                ceiling_bytes=self.ceiling_bytes, estimate_tokens=self._estimate_tokens(),
+                effective_window_tokens=self.bounds.effective_window, compactions=len(result.compactions),
+                trigger=record.trigger if record else None))
+            result.max_body_bytes = max(result.max_body_bytes, encoded.size)
+            try:
+                return await self.model.complete(encoded)
+            except TurnFailure as failure:
+                if failure.size_error and not self.naive and not size_retried:
+                    # Compact and retry once; never resend the same body.
+                    size_retried = True
+                    result.size_retries += 1
+                    sent = encoded.size
+                    await self._compact(conversation, result, target_body_bytes=min(
+                        self.bounds.target_body_bytes, sent // 2))
+                    self._repair(conversation, result)
+                    self.sizer.sync(conversation)
+                    if self.sizer.body_bytes >= sent:
+                        raise TurnFailure(
+                            "code", f"{failure.message}; compaction could not make the body smaller than "
+                            f"{sent} bytes, so it is not resent", status=failure.status, hop=failure.hop,
+                            limit_bytes=failure.limit_bytes, observed_bytes=sent, size_error=True) from None
+                    continue
+                if failure.size_error:
+                    detail = "after compaction and one retry" if size_retried else "(naive rules: no retry)"
+                    raise TurnFailure(
+                        "code", f"{failure.message} {detail}", status=failure.status, hop=failure.hop,
+                        limit_bytes=failure.limit_bytes, observed_bytes=encoded.size,
+                        size_error=True) from None
+                if failure.retryable and attempt < self.budget.model_retry_attempts:
+                    await asyncio.sleep(self.budget.model_retry_backoff_seconds * (2 ** attempt))
+                    attempt += 1
+                    result.model_retries += 1
+                    continue
+                raise
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a Model broke its contract: classify, never guess "code"
+                raise failures.classify_exception(exc, hop=HOP_ENGINE, body_bytes=encoded.size) from exc
+
+    async def _execute(self, calls: list[dict[str, Any]], conversation: list[Message]) -> None:
+        budget = self.budget
+        limit = budget.tool_calls_per_iteration_max
+        for index, call in enumerate(calls):
+            call_id: str = call["id"]
+            function = call["function"]
+            name: str = function["name"]
+            arguments: str = function["arguments"]
+            args: dict[str, Any] = {}
+            outcome: ToolOutcome | None = None
+            size = len(arguments.encode("utf-8"))
+            if index >= limit:
+                outcome = self.tools.error(
+                    f"not executed: the answer had {len(calls)} tool calls, over the limit of {limit} per "
+                    "iteration (HOPLINE_TOOL_CALLS_PER_ITERATION)")
+            elif size > budget.tool_arguments_max_bytes:
+                outcome = self.tools.error(
+                    f"not executed: arguments of {size} bytes are over the limit of "
+                    f"{budget.tool_arguments_max_bytes} bytes (HOPLINE_TOOL_ARGUMENTS_MAX_BYTES)")
+            elif name not in self.profile.tools:
+                outcome = self.tools.error(f"tool {name!r} is not available to this agent")
+            else:
+                try:
+                    parsed = orjson.loads(arguments or "{}")
+                except orjson.JSONDecodeError as exc:
+                    outcome = self.tools.error(f"arguments are not valid JSON: {exc}")
+                else:
+                    if isinstance(parsed, dict):
+                        args = parsed
+                    else:
+                        outcome = self.tools.error("arguments must be a JSON object")
+            info = self.tools.describe(name, args)
+            started = ToolCallStarted(call_id, name, info.kind, info.title, args, info.locations)
+            await self._emit(started)
+            if outcome is None and name in PERMISSION_TOOLS and self.permit is not None \
+                    and not await self.permit(started):
+                outcome = ToolOutcome(REJECTED_TEXT, REJECTED_TEXT, "failed")
+            crash: BaseException | None = None
+            if outcome is None:
+                try:
+                    outcome = await self.tools.run(name, args, call_id)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    crash = exc
+                    outcome = self.tools.error(f"tool {name} crashed: {type(exc).__name__}")
+            conversation.append({"role": "tool", "tool_call_id": call_id, "content": outcome.model_output})
+            await self._emit(ToolCallFinished(call_id, outcome.status, outcome.output, outcome.model_output,
+                                              outcome.raw_output))
+            if crash is not None:
+                raise failures.tool_crash(name, crash) from crash
+
+
+def _validated(response: LlmTurnResponse) -> Message:
+    """The assistant message, normalized; anything we cannot act on is a model-origin failure."""
+    message = response.message
+    if not isinstance(message, dict) or message.get("role") not in ("assistant", None):
+        raise failures.malformed_output("the answer is not an assistant message")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str | list):
+        raise failures.malformed_output("content is neither text nor parts")
+    out: Message = {"role": "assistant", "content": content if content is not None else ""}
+    calls = message.get("tool_calls")
+    if calls:
+        if not isinstance(calls, list):
+            raise failures.malformed_output("tool_calls is not a list")
+        seen: set[str] = set()
+        clean: list[dict[str, Any]] = []
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            call_id = call.get("id") if isinstance(call, dict) else None
+            if not isinstance(call_id, str) or not call_id or call_id in seen or not isinstance(fn, dict) \
+                    or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments", ""), str):
+                raise failures.malformed_output("a tool call lacks a unique id, a name or string arguments")
+            seen.add(call_id)
+            clean.append({"id": call_id, "type": "function",
+                          "function": {"name": fn["name"], "arguments": fn.get("arguments", "")}})
+        out["tool_calls"] = clean
+    return out

@@ -1,0 +1,63 @@
+"""A generated sample project whose tools produce large outputs (for the demo, simulate, tests).
+
+Deterministic for a given seed: a few small source files and large test logs and reports, so a
+gate agent's ``read_file`` / ``run_command cat`` results are 100-300 KiB before the per-result cap.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+DEFAULT_FILE_BYTES = 160 * 1024
+
+_MODULES = ("core", "api", "storage", "util")
+_WORDS = ("request", "session", "budget", "window", "token", "frame", "payload", "retry", "cursor",
+          "buffer", "ceiling", "summary", "gateway", "pipe", "stream")
+
+
+def _source(name: str, rng: random.Random) -> str:
+    lines = [f'"""The {name} module of the sample service."""', "", "from __future__ import annotations", ""]
+    for i in range(rng.randint(8, 14)):
+        word = rng.choice(_WORDS)
+        lines += [f"def {word}_{name}_{i}(value: int) -> int:",
+                  f"    # TODO: check the {word} bound before use",
+                  f"    return value * {rng.randint(2, 9)} + {i}", ""]
+    return "\n".join(lines)
+
+
+def _log(index: int, size: int, rng: random.Random) -> str:
+    out: list[str] = []
+    used = 0
+    n = 0
+    while used < size:
+        n += 1
+        word = rng.choice(_WORDS)
+        level = "ERROR" if rng.random() < 0.04 else ("WARN" if rng.random() < 0.1 else "INFO")
+        outcome = "FAILED" if level == "ERROR" else "PASSED"
+        line = (f"2026-08-19T10:{n // 60 % 60:02d}:{n % 60:02d}Z {level} run={index} "
+                f"tests/test_{rng.choice(_MODULES)}.py::test_{word}_{n} {outcome} "
+                f"elapsed={rng.randint(1, 900)}ms {word}={rng.randint(0, 10**6)}")
+        out.append(line)
+        used += len(line) + 1
+    return "\n".join(out)[:size]
+
+
+def make_sample_workspace(root: Path, *, file_bytes: int = DEFAULT_FILE_BYTES, seed: int = 0,
+                          logs: int = 4) -> Path:
+    """Write the sample project under ``root`` (created if needed) and return ``root``."""
+    rng = random.Random(seed)
+    root = Path(root)
+    (root / "src" / "sample").mkdir(parents=True, exist_ok=True)
+    (root / "tests").mkdir(exist_ok=True)
+    (root / "logs").mkdir(exist_ok=True)
+    (root / "reports").mkdir(exist_ok=True)
+    (root / "README.md").write_text("# sample service\n\nA generated project for hopline's tool loop.\n")
+    for name in _MODULES:
+        (root / "src" / "sample" / f"{name}.py").write_text(_source(name, rng))
+        (root / "tests" / f"test_{name}.py").write_text(
+            f"from sample.{name} import *  # noqa\n\n\ndef test_{name}() -> None:\n    assert True\n")
+    for index in range(1, logs + 1):
+        (root / "logs" / f"test-run-{index}.log").write_text(_log(index, file_bytes, rng))
+    (root / "reports" / "coverage.txt").write_text(_log(0, file_bytes, rng))
+    return root

@@ -1,0 +1,129 @@
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from hopline.budget import Budget
+from hopline.harness.tools import TOOL_NAMES, Workspace, cap_for_model, tool_schemas
+
+LIMIT = 32 * 1024
+
+
+def test_cap_exactly_at_limit_passes_uncut_and_one_byte_over_is_cut() -> None:
+    exact = "a" * LIMIT
+    assert cap_for_model(exact, LIMIT, read_more="x") == exact
+    over = "a" * LIMIT + "b"
+    capped = cap_for_model(over, LIMIT, read_more="read_file offset={offset} limit={cut}")
+    assert capped != over
+    assert len(capped.encode()) <= LIMIT
+    assert capped.startswith("a" * 1000) and capped.endswith("b")
+    marker = re.search(r"\[hopline: (\d+) bytes cut .*?offset=(\d+) limit=(\d+)\]", capped)
+    assert marker is not None
+    cut, offset, limit = (int(g) for g in marker.groups())
+    kept = LIMIT + 1 - cut
+    assert cut == limit and offset + cut + (kept - offset) == LIMIT + 1
+    assert capped[:offset] == over[:offset]
+
+
+def test_cap_never_splits_utf8() -> None:
+    text = "é" * LIMIT
+    capped = cap_for_model(text, LIMIT, read_more="")
+    assert len(capped.encode("utf-8")) <= LIMIT
+    capped.encode("utf-8").decode("utf-8")
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Workspace:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("hello\n")
+    (root / "sub").mkdir()
+    (root / "sub" / "b.log").write_text("x" * 100 + "\nERROR here\n")
+    outside = tmp_path / "secret.txt"
+    outside.write_text("secret")
+    os.symlink(outside, root / "link.txt")
+    os.symlink(tmp_path, root / "linkdir")
+    return Workspace(root, Budget.defaults(), allow_write=True)
+
+
+@pytest.mark.parametrize("path", ["../secret.txt", "sub/../../secret.txt", "/etc/passwd", "link.txt",
+                                  "linkdir/secret.txt", "~/x"])
+async def test_path_escapes_refused(ws: Workspace, path: str) -> None:
+    for name, args in (("read_file", {"path": path}), ("write_file", {"path": path, "content": "x"}),
+                       ("list_files", {"path": path})):
+        outcome = await ws.run(name, args, "c1")
+        assert outcome.status == "failed", (name, path)
+        assert "refused" in outcome.output
+    assert (ws.root.parent / "secret.txt").read_text() == "secret"
+
+
+async def test_read_file_offset_limit_and_read_more(tmp_path: Path) -> None:
+    budget = Budget.defaults().replace(tool_result_max_bytes=1000)
+    ws = Workspace(tmp_path, budget)
+    data = "".join(f"{i:05d}\n" for i in range(1000))  # 6000 bytes
+    (tmp_path / "big.txt").write_text(data)
+    outcome = await ws.run("read_file", {"path": "big.txt"}, "c")
+    assert outcome.output == data
+    assert len(outcome.model_output.encode()) <= 1000
+    m = re.search(r"offset=(\d+) limit=(\d+)", outcome.model_output)
+    assert m is not None
+    offset, limit = int(m[1]), int(m[2])
+    more = await ws.run("read_file", {"path": "big.txt", "offset": offset, "limit": limit}, "c2")
+    assert more.output.split("\n[file continues")[0] == data[offset:offset + limit]
+    part = await ws.run("read_file", {"path": "big.txt", "offset": 6, "limit": 12}, "c3")
+    assert part.output.startswith("00001\n00002\n") and "file continues" in part.output
+
+
+async def test_list_search_write(ws: Workspace) -> None:
+    listing = await ws.run("list_files", {"path": "."}, "c")
+    assert "a.txt" in listing.output and "sub/b.log" in listing.output
+    found = await ws.run("search_workspace", {"query": "ERROR"}, "c")
+    assert "sub/b.log:2: ERROR here" in found.output
+    wrote = await ws.run("write_file", {"path": "new/dir/f.txt", "content": "héllo"}, "c")
+    assert wrote.status == "completed" and (ws.root / "new/dir/f.txt").read_text() == "héllo"
+    read_only = Workspace(ws.root, ws.budget)
+    refused = await read_only.run("write_file", {"path": "x.txt", "content": "x"}, "c")
+    assert refused.status == "failed" and not (ws.root / "x.txt").exists()
+
+
+async def test_search_bounded_by_budget(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("match\n" * 50)
+    (tmp_path / "huge.txt").write_text("match\n" * 100)
+    budget = Budget.defaults().replace(search_max_matches=10, search_max_file_bytes=400)
+    out = (await Workspace(tmp_path, budget).run("search_workspace", {"query": "match"}, "c")).output
+    assert out.count("match") - out.count("matches") == 10
+    assert "stopped at 10 matches" in out
+
+
+async def test_run_command_output_and_capture_limit(tmp_path: Path) -> None:
+    budget = Budget.defaults().replace(command_output_max_bytes=1000, tool_result_max_bytes=300)
+    ws = Workspace(tmp_path, budget)
+    command = "printf 'x%.0s' $(seq 1 5000); echo; echo err >&2"
+    outcome = await ws.run("run_command", {"command": command}, "c9")
+    assert outcome.output.startswith("x" * 1000)
+    assert "more bytes of output not captured" in outcome.output
+    assert len(outcome.model_output.encode()) <= 300
+    # the cut part can be read back
+    m = re.search(r"read_file path='(@output/[^']+)' offset=(\d+) limit=(\d+)", outcome.model_output)
+    assert m is not None
+    back = await ws.run("read_file", {"path": m[1], "offset": int(m[2]), "limit": int(m[3])}, "c10")
+    expected = outcome.output.encode()[int(m[2]):int(m[2]) + int(m[3])].decode()
+    assert back.output.split("\n[file continues")[0] == expected
+    ws.close()
+
+
+async def test_run_command_timeout_kills(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path, Budget.defaults().replace(command_timeout_seconds=0.2))
+    outcome = await ws.run("run_command", {"command": "echo started; sleep 5; echo never"}, "c")
+    assert outcome.status == "failed"
+    assert "started" in outcome.output and "never" not in outcome.output
+    assert "timeout of 0.2 s" in outcome.output
+
+
+def test_schemas_are_openai_functions() -> None:
+    schemas = tool_schemas(TOOL_NAMES)
+    assert [s["function"]["name"] for s in schemas] == list(TOOL_NAMES)
+    assert all(s["type"] == "function" and s["function"]["parameters"]["type"] == "object" for s in schemas)
