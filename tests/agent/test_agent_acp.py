@@ -242,3 +242,27 @@ async def test_unknown_session_load_is_a_clear_error(tmp_path: Path, workspace: 
         with pytest.raises(RequestError) as err:
             await conn.load_session(cwd=str(workspace), session_id="nope", mcp_servers=[])
     assert err.value.code == -32602 and err.value.data["reason"] == "unknown session"
+
+
+async def test_failed_turn_answers_a_json_rpc_error_with_its_origin(tmp_path: Path, workspace: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port with nothing listening: the gateway is down
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"HOPLINE_GATEWAY_URL": f"http://127.0.0.1:{port}", "HOPLINE_INTERNAL_TOKEN": "t",
+           "HOPLINE_MODEL_RETRY_ATTEMPTS": "0"}
+    async with spawn_agent(tmp_path / "data", **env) as (conn, _client, _):
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[])
+        with pytest.raises(RequestError) as err:
+            await asyncio.wait_for(conn.prompt(session_id=session.session_id, prompt=[text_block("x")]),
+                                   TIMEOUT)
+        assert err.value.code == -32603
+        data = err.value.data
+        assert data["origin"] == "model" and data["message"]
+        assert set(data) <= {"origin", "message", "hop", "limitBytes", "observedBytes"}
+        # the session stays usable: the failure did not leave a turn running
+        with pytest.raises(RequestError) as again:
+            await asyncio.wait_for(conn.prompt(session_id=session.session_id, prompt=[text_block("y")]),
+                                   TIMEOUT)
+        assert again.value.data["origin"] == "model"

@@ -142,7 +142,7 @@ async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> 
             "_meta": {"hopline.scripted": {"iterations": 2, "toolsPerIteration": 3}}}})
         session_id = (await agent.response(1))["result"]["sessionId"]
         await agent.send({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {
-            "sessionId": session_id, "prompt": [{"type": "text", "text": "look"}]}})
+            "sessionId": session_id, "prompt": [{"type": "text", "text": "look at notes"}]}})
         methods: list[str] = []
         while True:  # answer the agent's permission requests ourselves (allow)
             message = await agent.read()
@@ -156,4 +156,12 @@ async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> 
                 break
         assert "session/request_permission" in methods and "_hopline/progress" in methods
         assert methods.count("session/update") >= 4
+        assert agent.process.stdin is not None and agent.process.stderr is not None
+        agent.process.stdin.close()
+        stderr = await asyncio.wait_for(agent.process.stderr.read(), TIMEOUT)
     validate_stdout(agent.lines)
+    # logs are JSON lines without session ids, paths, prompts or tool output
+    assert all(orjson.loads(line) for line in stderr.splitlines())
+    secrets = (session_id.encode(), str(workspace).encode(), b"ERROR one", b"notes.txt", b"look at notes")
+    for secret in secrets:
+        assert secret not in stderr
