@@ -231,3 +231,21 @@ def test_disk_error_falls_back_and_the_update_still_goes_out(make_store: StoreFa
                      "mediaType": TEXT_MEDIA_TYPE}
     assert "5000 bytes, truncated (disk_error)" in projected["content"][0]["content"]["text"]
     assert store.stats()["fallbacks"]["diskError"] == 1
+
+
+def test_sidecar_projector_plugs_into_the_daemon_hook(make_store: StoreFactory) -> None:
+    from hopline.daemon.projection import oversize_replacement
+    from hopline.daemon.sidecars import sidecar_projector
+
+    store = make_store()
+    budget = store.budget.replace(sse_max_event_bytes=512 * 1024)
+    projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
+    text = big_text(2 * MiB)
+    projected = projector("daemon-s", tool_update(text))
+    entry = projected["_meta"]["hopline.sidecar"][0]  # moved to a sidecar, not dropped by the SSE guard
+    assert "hopline.dropped" not in projected["_meta"]
+    stored = store.get("daemon-s", entry["id"])
+    assert stored is not None and store.read_bytes(stored) == text.encode()
+    # what a sidecar does not cover (a huge message chunk) is still guarded by the next projector
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "c" * MiB}}
+    assert "hopline.dropped" in projector("daemon-s", chunk)["_meta"]

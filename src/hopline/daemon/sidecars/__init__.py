@@ -13,6 +13,7 @@ from hopline.daemon.sidecars.projection import (
     preview_text,
     project_message,
     project_update,
+    sidecar_projector,
 )
 from hopline.daemon.sidecars.store import (
     FALLBACK_KEYS,
@@ -36,4 +37,5 @@ __all__ = [
     "preview_text",
     "project_message",
     "project_update",
+    "sidecar_projector",
 ]

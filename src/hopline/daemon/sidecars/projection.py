@@ -293,3 +293,19 @@ async def aproject_message(message: Any, session_id: str, store: SidecarStore, b
     if not needs_projection(message):
         return message
     return await asyncio.to_thread(project_message, message, session_id, store, budget)
+
+
+def sidecar_projector(store: SidecarStore, budget: Budget,
+                      then: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+                      ) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """The daemon's ``InboundProjector`` ``(session id, update) -> update`` backed by the store.
+
+    ``then`` runs on the projected update (e.g. the daemon's ``oversize_replacement(budget)``, which
+    still guards the SSE event limit for anything a sidecar does not cover).
+    """
+
+    def project(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+        projected: dict[str, Any] = project_update(update, session_id, store, budget)
+        return then(session_id, projected) if then is not None else projected
+
+    return project
