@@ -20,6 +20,7 @@ class SseCounter:
         self.marked = 0
         self.comments = 0
         self.names: dict[str, int] = {}
+        self.last_id: int | None = None
         self.first_byte_at: float | None = None
         self.last_marked_at: float | None = None
 
@@ -55,6 +56,12 @@ class SseCounter:
             self.comments += 1
             return
         self.events += 1
+        if buf.startswith(b"id:", start):
+            stop = buf.find(b"\n", start, end)
+            text = bytes(buf[start + 3:stop if stop != -1 else end]).strip()
+            if text.isdigit():
+                self.last_id = int(text)
+            start = stop + 1 if stop != -1 else end
         if buf.startswith(b"event:", start):
             stop = buf.find(b"\n", start, end)
             name = bytes(buf[start + 6:stop if stop != -1 else end]).strip().decode("utf-8", "replace")

@@ -7,6 +7,8 @@ it copies a pre-generated NDJSON file of ``session/update`` notifications (made 
 benchmark measures the relay, not the agent.
 
     python bench/stream_agent.py STREAM_FILE [SESSION_ID]
+
+A prompt whose text is ``stream PATH`` streams ``PATH`` instead of ``STREAM_FILE``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,11 @@ def main() -> int:
         elif method == "session/new":
             send({"jsonrpc": "2.0", "id": msg_id, "result": {"sessionId": session_id}})
         elif method == "session/prompt":
-            with open(stream_file, "rb") as source:
+            # A prompt "stream PATH" names another pre-generated file (one daemon, many streams).
+            blocks = (message.get("params") or {}).get("prompt") or [{}]
+            text = blocks[0].get("text", "") if isinstance(blocks[0], dict) else ""
+            path = text[len("stream "):] if text.startswith("stream ") else stream_file
+            with open(path, "rb") as source:
                 while True:
                     block = source.read(CHUNK)
                     if not block:

@@ -1,0 +1,72 @@
+"""The daemon app under uvicorn for the benchmarks, with the switches the daemon lacks.
+
+    python bench/daemon_server.py PORT DATA_DIR TOKEN [--no-observer] [--sidecars] -- AGENT_ARGV...
+
+It builds the same app as ``hopline serve`` (``hopline.daemon.app.create_daemon_app`` with the
+embedded gateway). Two switches exist only here, for A/B runs, without touching daemon code:
+
+* ``--no-observer``: every pipe tap gets no hooks (no stats, no histogram, no large-frame
+  observer), by substituting ``PipeInstruments.tap`` in this process only;
+* ``--sidecars``: the inbound projector runs ``project_update`` into a ``SidecarStore`` under
+  DATA_DIR/sidecars before the default oversize projection (until the daemon wires sidecars itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from hopline.budget import Budget
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("port", type=int)
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("token")
+    parser.add_argument("--no-observer", action="store_true")
+    parser.add_argument("--sidecars", action="store_true")
+    parser.add_argument("agent", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
+    budget = Budget.from_env()
+
+    from hopline.daemon import app as daemon_app
+    from hopline.daemon.logs import configure_daemon_logging
+    from hopline.daemon.projection import oversize_replacement
+
+    if args.no_observer:
+        from hopline.wire.hooks import PipeTap
+
+        def bare_tap(self: Any, direction: Any) -> PipeTap:
+            return PipeTap(direction)
+
+        daemon_app.PipeInstruments.tap = bare_tap  # type: ignore[method-assign]
+
+    projector = None
+    if args.sidecars:
+        from hopline.daemon.sidecars import SidecarStore, project_update
+
+        store = SidecarStore(args.data_dir / "sidecars", budget)
+        oversize = oversize_replacement(budget)
+
+        def projector(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+            return oversize(session_id, project_update(update, session_id, store, budget))
+
+    configure_daemon_logging()  # as `hopline serve`: large-frame records really get logged
+    args.data_dir.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {}
+    if projector is not None:
+        kwargs["projector"] = projector
+    app = daemon_app.create_daemon_app(budget, data_dir=args.data_dir, agent_cmd=agent,
+                                       server_token=args.token, internal_token=secrets.token_hex(16),
+                                       gateway_url=f"http://127.0.0.1:{args.port}", **kwargs)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()
