@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -195,7 +195,7 @@ class DaemonClient:
     # --- the event stream ---------------------------------------------------------------------
 
     async def events(self, session_id: str, *, last_event_id: int | None = None,
-                     max_queued: int | None = None) -> AsyncIterator[Event]:
+                     max_queued: int | None = None) -> AsyncGenerator[Event, None]:
         """Yield the session's events in id order; resume a dropped stream with ``Last-Event-ID``.
 
         Events with an id at or below the last one seen are skipped (a resume may repeat them).
@@ -248,7 +248,7 @@ class DaemonClient:
                 await asyncio.sleep(min(backoff * (2 ** (failures - 1)), backoff * 32))
 
     async def turn_events(self, session_id: str, prompt_id: str, *, last_event_id: int | None = 0,
-                          max_queued: int | None = None) -> AsyncIterator[Event]:
+                          max_queued: int | None = None) -> AsyncGenerator[Event, None]:
         """The session's events up to and including the end (complete or error) of ``prompt_id``.
 
         Starts from ``last_event_id`` (0: the session's first event), so nothing the turn emitted
@@ -261,7 +261,7 @@ class DaemonClient:
                 if event.is_turn_end and event.prompt_id == prompt_id:
                     return
         finally:
-            await stream.aclose()  # type: ignore[attr-defined]
+            await stream.aclose()
 
     # --- sidecars -----------------------------------------------------------------------------
 

@@ -1,0 +1,283 @@
+"""`hopline run "<prompt>"`: one prompt, streamed live from a daemon (SPEC C-2).
+
+Without ``--url`` it starts the embedded stack (``hopline serve`` on loopback with a fresh token).
+Tool permissions are auto-approved by default (the session is created with
+``permissionMode: "auto"``); ``--ask`` asks on the terminal for every permission request instead.
+``--json`` prints every event as one JSON line and ends with
+``{"type": "final", "text": ..., "stopReason": ...}``. A failed turn exits 1 and names its origin,
+hop and sizes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from hopline.cli._common import budget_or_exit
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from hopline.budget import Budget
+    from hopline.client import DaemonClient, Event
+    from hopline.client.turn import ToolCallView, TurnTracker
+
+EventHook = Callable[["Event", "TurnTracker", "ToolCallView | None"], Awaitable[None]]
+TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
+
+
+def _size(n: int) -> str:
+    from hopline.budget import format_size
+
+    return format_size(int(n))
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def progress_line(tracker: TurnTracker) -> str:
+    """The live progress line: iteration, estimate vs window, compactions, body vs ceiling, sidecars."""
+    p = tracker.progress
+    parts = [f"iteration {p.get('iteration', tracker.iterations)}/{p.get('maxIterations', '?')}"]
+    if p:
+        parts.append(f"estimate {_tokens(int(p.get('estimateTokens') or 0))} / "
+                     f"{_tokens(int(p.get('effectiveWindowTokens') or 0))} tokens")
+    triggers = sorted({str(c.get("trigger")) for c in tracker.compactions})
+    shown = f" ({', '.join(triggers)})" if triggers else ""
+    parts.append(f"compactions {len(tracker.compactions)}{shown}")
+    if tracker.ceiling_bytes:
+        parts.append(f"largest body {_size(tracker.max_body_bytes)} / {_size(tracker.ceiling_bytes)} ceiling")
+    refs = tracker.sidecar_refs()
+    if refs:
+        parts.append(f"sidecars {len(refs)} ({_size(sum(r.bytes for r in refs))} off the wire)")
+    return " │ ".join(parts)
+
+
+def tool_line(view: ToolCallView) -> str:
+    mark = {"completed": "✓", "failed": "✗", "in_progress": "…", "pending": "·"}.get(view.status, "·")
+    line = f"{mark} {view.title or view.call_id} [{view.status}]"
+    for ref in view.sidecars:
+        if ref.truncated:
+            line += f" — {ref.field}: {_size(ref.bytes)}, truncated ({ref.reason})"
+        else:
+            line += f" — {ref.field}: {_size(ref.bytes)} in sidecar {str(ref.sha256)[:12]}"
+    if view.preview:
+        line += f"\n    {view.preview[:100]}"
+    return line
+
+
+def compaction_line(record: dict[str, Any], number: int) -> str:
+    return (f"⟲ compaction {number} (trigger {record.get('trigger')}): replaced "
+            f"{record.get('messagesReplaced')} messages / {_size(int(record.get('bytesReplaced') or 0))}, "
+            f"body {_size(int(record.get('bytesBefore') or 0))} → {_size(int(record.get('bytesAfter') or 0))}"
+            f", summarizer {record.get('summarizer')}")
+
+
+class LiveView:
+    """Rich rendering of a turn: a scrolling log of tool calls and compactions above a live
+    progress line; the agent's text is flushed into the log as it arrives."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.live import Live
+
+        self.console = console
+        self._pending_text: list[str] = []
+        self._tracker: TurnTracker | None = None
+        self.live = Live(self._render(), console=console, auto_refresh=False, transient=False)
+
+    def _render(self) -> RenderableType:
+        from rich.text import Text
+
+        if self._tracker is None:
+            return Text("starting…", style="dim")
+        return Text(progress_line(self._tracker), style="bold cyan")
+
+    def __enter__(self) -> LiveView:
+        self.live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush_text()
+        self.live.refresh()
+        self.live.stop()
+        if not self.console.is_terminal:
+            self.console.line()  # the last render ends without a newline off a terminal
+
+    def flush_text(self) -> None:
+        text = "".join(self._pending_text).strip()
+        self._pending_text.clear()
+        if text:
+            self.console.print(f"[green]agent[/]: {_escape(text)}", highlight=False)
+
+    async def on_event(self, event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
+        from hopline.client.events import COMPACTION
+
+        self._tracker = tracker
+        if event.update_kind == "agent_message_chunk":
+            self._pending_text.append(event.message_text())
+            return
+        self.flush_text()
+        if changed is not None and changed.status in ("completed", "failed"):
+            self.console.print(_escape(tool_line(changed)), highlight=False)
+        elif event.type == COMPACTION:
+            line = compaction_line(tracker.compactions[-1], len(tracker.compactions))
+            self.console.print(f"[yellow]{_escape(line)}[/]", highlight=False)
+        elif event.synthetic and event.type not in ("replay_complete",):
+            self.console.print(f"[magenta]{event.type}[/] {_escape(str(event.data)[:200])}", highlight=False)
+        self.live.update(self._render(), refresh=True)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+async def drive_turn(client: DaemonClient, session_id: str, text: str, *, on_event: EventHook,
+                     ask: Callable[[dict[str, Any]], str | None] | None = None) -> TurnTracker:
+    """Prompt the session and fold its events until the turn ends; answer permission requests
+    with ``ask`` (or the first allow option when ``ask`` is None)."""
+    from hopline.client.turn import TurnTracker
+
+    prompt_id = await client.prompt(session_id, text)
+    tracker = TurnTracker(prompt_id)
+    # From event 0: the daemon journals every event, so nothing emitted before we subscribe is lost.
+    async with aclosing(client.turn_events(session_id, prompt_id, last_event_id=0)) as stream:
+        async for event in stream:
+            changed = tracker.apply(event)
+            await on_event(event, tracker, changed)
+            if event.type == "permission_request" and tracker.mine(event):
+                option = (ask or _first_allow)(event.data)
+                if option is not None:
+                    await client.answer_permission(session_id, str(event.data.get("requestId")), option)
+    return tracker
+
+
+def _first_allow(request: dict[str, Any]) -> str | None:
+    options = [o for o in request.get("options") or [] if isinstance(o, dict)]
+    for option in options:
+        if str(option.get("kind", "")).startswith("allow"):
+            return str(option.get("optionId"))
+    return str(options[0].get("optionId")) if options else None
+
+
+def _ask_terminal(request: dict[str, Any]) -> str | None:
+    from rich.prompt import Prompt
+
+    options = [o for o in request.get("options") or [] if isinstance(o, dict)]
+    if not options:
+        return None
+    title = (request.get("toolCall") or {}).get("title", "a tool call")
+    choices = [str(o.get("optionId")) for o in options]
+    labels = ", ".join(f"{o.get('optionId')}={o.get('name', o.get('kind'))}" for o in options)
+    return Prompt.ask(f"permission for {title} ({labels})", choices=choices, default=_first_allow(request))
+
+
+def _json_line(obj: Any) -> None:
+    import orjson
+
+    sys.stdout.write(orjson.dumps(obj).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str | None, cwd: str | None,
+                     profile: str | None, as_json: bool, ask: bool,
+                     scripted: dict[str, Any] | None) -> int:
+    from rich.console import Console
+
+    from hopline.client import DaemonClient
+    from hopline.embedded import embedded_stack
+
+    console = Console(stderr=as_json, highlight=False)
+
+    async def session(client: DaemonClient) -> int:
+        session_id = await client.create_session(cwd=cwd, profile=profile,
+                                                 permission_mode="ask" if ask else "auto",
+                                                 scripted=scripted)
+        if as_json:
+            async def emit(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
+                _json_line(event.to_json())
+
+            tracker = await drive_turn(client, session_id, prompt, on_event=emit)
+            final: dict[str, Any] = {"type": "final", "text": tracker.final_text,
+                                     "stopReason": tracker.stop_reason}
+            if tracker.error is not None:
+                final["error"] = tracker.error
+            _json_line(final)
+        else:
+            with LiveView(console) as view:
+                tracker = await drive_turn(client, session_id, prompt, on_event=view.on_event,
+                                           ask=_ask_terminal if ask else None)
+            if tracker.failed:
+                console.print(f"[bold red]{_escape(tracker.error_summary())}[/]")
+            else:
+                from rich.panel import Panel
+
+                console.print(Panel(_escape(tracker.final_text.strip() or "(no text)"),
+                                    title=f"final answer · {tracker.stop_reason}", expand=False))
+        return 1 if tracker.failed else 0
+
+    if url is not None:
+        async with DaemonClient(url, token, budget=budget) as client:
+            return await session(client)
+    if not as_json:
+        console.print("[dim]starting the embedded stack (hopline serve on 127.0.0.1)…[/]")
+    async with embedded_stack() as stack, DaemonClient(stack.url, stack.token, budget=budget) as client:
+        return await session(client)
+
+
+def parse_scripted(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    import orjson
+
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise typer.BadParameter(f"--scripted must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("--scripted must be a JSON object")
+    return value
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def run(
+        prompt: str = typer.Argument(..., help="The prompt for the agent."),
+        cwd: str = typer.Option(None, "--cwd", help="Workspace directory (default: the current one)."),
+        url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        profile: str = typer.Option(None, "--profile", help="Agent profile (dev, qa_automation, ...)."),
+        as_json: bool = typer.Option(False, "--json", help="Print events as JSON lines, then the final."),
+        ask: bool = typer.Option(False, "--ask", help="Ask before each tool permission (default: auto)."),
+        scripted: str = typer.Option(None, "--scripted",
+                                     help='Hints for the scripted model, a JSON object: {"iterations": 4}.'),
+    ) -> None:
+        """Send one prompt and stream the session live (starts the embedded stack without --url)."""
+        import asyncio
+
+        from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
+        from hopline.embedded import EmbeddedStackError
+
+        budget = budget_or_exit()
+        if as_json and ask:
+            raise typer.BadParameter("--ask needs the terminal; it cannot be combined with --json")
+        hints = parse_scripted(scripted)
+        workspace = os.path.abspath(cwd or os.getcwd())
+        if url is not None and token is None:
+            token = os.environ.get(TOKEN_ENV)
+        try:
+            code = asyncio.run(run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
+                                          profile=profile, as_json=as_json, ask=ask, scripted=hints))
+        except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
+            print(f"hopline run: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        raise typer.Exit(code)

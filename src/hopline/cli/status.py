@@ -1,0 +1,146 @@
+"""`hopline status`: a running daemon's ``GET /daemon/status`` as tables (SPEC C-2, O-1)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from hopline.cli._common import budget_or_exit
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
+URL_ENV = "HOPLINE_URL"
+
+
+def _size(value: Any) -> str:
+    from hopline.budget import format_size
+
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "-" if value is None else str(value)
+    return f"{value} ({format_size(value)})" if value >= 1024 else str(value)
+
+
+def _kv_table(title: str, rows: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in rows.items():
+        shown = _size(value) if "ytes" in key or key == "bytes" else _plain(value)
+        table.add_row(key, shown)
+    return table
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, dict | list):
+        import orjson
+
+        return orjson.dumps(value).decode()[:200]
+    return str(value)
+
+
+def print_status(console: Console, status: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    sessions = status.get("sessions")
+    if isinstance(sessions, dict):
+        console.print(_kv_table("sessions", sessions))
+    elif isinstance(sessions, list):
+        table = Table(title=f"sessions ({len(sessions)})", title_justify="left")
+        keys: list[str] = []
+        for s in sessions:
+            for k in s if isinstance(s, dict) else ():
+                if k not in keys and k not in ("id", "sessionId", "cwd"):  # ids and paths stay out
+                    keys.append(k)
+        for k in keys:
+            table.add_column(k)
+        for s in sessions:
+            if isinstance(s, dict):
+                table.add_row(*(_plain(s.get(k, "")) for k in keys))
+        console.print(table)
+    else:
+        console.print(f"sessions: {sessions}")
+
+    pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
+    table = Table(title="ACP pipe (inbound = agent → daemon, outbound = daemon → agent)",
+                  title_justify="left")
+    for column in ("direction", "count", "totalBytes", "maxBytes"):
+        table.add_column(column, justify="right" if column != "direction" else "left")
+    for direction in ("inbound", "outbound"):
+        d = pipe.get(direction) or {}
+        table.add_row(direction, str(d.get("count", 0)), _size(d.get("totalBytes", 0)),
+                      _size(d.get("maxBytes", 0)))
+    console.print(table)
+
+    other: dict[str, Any] = {}
+    for key in ("largeFrames", "sidecars", "sse"):
+        value = status.get(key)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                other[f"{key}.{k}"] = v
+    if "framesDropped" in status:
+        other["framesDropped"] = status["framesDropped"]
+    if other:
+        console.print(_kv_table("large frames, sidecars, SSE", other))
+
+    budget = status.get("budget") or {}
+    ceilings = budget.get("ceilings") or []
+    if ceilings:
+        table = Table(title="budget (hopline limits)", title_justify="left")
+        for column in ("hop", "ceiling", "value", "source"):
+            table.add_column(column)
+        narrowest = budget.get("narrowestRequestCeiling")
+        for c in ceilings:
+            value = _size(c["bytes"]) if "bytes" in c else f"{c.get('value')} {c.get('unit', '')}"
+            name = str(c.get("name"))
+            if name == narrowest:
+                name += " (narrowest request ceiling)"
+            table.add_row(str(c.get("hop")), name, value, str(c.get("source", "")))
+        console.print(table)
+    for kind, style in (("errors", "bold red"), ("warnings", "yellow")):
+        for finding in budget.get(kind) or []:
+            console.print(f"[{style}]{kind[:-1]}[/] {finding.get('rule')}: {finding.get('message')}",
+                          highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def status(
+        url: str = typer.Option(None, "--url", help=f"The daemon's URL (default: ${URL_ENV})."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        as_json: bool = typer.Option(False, "--json", help="Print the status object as JSON."),
+    ) -> None:
+        """Show a running daemon's sessions, pipe stats, large frames, sidecars and budget."""
+        import asyncio
+
+        import httpx
+        import orjson
+        from rich.console import Console
+
+        from hopline.client import DaemonClient, DaemonError
+
+        budget = budget_or_exit()
+        target = url or os.environ.get(URL_ENV)
+        if not target:
+            print(f"hopline status: give --url or set {URL_ENV}", file=sys.stderr)
+            raise typer.Exit(2)
+
+        async def fetch() -> dict[str, Any]:
+            async with DaemonClient(target, token or os.environ.get(TOKEN_ENV), budget=budget) as client:
+                return await client.status()
+
+        try:
+            result = asyncio.run(fetch())
+        except (DaemonError, httpx.HTTPError) as exc:
+            print(f"hopline status: {type(exc).__name__}: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        if as_json:
+            typer.echo(orjson.dumps(result).decode())
+        else:
+            print_status(Console(width=160), result)

@@ -1,0 +1,176 @@
+"""``TurnTracker``: the state of one prompt's turn, folded from its events (pure, no I/O).
+
+``hopline run`` and ``hopline demo`` render it; tests assert on it. It keeps the agent's text, each
+tool call with its status and sidecars, the latest progress numbers, the compactions, the largest
+llm-turn body seen against its ceiling, and how the turn ended.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hopline.client.events import (
+    COMPACTION,
+    PERMISSION_REQUEST,
+    PROGRESS,
+    SESSION_UPDATE,
+    TURN_COMPLETE,
+    TURN_ERROR,
+    Event,
+    SidecarRef,
+    content_text,
+)
+
+# How much of a tool output the tracker keeps for a preview line (the wire already holds only a
+# preview when the output went to a sidecar; this is a display bound, not a transport ceiling).
+PREVIEW_CHARS = 160
+
+
+@dataclasses.dataclass
+class ToolCallView:
+    call_id: str
+    title: str = ""
+    kind: str = "other"
+    status: str = "pending"
+    output_chars: int = 0
+    preview: str = ""
+    sidecars: list[SidecarRef] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class TurnTracker:
+    prompt_id: str | None = None
+    text_parts: list[str] = dataclasses.field(default_factory=list)
+    # The agent's messages: chunks separated by any other update start a new message.
+    messages: list[str] = dataclasses.field(default_factory=list)
+    _in_message: bool = False
+    tool_calls: dict[str, ToolCallView] = dataclasses.field(default_factory=dict)
+    plan: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    progress: dict[str, Any] = dataclasses.field(default_factory=dict)
+    compactions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    max_body_bytes: int = 0
+    ceiling_bytes: int = 0
+    iterations: int = 0
+    stop_reason: str | None = None
+    turn: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    permission_requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    synthetic: list[Event] = dataclasses.field(default_factory=list)
+    events_seen: int = 0
+    sse_bytes: int = 0
+
+    @property
+    def text(self) -> str:
+        """Everything the agent said in this turn."""
+        return "".join(self.text_parts)
+
+    @property
+    def final_text(self) -> str:
+        """The final answer: the agent's last message of the turn."""
+        return self.messages[-1] if self.messages else ""
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None or self.error is not None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def sidecar_refs(self) -> list[SidecarRef]:
+        return [ref for call in self.tool_calls.values() for ref in call.sidecars]
+
+    def mine(self, event: Event) -> bool:
+        """True when ``event`` belongs to this turn (or carries no prompt id at all)."""
+        return self.prompt_id is None or event.prompt_id in (None, self.prompt_id)
+
+    def apply(self, event: Event) -> ToolCallView | None:
+        """Fold one event in; returns the tool call it changed, if any."""
+        if event.synthetic:
+            self.synthetic.append(event)
+            return None
+        if not self.mine(event):
+            return None
+        self.events_seen += 1
+        self.sse_bytes += event.size
+        if event.type != SESSION_UPDATE:
+            self._in_message = False
+        if event.type == SESSION_UPDATE:
+            return self._apply_update(event)
+        if event.type == PROGRESS:
+            progress = event.data.get("progress") or {}
+            self.progress = dict(progress)
+            self.iterations = max(self.iterations, int(progress.get("iteration") or 0))
+            self.max_body_bytes = max(self.max_body_bytes, int(progress.get("bodyBytes") or 0))
+            self.ceiling_bytes = int(progress.get("ceilingBytes") or self.ceiling_bytes)
+        elif event.type == COMPACTION:
+            self.compactions.append(dict(event.data.get("compaction") or {}))
+        elif event.type == TURN_COMPLETE:
+            self.stop_reason = str(event.data.get("stopReason") or "end_turn")
+            turn = event.data.get("turn")
+            if isinstance(turn, dict):
+                self.turn = turn
+                self.iterations = max(self.iterations, int(turn.get("iterations") or 0))
+                self.max_body_bytes = max(self.max_body_bytes, int(turn.get("maxBodyBytes") or 0))
+                self.ceiling_bytes = int(turn.get("ceilingBytes") or self.ceiling_bytes)
+        elif event.type == TURN_ERROR:
+            self.error = dict(event.data)
+        elif event.type == PERMISSION_REQUEST:
+            self.permission_requests.append(dict(event.data))
+        return None
+
+    def _apply_update(self, event: Event) -> ToolCallView | None:
+        update = event.update
+        kind = event.update_kind
+        if kind == "agent_message_chunk":
+            chunk = event.message_text()
+            self.text_parts.append(chunk)
+            if self._in_message:
+                self.messages[-1] += chunk
+            else:
+                self.messages.append(chunk)
+                self._in_message = True
+            return None
+        self._in_message = False
+        if kind == "plan":
+            entries = update.get("entries")
+            self.plan = list(entries) if isinstance(entries, list) else []
+            return None
+        if kind not in ("tool_call", "tool_call_update"):
+            return None
+        call_id = str(update.get("toolCallId") or "")
+        view = self.tool_calls.get(call_id)
+        if view is None:
+            view = self.tool_calls[call_id] = ToolCallView(call_id)
+        if update.get("title"):
+            view.title = str(update["title"])
+        if update.get("kind"):
+            view.kind = str(update["kind"])
+        if update.get("status"):
+            view.status = str(update["status"])
+        output = content_text(update.get("content"))
+        raw = update.get("rawOutput")
+        if not output and isinstance(raw, str):
+            output = raw
+        if output:
+            view.output_chars = len(output)
+            view.preview = " ".join(output[:PREVIEW_CHARS].split())
+        sidecars = event.sidecars()
+        if sidecars:
+            view.sidecars = sidecars
+        return view
+
+    def error_summary(self) -> str:
+        """One line naming the origin, the hop and the sizes of a failed turn."""
+        if self.error is None:
+            return ""
+        e = self.error
+        parts = [f"turn failed: origin {e.get('origin', '?')}"]
+        if e.get("hop"):
+            parts.append(f"hop {e['hop']}")
+        if e.get("observedBytes") is not None:
+            parts.append(f"body {e['observedBytes']} bytes")
+        if e.get("limitBytes") is not None:
+            parts.append(f"limit {e['limitBytes']} bytes")
+        return ", ".join(parts) + f": {e.get('message', '')}"

@@ -1,0 +1,135 @@
+"""The embedded stack for ``hopline run`` and ``hopline demo``: ``hopline serve`` as a child process.
+
+The daemon (with its gateway and the offline scripted model) runs as ``python -m hopline serve`` on
+127.0.0.1 with a free port, a fresh random bearer token and a private data directory. A subprocess
+(rather than in-process uvicorn) keeps the stack's environment separate: ``hopline demo --naive``
+hands it the seed's old gateway limit without touching this process's budget. :func:`embedded_stack`
+waits until ``/health`` answers, and stops the child (SIGTERM, then SIGKILL) on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger("hopline.embedded")
+
+SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
+DATA_DIR_ENV = "HOPLINE_DATA_DIR"
+# --- FALLBACKS (not byte ceilings; the coordinator may move them to the budget): how long the
+# embedded daemon may take to answer /health, and to exit after SIGTERM.
+FALLBACK_STARTUP_TIMEOUT_SECONDS = 30.0
+FALLBACK_STOP_TIMEOUT_SECONDS = 10.0
+_POLL_SECONDS = 0.05
+_STDERR_TAIL_CHARS = 4000
+
+
+class EmbeddedStackError(RuntimeError):
+    """The embedded daemon did not start; the message carries the tail of its stderr."""
+
+
+@dataclasses.dataclass
+class EmbeddedStack:
+    url: str
+    token: str
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+    stderr_path: Path
+
+    def stderr_tail(self) -> str:
+        try:
+            text = self.stderr_path.read_text("utf-8", "replace")
+        except OSError:
+            return ""
+        return text[-_STDERR_TAIL_CHARS:]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def serve_command(host: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", str(port)]
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
+                         startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS
+                         ) -> AsyncIterator[EmbeddedStack]:
+    """Start ``hopline serve`` on loopback, yield its URL and token, stop it on exit.
+
+    ``env`` adds to (or overrides) the child's environment, e.g. ``API_JSON_BODY_LIMIT`` for the
+    naive demo. The data directory is temporary (removed afterwards) unless ``data_dir`` is given.
+    """
+    owned_dir = data_dir is None
+    root = Path(tempfile.mkdtemp(prefix="hopline-embedded-")) if data_dir is None else Path(data_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    host = "127.0.0.1"
+    port = free_port(host)
+    child_env = dict(os.environ)
+    child_env.update(env or {})
+    child_env[SERVER_TOKEN_ENV] = token
+    child_env[DATA_DIR_ENV] = str(root / "data")
+    stderr_path = root / "serve.stderr.log"
+    with open(stderr_path, "wb") as stderr_file:
+        process = subprocess.Popen(serve_command(host, port), env=child_env, stdin=subprocess.DEVNULL,
+                                   stdout=stderr_file, stderr=stderr_file, start_new_session=True)
+    stack = EmbeddedStack(f"http://{host}:{port}", token, root, process, stderr_path)
+    try:
+        await _wait_healthy(stack, startup_timeout)
+        yield stack
+    finally:
+        await asyncio.to_thread(stop_process, process)
+        if owned_dir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+async def _wait_healthy(stack: EmbeddedStack, timeout: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as http:
+        while True:
+            if stack.process.poll() is not None:
+                raise EmbeddedStackError(f"hopline serve exited with code {stack.process.returncode} "
+                                         f"before it was ready:\n{stack.stderr_tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                response = await http.get(stack.url + "/health")
+                if response.status_code == 200:
+                    return
+            if loop.time() > deadline:
+                raise EmbeddedStackError(f"hopline serve did not answer /health within {timeout:.0f} s:\n"
+                                         f"{stack.stderr_tail()}")
+            await asyncio.sleep(_POLL_SECONDS)
+
+
+def stop_process(process: subprocess.Popen[bytes],
+                 timeout: float = FALLBACK_STOP_TIMEOUT_SECONDS) -> None:
+    """SIGTERM the child's process group (the daemon and its agent children), then SIGKILL."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout)
