@@ -248,6 +248,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SIDECAR_MAX_STORE_BYTES", "the whole sidecar store"),
     Ceiling("sidecar_ttl_seconds", HOP_SIDECARS, Unit.SECONDS, 24 * 3600.0,
             "HOPLINE_SIDECAR_TTL_SECONDS", "sidecar time to live", minimum=1),
+    Ceiling("sidecar_reap_interval_seconds", HOP_SIDECARS, Unit.SECONDS, 60.0,
+            "HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS", "how often expired sidecars are reaped",
+            minimum=0.01),
 )
 
 CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
@@ -306,6 +309,7 @@ class Budget:
     sidecar_max_session_bytes: int
     sidecar_max_store_bytes: int
     sidecar_ttl_seconds: float
+    sidecar_reap_interval_seconds: float
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
