@@ -77,6 +77,9 @@ async def test_seed_scenario_gate_60_iterations_never_passes_the_ceiling(sample:
     assert len(rec.of(IterationProgress)) == 60
     assert len(rec.of(ToolCallStarted)) == len(finished) > 0
     assert [e.record for e in rec.of(Compacted)] == result.compactions
+    # sizing is incremental: the encoder saw far fewer bytes than the bodies sent (each message about
+    # once, plus re-syncs after compactions), where a per-send re-encode would equal their sum
+    assert loop.sizer.encoded_bytes < sum(model.sizes) / 4
     loop.close()
 
 
