@@ -4,6 +4,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from hopline.budget import Budget, KiB, MiB
@@ -77,9 +78,12 @@ async def test_seed_scenario_gate_60_iterations_never_passes_the_ceiling(sample:
     assert len(rec.of(IterationProgress)) == 60
     assert len(rec.of(ToolCallStarted)) == len(finished) > 0
     assert [e.record for e in rec.of(Compacted)] == result.compactions
-    # sizing is incremental: the encoder saw far fewer bytes than the bodies sent (each message about
-    # once, plus re-syncs after compactions), where a per-send re-encode would equal their sum
-    assert loop.sizer.encoded_bytes < sum(model.sizes) / 4
+    # sizing is incremental, counted: the encoder saw every distinct message of the history about
+    # once (twice for tool calls, whose JSON is measured on its own), not once per send
+    distinct = {id(m): m for request in model.requests for m in request.messages}
+    history = sum(len(orjson.dumps(m)) for m in distinct.values())
+    assert loop.sizer.encoded_bytes <= 2 * history
+    assert loop.sizer.encoded_bytes < sum(model.sizes) / 2  # what re-encoding every send would cost
     loop.close()
 
 
