@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
@@ -49,6 +50,13 @@ class EmbeddedStack:
     data_dir: Path
     process: subprocess.Popen[bytes]
     stderr_path: Path
+    owns_data_dir: bool = True
+
+    def stop(self) -> None:
+        """Stop the daemon (and its agent children); remove a temporary data directory."""
+        stop_process(self.process)
+        if self.owns_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def stderr_tail(self) -> str:
         try:
@@ -69,14 +77,13 @@ def serve_command(host: str, port: int) -> list[str]:
     return [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", str(port)]
 
 
-@contextlib.asynccontextmanager
-async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
-                         startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS
-                         ) -> AsyncIterator[EmbeddedStack]:
-    """Start ``hopline serve`` on loopback, yield its URL and token, stop it on exit.
+def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
+                   startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS) -> EmbeddedStack:
+    """Start ``hopline serve`` on loopback and wait until ``/health`` answers (blocking).
 
     ``env`` adds to (or overrides) the child's environment, e.g. ``API_JSON_BODY_LIMIT`` for the
-    naive demo. The data directory is temporary (removed afterwards) unless ``data_dir`` is given.
+    naive demo. The data directory is temporary (removed by :meth:`EmbeddedStack.stop`) unless
+    ``data_dir`` is given.
     """
     owned_dir = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="hopline-embedded-")) if data_dir is None else Path(data_dir)
@@ -92,32 +99,43 @@ async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path
     with open(stderr_path, "wb") as stderr_file:
         process = subprocess.Popen(serve_command(host, port), env=child_env, stdin=subprocess.DEVNULL,
                                    stdout=stderr_file, stderr=stderr_file, start_new_session=True)
-    stack = EmbeddedStack(f"http://{host}:{port}", token, root, process, stderr_path)
+    stack = EmbeddedStack(f"http://{host}:{port}", token, root, process, stderr_path, owned_dir)
     try:
-        await _wait_healthy(stack, startup_timeout)
+        _wait_healthy(stack, startup_timeout)
+    except BaseException:
+        stack.stop()
+        raise
+    return stack
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
+                         startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS
+                         ) -> AsyncIterator[EmbeddedStack]:
+    """:func:`start_embedded` as an async context manager: the stack is stopped on exit."""
+    stack = await asyncio.to_thread(start_embedded, env=env, data_dir=data_dir,
+                                    startup_timeout=startup_timeout)
+    try:
         yield stack
     finally:
-        await asyncio.to_thread(stop_process, process)
-        if owned_dir:
-            shutil.rmtree(root, ignore_errors=True)
+        await asyncio.to_thread(stack.stop)
 
 
-async def _wait_healthy(stack: EmbeddedStack, timeout: float) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    async with httpx.AsyncClient(timeout=httpx.Timeout(2.0)) as http:
+def _wait_healthy(stack: EmbeddedStack, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=httpx.Timeout(2.0)) as http:
         while True:
             if stack.process.poll() is not None:
                 raise EmbeddedStackError(f"hopline serve exited with code {stack.process.returncode} "
                                          f"before it was ready:\n{stack.stderr_tail()}")
             with contextlib.suppress(httpx.HTTPError):
-                response = await http.get(stack.url + "/health")
+                response = http.get(stack.url + "/health")
                 if response.status_code == 200:
                     return
-            if loop.time() > deadline:
+            if time.monotonic() > deadline:
                 raise EmbeddedStackError(f"hopline serve did not answer /health within {timeout:.0f} s:\n"
                                          f"{stack.stderr_tail()}")
-            await asyncio.sleep(_POLL_SECONDS)
+            time.sleep(_POLL_SECONDS)
 
 
 def stop_process(process: subprocess.Popen[bytes],

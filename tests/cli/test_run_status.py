@@ -1,0 +1,66 @@
+"""`hopline run` and `hopline status` as a user runs them, against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hopline.embedded import EmbeddedStack
+
+from .conftest import run_cli, run_in_pty
+
+SCRIPT = '{"iterations": 3, "toolsPerIteration": 2}'
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+def test_run_json_starts_the_embedded_stack_and_ends_with_the_final(workspace: Path) -> None:
+    result = run_cli(["run", "review the test logs", "--json", "--scripted", SCRIPT, "--profile",
+                      "qa_automation"], cwd=workspace)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    final = lines[-1]
+    assert final["type"] == "final" and final["stopReason"] == "end_turn"
+    assert final["text"].startswith("Done after 3 tool iterations")
+    events = lines[:-1]
+    ids = [e["id"] for e in events if e["id"] is not None]
+    assert ids == sorted(set(ids))
+    assert events[-1]["type"] == "turn_complete"
+    assert {"session_update", "progress", "turn_complete"} <= {e["type"] for e in events}
+    updates = [e["data"]["update"] for e in events if e["type"] == "session_update"]
+    texts = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+    assert texts[-1] == final["text"]
+
+
+def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedStack,
+                                                               workspace: Path) -> None:
+    code, output = run_in_pty(["run", "review the test logs", "--url", daemon.url, "--scripted", SCRIPT],
+                              cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token})
+    text = ANSI.sub("", output)
+    assert code == 0, text[-3000:]
+    assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens │ compactions 0", text)
+    assert re.search(r"largest body [\d.]+ KiB / 8 MiB ceiling", text)
+    assert "✓ Read " in text or "✓ Run " in text
+    assert "final answer · end_turn" in text
+    assert "Done after 3 tool iterations" in text
+
+
+def test_run_without_a_token_is_refused_with_the_hop(daemon: EmbeddedStack, workspace: Path) -> None:
+    result = run_cli(["run", "hi", "--url", daemon.url, "--token", "wrong"], cwd=workspace)
+    assert result.returncode == 2
+    assert "daemon.api" in result.stderr and "401" in result.stderr
+
+
+def test_status_json_and_tables(daemon: EmbeddedStack) -> None:
+    env = {"HOPLINE_SERVER_TOKEN": daemon.token}
+    result = run_cli(["status", "--url", daemon.url, "--json"], env=env)
+    assert result.returncode == 0, result.stderr
+    status = json.loads(result.stdout)
+    assert set(status["runtime"]["perf"]["pipe"]) == {"inbound", "outbound"}
+    tables = run_cli(["status", "--url", daemon.url], env=env)
+    assert tables.returncode == 0, tables.stderr
+    for title in ("ACP pipe", "inbound", "outbound", "largeFrames.logged", "budget (hopline limits)",
+                  "API_JSON_BODY_LIMIT", "10485760 (10 MiB)"):
+        assert title in tables.stdout
+    refused = run_cli(["status", "--url", daemon.url, "--token", "wrong"])
+    assert refused.returncode == 1 and "401" in refused.stderr

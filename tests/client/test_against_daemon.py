@@ -1,0 +1,74 @@
+"""The SDK against a real daemon (`hopline serve` with its agent children and scripted model)."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from pathlib import Path
+
+from hopline.budget import Budget
+from hopline.client import DaemonClient, DaemonError, Event
+from hopline.client.turn import TurnTracker
+from hopline.embedded import EmbeddedStack
+
+SCRIPT = {"iterations": 3, "toolsPerIteration": 2}
+
+
+async def _turn(client: DaemonClient, session_id: str, text: str) -> tuple[str, list[Event]]:
+    prompt_id = await client.prompt(session_id, text)
+    events: list[Event] = []
+    async with aclosing(client.turn_events(session_id, prompt_id)) as stream:
+        async for event in stream:
+            events.append(event)
+    return prompt_id, events
+
+
+async def test_turn_events_in_order_end_to_end(daemon: EmbeddedStack, workspace: Path) -> None:
+    async with DaemonClient(daemon.url, daemon.token, budget=Budget.defaults()) as client:
+        session_id = await client.create_session(cwd=str(workspace), profile="qa_automation",
+                                                 permission_mode="auto", scripted=SCRIPT)
+        prompt_id, events = await _turn(client, session_id, "review the test logs")
+        journaled = [e for e in events if not e.synthetic]
+        ids = [e.id for e in journaled]
+        assert ids == list(range(ids[0], ids[0] + len(ids)))  # contiguous, in order, no duplicate
+        assert journaled[-1].type == "turn_complete" and journaled[-1].prompt_id == prompt_id
+        tracker = TurnTracker(prompt_id)
+        for event in events:
+            tracker.apply(event)
+        assert tracker.stop_reason == "end_turn"
+        assert tracker.iterations >= 3 and tracker.progress["maxIterations"] == 60
+        assert any(c.status == "completed" for c in tracker.tool_calls.values())
+        assert tracker.final_text
+
+        # Resume from the middle: exactly the rest, no loss, no duplicate.
+        middle = ids[len(ids) // 2]
+        rest: list[int | None] = []
+        async with aclosing(client.events(session_id, last_event_id=middle)) as stream:
+            async for event in stream:
+                if event.type == "replay_complete":
+                    break
+                rest.append(event.id)
+        assert rest == [i for i in ids if i > middle]
+
+        page = await client.transcript(session_id)
+        assert [e["id"] for e in page.events][: len(ids)] == ids
+        status = await client.status()
+        assert status["runtime"]["perf"]["pipe"]["inbound"]["count"] > 0
+        await client.delete_session(session_id)
+
+
+async def test_api_errors_name_the_hop_and_never_the_session_id(daemon: EmbeddedStack) -> None:
+    async with DaemonClient(daemon.url, daemon.token, budget=Budget.defaults()) as client:
+        try:
+            await client.prompt("no-such-session-42", "hi")
+        except DaemonError as exc:
+            assert exc.status == 404
+            assert "no-such-session-42" not in str(exc)
+        else:
+            raise AssertionError("expected a 404")
+    async with DaemonClient(daemon.url, "wrong-token", budget=Budget.defaults()) as client:
+        try:
+            await client.status()
+        except DaemonError as exc:
+            assert exc.status == 401
+        else:
+            raise AssertionError("expected a 401")
