@@ -110,11 +110,16 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         self.stats.requests += 1
+        self.stats.last_consumed_bytes = 0
         declared = content_length(scope)
         if declared is not None and declared > self.limit:
-            self._record(0, refused=True)
+            self.stats.refused += 1
+            # The app never sees the body. Up to twice the limit, the server discards the rest of it
+            # (never buffered) so the client reads the 413 instead of a reset; beyond that the
+            # connection is closed at once, which a client still uploading sees as a reset.
+            close = _CLOSE if declared > 2 * self.limit else None
             await send_json(send, 413, too_large_error(self.hop, self.limit, observed=declared),
-                            extra_headers=_CLOSE)
+                            extra_headers=close)
             return
 
         consumed = 0
@@ -126,7 +131,8 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 size = len(message.get("body", b""))
                 consumed += size
-                self.stats.max_message_bytes = max(self.stats.max_message_bytes, size)
+                # Recorded as it is read, so the numbers are current before any response is sent.
+                self._record(consumed, size)
                 if consumed > self.limit:
                     raise BodyTooLarge(self.limit, consumed)
             return message
@@ -141,17 +147,15 @@ class BodyLimitMiddleware:
             await self.app(scope, limited_receive, tracked_send)
         except BaseException as exc:
             too_large = _find_too_large(exc)
+            if too_large is not None:
+                self.stats.refused += 1
             if too_large is None or started:
-                self._record(consumed, refused=too_large is not None)
                 raise
-            self._record(consumed, refused=True)
             await send_json(send, 413, too_large_error(self.hop, self.limit, received=too_large.received),
                             extra_headers=_CLOSE)
             return
-        self._record(consumed, refused=False)
 
-    def _record(self, consumed: int, *, refused: bool) -> None:
+    def _record(self, consumed: int, message_size: int) -> None:
         self.stats.last_consumed_bytes = consumed
         self.stats.max_consumed_bytes = max(self.stats.max_consumed_bytes, consumed)
-        if refused:
-            self.stats.refused += 1
+        self.stats.max_message_bytes = max(self.stats.max_message_bytes, message_size)

@@ -16,6 +16,7 @@ import httpx
 import orjson
 
 from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB
+from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TurnFailure, Usage
 
 # The upload is handed to httpx in slices of this size, so that a failure can tell "during upload"
@@ -101,7 +102,10 @@ class HttpModel:
             raise TurnFailure("model", f"gateway timed out ({type(exc).__name__})", hop=HOP_GATEWAY,
                               retryable=True) from None
         except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            if isinstance(exc, httpx.WriteError) or not upload.complete:
+            # A reset before the answer, on a body the gateway's declared limit refuses, is that
+            # refusal too (the reset can overtake the 413 on the wire).
+            over_gateway = encoded.size > self.budget.api_json_body_limit
+            if isinstance(exc, httpx.WriteError) or not upload.complete or over_gateway:
                 raise TurnFailure(
                     "code",
                     f"connection reset while uploading a {encoded.size}-byte llm-turn body "
@@ -150,13 +154,13 @@ def failure_from_response(status: int, raw: bytes, size: int) -> TurnFailure:
     message = str(error.get("message") or f"gateway answered HTTP {status}")
     if status == 413:
         # 413 is code, never model (SPEC H-8), whatever the body says.
-        return TurnFailure("code", message, status=413, hop=hop, limit_bytes=limit, observed_bytes=observed,
-                           size_error=True)
+        return TurnFailure("code", message, status=error.get("status", 413), hop=hop, limit_bytes=limit,
+                           observed_bytes=observed, size_error=True)
     origin = error.get("origin")
     if origin in ("code", "model", "tool", "cancelled"):
         return TurnFailure(origin, message, status=error.get("status", status), hop=hop, limit_bytes=limit,
                            observed_bytes=error.get("observedBytes"),
                            size_error=bool(error.get("sizeError")), retryable=bool(error.get("retryable")))
-    if status == 429 or status >= 500:
-        return TurnFailure("model", message, status=status, hop=hop, retryable=True)
-    return TurnFailure("code", message, status=status, hop=hop)
+    # Not our gateway's JSON (a proxy, a crashed gateway): the harness's status table decides.
+    text = raw[:512].decode("utf-8", "replace")
+    return classify_http_status(status, text, hop=HOP_GATEWAY, body_bytes=size)

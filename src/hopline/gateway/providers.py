@@ -9,17 +9,18 @@ provider outcome                        origin     flags                gateway
 ======================================  =========  ===================  =======
 413, context-length / too-large error   code       size_error           413
 other 4xx (bad request, auth, 404)      code       -                    502
-429, 5xx                                model      retryable            502
+429, 500, 502, 503, 504, 408            model      retryable            502
 connection error, reset                 model      retryable            502
 connect / read timeout                  model      retryable            504
-malformed answer (not JSON, no choice)  model      retryable            502
+malformed answer (not JSON, no choice)  model      -                    502
 ======================================  =========  ===================  =======
+
+The status and exception rules are the harness's (``hopline.harness.failures``): one table.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -27,6 +28,7 @@ import httpx
 import orjson
 
 from hopline.budget import HOP_PROVIDER, Budget
+from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure, Usage
 
 PROVIDER_ENV = "HOPLINE_PROVIDER"
@@ -36,14 +38,6 @@ MODEL_ENV = "HOPLINE_MODEL"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
-# Provider error codes and messages that mean "the request was too large for the model".
-_SIZE_CODES = frozenset({"context_length_exceeded", "request_too_large", "string_above_max_length",
-                         "tokens_exceeded"})
-_SIZE_MESSAGE = re.compile(
-    r"context[ _-]?length|context window|maximum context|too many tokens|prompt is too long|"
-    r"request too large|reduce the length",
-    re.IGNORECASE,
-)
 # Keys of `params` that would replace what the gateway itself sends.
 _RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
 
@@ -96,33 +90,20 @@ class ScriptedProvider:
         return None
 
 
-def is_size_error(status: int, body: Any) -> bool:
-    """True when a provider's refusal says the request was too large (413 or a context-length error)."""
-    if status == 413:
-        return True
-    if status not in (400, 422):
-        return False
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict):
-        if str(error.get("code") or "") in _SIZE_CODES or str(error.get("type") or "") in _SIZE_CODES:
-            return True
-        return bool(_SIZE_MESSAGE.search(str(error.get("message") or "")))
-    if isinstance(error, str):
-        return bool(_SIZE_MESSAGE.search(error))
-    return False
+def as_provider_failure(failure: TurnFailure, status: int | None = None) -> ProviderFailure:
+    """The same failure, with the gateway's HTTP status (413 size, 504 timeout, else 502)."""
+    if status is None:
+        status = 413 if failure.size_error else 502
+    return ProviderFailure(failure.origin, failure.message, gateway_status=status, status=failure.status,
+                           hop=failure.hop or HOP_PROVIDER, limit_bytes=failure.limit_bytes,
+                           observed_bytes=failure.observed_bytes, size_error=failure.size_error,
+                           retryable=failure.retryable)
 
 
-def failure_for_status(status: int, body: Any, observed_bytes: int) -> ProviderFailure:
-    """Map a provider's non-2xx answer to an origin (never echoing the provider's payload)."""
-    if is_size_error(status, body):
-        return ProviderFailure("code", f"provider refused the request as too large (HTTP {status})",
-                               gateway_status=413, status=status, observed_bytes=observed_bytes,
-                               size_error=True)
-    if status == 429 or status >= 500:
-        return ProviderFailure("model", f"provider answered HTTP {status}", gateway_status=502,
-                               status=status, retryable=True)
-    return ProviderFailure("code", f"provider refused the request (HTTP {status})", gateway_status=502,
-                           status=status)
+def failure_for_status(status: int, body_text: str, observed_bytes: int) -> ProviderFailure:
+    """Map a provider's non-2xx answer to an origin with the harness's status table."""
+    return as_provider_failure(classify_http_status(status, body_text, hop=HOP_PROVIDER,
+                                                    body_bytes=observed_bytes))
 
 
 def parse_completion(body: Any, provider: str) -> LlmTurnResponse:
@@ -150,8 +131,7 @@ def parse_completion(body: Any, provider: str) -> LlmTurnResponse:
             provider,
         )
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise ProviderFailure("model", f"malformed provider answer: {type(exc).__name__}: {exc}",
-                              gateway_status=502, retryable=True) from None
+        raise as_provider_failure(malformed_output(f"{type(exc).__name__}: {exc}")) from None
 
 
 class OpenAIProvider:
@@ -201,21 +181,16 @@ class OpenAIProvider:
             async with self._client.stream("POST", self.url, content=payload, headers=self._headers) as resp:
                 raw = await self._read_bounded(resp)
                 status = resp.status_code
-        except httpx.TimeoutException as exc:
-            raise ProviderFailure("model", f"provider timed out ({type(exc).__name__})", gateway_status=504,
-                                  retryable=True) from None
         except httpx.TransportError as exc:
-            raise ProviderFailure("model", f"provider connection failed ({type(exc).__name__})",
-                                  gateway_status=502, retryable=True) from None
-        try:
-            body: Any = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError:
-            body = None
+            failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
+            timed_out = isinstance(exc, httpx.TimeoutException)
+            raise as_provider_failure(failure, 504 if timed_out else None) from None
         if status >= 400:
-            raise failure_for_status(status, body, len(payload))
-        if body is None:
-            raise ProviderFailure("model", "malformed provider answer: not JSON", gateway_status=502,
-                                  retryable=True)
+            raise failure_for_status(status, raw.decode("utf-8", "replace"), len(payload))
+        try:
+            body: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise as_provider_failure(malformed_output("the provider's answer is not JSON")) from None
         return parse_completion(body, self.name)
 
     async def _read_bounded(self, resp: httpx.Response) -> bytes:

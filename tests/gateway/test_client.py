@@ -1,0 +1,181 @@
+"""HttpModel: the harness's model over HTTP; the ceiling is checked before sending, origins are kept."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB, MiB
+from hopline.gateway.client import HttpModel
+from hopline.gateway.providers import ScriptedProvider
+from hopline.harness.model import EncodedRequest, LlmTurnRequest, TurnFailure, encode_request
+
+from ._bodies import body_of_size
+from ._server import ServerThread, serve
+from .conftest import TOKEN, GatewayFactory
+
+
+def _encoded(size: int) -> EncodedRequest:
+    body = body_of_size(size)
+    return EncodedRequest(LlmTurnRequest(**orjson.loads(body)), body)
+
+
+async def test_a_body_over_the_engine_ceiling_is_never_sent(gateway_factory: GatewayFactory) -> None:
+    gw = gateway_factory()
+    budget = Budget.defaults().replace(transport_max_body_bytes=32 * KiB)
+    async with HttpModel(gw.url, "s-1", TOKEN, budget) as model:
+        assert (await model.complete(_encoded(32 * KiB))).provider == "counting"  # exactly the ceiling
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(32 * KiB + 1))
+    failure = caught.value
+    assert failure.origin == "code" and failure.size_error and not failure.retryable
+    assert failure.hop == HOP_ENGINE
+    assert (failure.limit_bytes, failure.observed_bytes) == (32 * KiB, 32 * KiB + 1)
+    assert "32769" in failure.message and "32768" in failure.message
+    assert gw.stats.requests == 1  # the over-ceiling body never reached the gateway
+
+
+async def test_naive_mode_sends_it_and_the_gateway_413_is_code(gateway_factory: GatewayFactory) -> None:
+    gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=100 * KiB))
+    async with HttpModel(gw.url, "s-1", TOKEN, Budget.defaults(), enforce_ceiling=False) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(100 * KiB + 1))
+    failure = caught.value
+    assert failure.origin == "code" and failure.size_error
+    assert failure.status == 413 and failure.hop == HOP_GATEWAY
+    assert (failure.limit_bytes, failure.observed_bytes) == (100 * KiB, 100 * KiB + 1)
+
+
+async def test_naive_mode_far_over_the_limit_is_code_413_or_reset(gateway_factory: GatewayFactory) -> None:
+    # Far over the limit the gateway closes at once: the client sees the 413 or a reset, both `code`.
+    gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=100 * KiB))
+    budget = Budget.defaults().replace(api_json_body_limit=100 * KiB)
+    async with HttpModel(gw.url, "s-1", TOKEN, budget, enforce_ceiling=False) as model:
+        for _ in range(3):
+            with pytest.raises(TurnFailure) as caught:
+                await model.complete(_encoded(4 * MiB))
+            assert caught.value.origin == "code" and caught.value.size_error
+    assert gw.provider.requests == []
+
+
+async def test_a_wrong_token_is_a_code_failure(gateway_factory: GatewayFactory) -> None:
+    gw = gateway_factory()
+    async with HttpModel(gw.url, "s-1", "not-the-token", Budget.defaults()) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(1 * KiB))
+    assert caught.value.origin == "code" and caught.value.status == 401 and not caught.value.retryable
+
+
+async def test_the_scripted_provider_answers_over_http(gateway_factory: GatewayFactory) -> None:
+    gw = gateway_factory(provider=ScriptedProvider())
+    request = LlmTurnRequest(messages=[{"role": "system", "content": "you are qa"},
+                                       {"role": "user", "content": "check the repo"}],
+                             tools=[{"type": "function",
+                                     "function": {"name": "list_files", "parameters": {}}}])
+    async with HttpModel(gw.url, "session with spaces", TOKEN, Budget.defaults()) as model:
+        answer = await model.complete(encode_request(request))
+    assert answer.provider == "scripted"
+    assert answer.message["role"] == "assistant"
+    assert answer.message["tool_calls"][0]["function"]["name"] == "list_files"
+
+
+async def _slow(request: Request) -> Response:
+    await request.body()
+    await asyncio.sleep(1.0)
+    return PlainTextResponse("late")
+
+
+async def _status(request: Request) -> Response:
+    await request.body()
+    code = int(request.path_params["code"])
+    return PlainTextResponse("upstream says no", status_code=code)
+
+
+@pytest.fixture
+def plain_server() -> Iterator[ServerThread]:
+    """A server that is not our gateway: plain-text errors and a slow route."""
+    app = Starlette(routes=[Route("/{code:int}/internal/sessions/{sid}/llm-turn", _status, methods=["POST"]),
+                            Route("/slow/internal/sessions/{sid}/llm-turn", _slow, methods=["POST"])])
+    with serve(app) as server:
+        yield server
+
+
+@pytest.mark.parametrize(("code", "origin", "retryable", "size_error"), [
+    (429, "model", True, False), (500, "model", True, False), (503, "model", True, False),
+    (413, "code", False, True), (404, "code", False, False),
+])
+async def test_answers_without_our_json_are_classified_by_status(
+        plain_server: ServerThread, code: int, origin: str, retryable: bool, size_error: bool) -> None:
+    async with HttpModel(f"{plain_server.url}/{code}", "s", TOKEN, Budget.defaults()) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(2 * KiB))
+    failure = caught.value
+    assert (failure.origin, failure.retryable, failure.size_error, failure.status) == (
+        origin, retryable, size_error, code)
+
+
+async def test_a_timeout_is_a_retryable_model_failure(plain_server: ServerThread) -> None:
+    budget = Budget.defaults().replace(provider_read_timeout_seconds=0.1,
+                                       provider_connect_timeout_seconds=0.1)
+    async with HttpModel(f"{plain_server.url}/slow", "s", TOKEN, budget) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(2 * KiB))
+    assert caught.value.origin == "model" and caught.value.retryable
+
+
+@contextlib.contextmanager
+def resetting_server() -> Iterator[str]:
+    """Reads the request head and a little body, then resets the connection (RST), as a proxy
+    refusing a large upload does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(10)
+
+    def run() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            conn.settimeout(10)
+            conn.recv(4096)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+        thread.join(10)
+
+
+async def test_a_reset_while_uploading_is_a_code_size_error() -> None:
+    with resetting_server() as url:
+        async with HttpModel(url, "s", TOKEN, Budget.defaults()) as model:
+            with pytest.raises(TurnFailure) as caught:
+                await model.complete(_encoded(4 * MiB))
+    failure = caught.value
+    assert failure.origin == "code" and failure.size_error and not failure.retryable
+    assert failure.observed_bytes == 4 * MiB
+
+
+async def test_nothing_listening_is_a_retryable_model_failure() -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    async with HttpModel(f"http://127.0.0.1:{port}", "s", TOKEN, Budget.defaults()) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(1 * KiB))
+    assert caught.value.origin == "model" and caught.value.retryable
