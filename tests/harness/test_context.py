@@ -163,7 +163,8 @@ def test_property_compaction_keeps_protocol_and_lands_under_target_or_says_why(
     assert result[0] is messages[0] and result[1] is messages[1]
     # the cut falls between groups: old + tail are whole groups of the original
     starts = {g.start for g in group_by_iteration(messages)}
-    assert len(plan.head) + len(plan.old) in starts
+    assert len(plan.head) + len(plan.old) + len(plan.pinned) in starts
+    assert len(plan.pinned) <= 1 and all(m["role"] == "user" for m in plan.pinned)
     assert len(plan.head) in starts
     # lands under the target or says why
     assert (record.bytes_after <= target_body and estimate(result) <= target_tokens) or record.reason
@@ -188,3 +189,21 @@ def test_property_repair_always_yields_valid_history(raw: list[dict]) -> None:
     tools_before = sum(1 for m in raw if m["role"] == "tool")
     tools_after = sum(1 for m in fixed if m["role"] == "tool")
     assert tools_after == tools_before - report.orphan_results_removed + report.interrupted_results_added
+
+
+def test_latest_prompt_of_a_later_turn_survives_compaction() -> None:
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "first task"}]
+    for k in range(5):
+        messages += iteration(k, 2, 3000)
+    messages.append({"role": "user", "content": "second prompt"})
+    for k in range(5, 12):
+        messages += iteration(k, 2, 3000)
+    plan = plan_compaction(messages, target_tokens=4000, target_body_bytes=16_000, bytes_per_token=4,
+                           envelope_bytes=ENVELOPE, summary_max_bytes=2048)
+    assert plan.pinned == [{"role": "user", "content": "second prompt"}]
+    result, record = apply_compaction(plan, "s", summarizer="extractive", trigger="model",
+                                      envelope_bytes=ENVELOPE, target_body_bytes=16_000)
+    assert [m["content"] for m in result[:4]][1:] == ["first task", result[2]["content"], "second prompt"]
+    assert result[2]["content"].startswith(SUMMARY_MARKER)
+    assert violations(result) == [] and record.bytes_after <= 16_000
+    assert record.messages_replaced == len(plan.old) and "second prompt" not in str(plan.old)

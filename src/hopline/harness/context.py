@@ -279,6 +279,9 @@ class CompactionPlan:
     tail: list[Message]
     summary_max_bytes: int
     reason: str = ""  # why the target cannot be reached (empty when it can)
+    # The latest user prompt when it falls in the summarized part: kept verbatim after the summary,
+    # so a later turn's request survives compaction like the original task does.
+    pinned: list[Message] = dataclasses.field(default_factory=list)
 
     @property
     def possible(self) -> bool:
@@ -337,12 +340,17 @@ def plan_compaction(
     reserve_enc = 2 * summary_max + SUMMARY_FRAME_BYTES
     used_est = sum(group_est(g) for g in head_groups) + reserve_est
     used_enc = envelope_bytes + sum(group_enc(g) for g in head_groups) + reserve_enc
+    prompt = _latest_prompt(messages, groups, head_end)
+    if prompt is not None:  # reserved up front: it stays whichever side of the cut it falls on
+        used_est += group_est(prompt)
+        used_enc += group_enc(prompt)
     target_est_bytes = target_tokens * bytes_per_token
     keep = 0
     reason = ""
     for group in reversed(rest[1:]):
-        next_est = used_est + group_est(group)
-        next_enc = used_enc + group_enc(group)
+        counted = group is prompt  # already reserved
+        next_est = used_est + (0 if counted else group_est(group))
+        next_enc = used_enc + (0 if counted else group_enc(group))
         if keep >= 1 and (next_est > target_est_bytes or next_enc > target_body_bytes):
             break
         if keep == 0 and (next_est > target_est_bytes or next_enc > target_body_bytes):
@@ -357,7 +365,26 @@ def plan_compaction(
     if cut <= old_start:
         return CompactionPlan(messages[:head_stop], [], messages[head_stop:], summary_max,
                               reason="already under the target")
-    return CompactionPlan(messages[:old_start], messages[old_start:cut], messages[cut:], summary_max, reason)
+    old = messages[old_start:cut]
+    pinned: list[Message] = []
+    if prompt is not None and old_start <= prompt.start < cut:
+        pinned = [messages[prompt.start]]
+        old = [m for i, m in enumerate(old, old_start) if i != prompt.start]
+        if not old:
+            return CompactionPlan(messages[:head_stop], [], messages[head_stop:], summary_max,
+                                  reason="nothing older than the latest prompt and the newest iteration")
+    return CompactionPlan(messages[:old_start], old, messages[cut:], summary_max, reason, pinned)
+
+
+def _latest_prompt(messages: list[Message], groups: list[Group], head_end: int) -> Group | None:
+    """The group of the latest user prompt after the task (not a compaction summary), if any."""
+    for group in reversed(groups[head_end:]):
+        message = messages[group.start]
+        if group.kind == "message" and message.get("role") == "user":
+            content = message.get("content")
+            if not (isinstance(content, str) and content.startswith(SUMMARY_MARKER)):
+                return group
+    return None
 
 
 def summary_message(summary_text: str, messages_replaced: int, bytes_replaced: int,
@@ -381,10 +408,10 @@ def apply_compaction(
     old_enc = [len(orjson.dumps(m)) for m in plan.old]
     bytes_replaced = sum(old_enc)
     summary = summary_message(summary_text, len(plan.old), bytes_replaced, summarizer)
-    result = [*plan.head, summary, *plan.tail]
+    result = [*plan.head, summary, *plan.pinned, *plan.tail]
     if bytes_before is None:
         bytes_before = body_bytes_for(envelope_bytes, [len(orjson.dumps(m)) for m in
-                                                       [*plan.head, *plan.old, *plan.tail]])
+                                                       [*plan.head, *plan.old, *plan.pinned, *plan.tail]])
     bytes_after = body_bytes_for(envelope_bytes, [len(orjson.dumps(m)) for m in result])
     reason = plan.reason
     if not reason and bytes_after > target_body_bytes:
