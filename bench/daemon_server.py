@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,12 @@ def main() -> None:
     parser.add_argument("token")
     parser.add_argument("--no-observer", action="store_true")
     parser.add_argument("--sidecars", action="store_true")
-    parser.add_argument("agent", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
-    agent = args.agent[1:] if args.agent[:1] == ["--"] else args.agent
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        parser.error("the agent command follows --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    agent = argv[split + 1:]
     budget = Budget.from_env()
 
     from hopline.daemon import app as daemon_app
