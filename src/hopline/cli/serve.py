@@ -1,0 +1,77 @@
+"""`hopline serve`: the daemon with the gateway embedded (SPEC C-2, D-1..D-7)."""
+
+from __future__ import annotations
+
+import typer
+
+from hopline.cli._common import budget_or_exit
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def serve(
+        host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+        port: int = typer.Option(0, help="Port to bind; 0 picks a free one (the URL is printed)."),
+        data_dir: str = typer.Option("", "--data-dir", help="Journal and agent session store "
+                                     "(default: $HOPLINE_DATA_DIR or ~/.local/share/hopline)."),
+        agent_cmd: str = typer.Option("", "--agent-cmd", help="ACP agent command for every session "
+                                      "(default: this Python's `hopline agent`)."),
+    ) -> None:
+        """Serve the daemon API and SSE events; each session runs its own ACP agent child."""
+        import asyncio
+        import logging
+        import os
+        import secrets
+        import shlex
+        import socket
+        import sys
+        from pathlib import Path
+
+        from hopline.budget import IncoherentBudget, require_coherent
+
+        budget = budget_or_exit()
+        try:
+            require_coherent(budget)
+        except IncoherentBudget as exc:
+            for finding in exc.errors:
+                print(f"hopline serve: incoherent budget: {finding.rule}: {finding.message}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+        import uvicorn
+
+        from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
+        from hopline.daemon.logs import configure_daemon_logging
+
+        configure_daemon_logging()
+        argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
+        if data_dir:
+            root = Path(data_dir)
+        elif os.environ.get("HOPLINE_DATA_DIR"):
+            root = Path(os.environ["HOPLINE_DATA_DIR"])
+        else:
+            root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
+        server_token = os.environ.get(SERVER_TOKEN_ENV, "")
+        if not server_token:
+            server_token = secrets.token_urlsafe(32)
+            print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
+        internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
+
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            print(f"hopline serve: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        bound_port = sock.getsockname()[1]
+        url_host = f"[{host}]" if ":" in host else host
+        url = f"http://{url_host}:{bound_port}"
+
+        daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
+                                   internal_token=internal_token, gateway_url=url)
+        config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=5)
+        server = uvicorn.Server(config)
+        print(f"hopline serve listening on {url}", flush=True)
+        logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port})
+        asyncio.run(server.serve(sockets=[sock]))

@@ -1,0 +1,377 @@
+"""The daemon's ASGI app (SPEC D-1, D-3, D-7) with the gateway embedded under ``/internal``.
+
+Outermost: a dispatcher sends ``/internal/...`` to the gateway app (its own bearer token and its own
+body limit, ``API_JSON_BODY_LIMIT``) and everything else to the daemon routes behind the daemon's
+bearer token (``/health`` open) and the daemon's body limit (``HOPLINE_DAEMON_JSON_BODY_LIMIT``,
+enforced while reading). No query parameter, header or body field changes a byte ceiling: bodies
+forbid unknown fields, and the only client knob is ``maxQueued`` in [16, 2048] (B-5).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from hopline.budget import HOP_DAEMON_API, MAX_QUEUED_RANGE, Budget, check_coherence, require_coherent
+from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
+from hopline.daemon.child import PipeInstruments
+from hopline.daemon.journal import Journal
+from hopline.daemon.projection import InboundProjector
+from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
+from hopline.gateway.auth import BearerTokenMiddleware
+from hopline.gateway.body_limit import BodyLimitMiddleware
+
+log = logging.getLogger("hopline.daemon")
+
+INTERNAL_PREFIX = "/internal"
+SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
+INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
+GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
+_ID_CHARS = 128  # path ids are opaque tokens; longer ones are refused before any lookup
+
+
+# --- request bodies -------------------------------------------------------------------------------
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateSessionBody(_Body):
+    cwd: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    profile: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")] | None = None
+    permissionMode: Literal["auto", "ask"] | None = None
+    scripted: dict[str, Any] | None = None
+
+
+class PromptBody(_Body):
+    text: Annotated[str, Field(min_length=1)]
+
+
+class PermissionBody(_Body):
+    optionId: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    outcome: Literal["reject"] | None = None
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> PermissionBody:
+        if (self.optionId is None) == (self.outcome is None):
+            raise ValueError("give exactly one of optionId or outcome: 'reject'")
+        return self
+
+
+class SessionCreated(BaseModel):
+    sessionId: str
+
+
+class PromptAccepted(BaseModel):
+    promptId: str
+
+
+# --- the SSE stream -------------------------------------------------------------------------------
+
+class SseStream(Response):
+    """An SSE response: replay (ring or journal) up to the subscribe instant, ``replay_complete``,
+    then live events from the subscriber's bounded queue, with heartbeat comments. The stream ends
+    when the subscriber is evicted (after ``client_evicted``), closed, or the client disconnects."""
+
+    def __init__(self, bus: EventBus, session_id: str, subscriber: Subscriber, *, after: int, upto: int,
+                 resync: dict[str, Any] | None, heartbeat: float) -> None:
+        self.bus = bus
+        self.session_id = session_id
+        self.subscriber = subscriber
+        self.after = after
+        self.upto = upto
+        self.resync = resync
+        self.heartbeat = heartbeat
+        self.background = None
+        self.status_code = 200
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no")]})
+        sender = asyncio.ensure_future(self._pump(send))
+        disconnect = asyncio.ensure_future(self._wait_disconnect(receive))
+        try:
+            await asyncio.wait({sender, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.bus.unsubscribe(self.subscriber)
+            for task in (sender, disconnect):
+                task.cancel()
+            for task in (sender, disconnect):
+                with contextlib.suppress(BaseException):
+                    await task
+        if sender.done() and not sender.cancelled() and sender.exception() is None:
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    @staticmethod
+    async def _wait_disconnect(receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    async def _emit(self, send: Send, event: Event) -> None:
+        await send({"type": "http.response.body", "body": event.wire, "more_body": True})
+
+    async def _pump(self, send: Send) -> None:
+        try:
+            if self.resync is not None:
+                await self._emit(send, synthetic("state_resync_required", self.resync))
+            replayed = 0
+            for page in self.bus.replay(self.session_id, self.after, self.upto):
+                for event in page:
+                    await self._emit(send, event)
+                    replayed += 1
+            await self._emit(send, synthetic("replay_complete",
+                                             {"replayed": replayed, "lastEventId": self.upto}))
+            while True:
+                live = await self.subscriber.next(self.heartbeat)
+                if live is None:
+                    if self.subscriber.closed:
+                        return
+                    await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
+                    continue
+                await self._emit(send, live)
+                if live.type == "client_evicted":
+                    return
+        except OSError:
+            return
+        except Exception as exc:
+            log.warning("sse stream failed", extra={"exception": type(exc).__name__})
+            with contextlib.suppress(Exception):
+                await self._emit(send, synthetic("stream_error", {"message": "the event stream failed; "
+                                                                  "reconnect with Last-Event-ID"}))
+
+
+# --- the app --------------------------------------------------------------------------------------
+
+def _error(exc: SessionError) -> JSONResponse:
+    exc.body["error"].setdefault("hop", HOP_DAEMON_API)
+    return JSONResponse(exc.body, status_code=exc.status)
+
+
+class InternalDispatcher:
+    """``/internal/...`` -> the gateway (mounted as starlette's Mount would), else the daemon."""
+
+    def __init__(self, daemon: ASGIApp, gateway: ASGIApp | None) -> None:
+        self.daemon = daemon
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.gateway is not None and scope["type"] == "http":
+            path: str = scope.get("path", "")
+            if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
+                root = scope.get("root_path", "")
+                child_scope = dict(scope, root_path=root + INTERNAL_PREFIX, app_root_path=root)
+                await self.gateway(child_scope, receive, send)
+                return
+        await self.daemon(scope, receive, send)
+
+
+def _last_event_id(header: str | None) -> int | None:
+    if header is None or header.strip() == "":
+        return None
+    text = header.strip()
+    if not text.isdigit() or len(text) > 18:
+        raise SessionError(400, "invalid_last_event_id", "Last-Event-ID must be a non-negative integer")
+    return int(text)
+
+
+def create_daemon_app(
+    budget: Budget,
+    *,
+    data_dir: Path,
+    agent_cmd: Sequence[str],
+    server_token: str,
+    internal_token: str,
+    gateway_url: str | None = None,
+    provider: Any = None,
+    projector: InboundProjector | None = None,
+    embed_gateway: bool = True,
+) -> ASGIApp:
+    """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
+    (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`."""
+    require_coherent(budget)
+    if not server_token:
+        raise ValueError("the server token must not be empty")
+    journal = Journal(data_dir)
+    bus = EventBus(budget, journal)
+    instruments = PipeInstruments(budget)
+    child_env = {INTERNAL_TOKEN_ENV: internal_token}
+    if gateway_url:
+        child_env[GATEWAY_URL_ENV] = gateway_url
+    manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
+                             data_dir=data_dir, child_env=child_env, projector=projector)
+
+    gateway: FastAPI | None = None
+    if embed_gateway:
+        from hopline.gateway.app import create_gateway_app
+        from hopline.gateway.providers import provider_from_env
+
+        gateway = create_gateway_app(budget, token=internal_token,
+                                     provider=provider if provider is not None else provider_from_env(budget),
+                                     route_prefix="")
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        gateway_cm = gateway.router.lifespan_context(gateway) if gateway is not None else None
+        if gateway_cm is not None:
+            await gateway_cm.__aenter__()
+        try:
+            yield
+        finally:
+            bus.close_all()
+            await manager.shutdown()
+            if gateway_cm is not None:
+                await gateway_cm.__aexit__(None, None, None)
+            instruments.metrics.shutdown()
+            journal.close()
+
+    app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.budget = budget
+    app.state.manager = manager
+    app.state.bus = bus
+    app.state.journal = journal
+    app.state.instruments = instruments
+    app.state.gateway = gateway
+
+    @app.exception_handler(SessionError)
+    async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
+        return _error(exc)
+
+    def session_of(session_id: str) -> DaemonSession:
+        if len(session_id) > _ID_CHARS:
+            raise SessionError(404, "unknown_session", "no such session")
+        return manager.get(session_id)
+
+    errors: dict[int | str, dict[str, Any]] = {401: {}, 404: {}, 409: {}, 413: {}, 422: {}}
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    @app.post("/session", response_model=SessionCreated, responses={**errors, 502: {}, 504: {}})
+    async def create_session(body: CreateSessionBody) -> Any:
+        cwd = body.cwd if body.cwd is not None else str(Path.cwd())
+        if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
+            raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
+        session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
+                                       scripted=body.scripted)
+        return {"sessionId": session.id}
+
+    @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
+              responses=errors)
+    async def prompt(session_id: str, body: PromptBody) -> Any:
+        return {"promptId": manager.prompt(session_of(session_id), body.text)}
+
+    @app.post("/session/{session_id}/cancel", responses=errors)
+    async def cancel(session_id: str) -> dict[str, Any]:
+        running = await manager.cancel(session_of(session_id))
+        return {"cancelled": running}
+
+    @app.get("/session/{session_id}/events", responses={**errors, 400: {}})
+    async def events(
+        session_id: str,
+        maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> Any:
+        session = session_of(session_id)
+        after = _last_event_id(last_event_id)
+        subscriber, upto = bus.subscribe(session.id, maxQueued or budget.sse_queue_max_events)
+        resync = None
+        start = after or 0
+        if after is not None and after > upto:
+            resync = {"lastEventId": after, "latestEventId": upto,
+                      "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
+            start = upto
+        return SseStream(bus, session.id, subscriber, after=start, upto=upto, resync=resync,
+                         heartbeat=budget.sse_heartbeat_seconds)
+
+    @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 504: {}})
+    async def load(session_id: str) -> dict[str, Any]:
+        return await manager.load(session_of(session_id))
+
+    @app.get("/session/{session_id}/transcript", responses={**errors, 400: {}})
+    async def transcript(session_id: str,
+                         cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
+        session = session_of(session_id)
+        after = 0
+        if cursor:
+            if not cursor.isdigit():
+                raise SessionError(400, "invalid_cursor", "cursor must be a nextCursor from a previous page")
+            after = int(cursor)
+        page_max = budget.transcript_page_max_bytes
+        # Room for {"events":[...],"nextCursor":"..."} and each event's {"id":..,"type":..,"data":}.
+        rows = journal.read_page(session.id, after, max_bytes=page_max)
+        parts: list[bytes] = []
+        total = 64
+        last = after
+        for row in rows:
+            piece = b'{"id":%d,"type":%s,"data":%s}' % (row.seq, orjson.dumps(row.type), row.data)
+            if len(piece) + 1 > page_max - 64:
+                # A single event larger than a page: named, not inlined (read it with SSE resume).
+                piece = orjson.dumps({"id": row.seq, "type": row.type,
+                                      "omitted": {"bytes": len(row.data), "limitBytes": page_max,
+                                                  "resumeWithLastEventId": row.seq - 1}})
+            if parts and total + len(piece) + 1 > page_max:
+                break
+            parts.append(piece)
+            total += len(piece) + 1
+            last = row.seq
+        next_cursor = str(last) if last < journal.last_id(session.id) else None
+        body = b'{"events":[' + b",".join(parts) + b'],"nextCursor":' + orjson.dumps(next_cursor) + b"}"
+        return Response(body, media_type="application/json")
+
+    @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
+    async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:
+        outcome = await manager.answer_permission(session_of(session_id), request_id[:_ID_CHARS],
+                                                  option_id=body.optionId, reject=body.outcome == "reject")
+        return {"requestId": request_id, "outcome": outcome}
+
+    @app.delete("/session/{session_id}", responses=errors)
+    async def delete_session(session_id: str) -> dict[str, Any]:
+        await manager.delete(session_of(session_id))
+        return {"deleted": True}
+
+    @app.get("/daemon/status", responses=errors)
+    async def status() -> dict[str, Any]:
+        from hopline.cli.limits import limits_json
+
+        large = instruments.large_frames.snapshot()
+        return {
+            "sessions": manager.status(),
+            "runtime": {"perf": {"pipe": instruments.stats.snapshot()}},
+            "largeFrames": {"logged": large["logged"], "suppressed": large["suppressed"],
+                            "thresholdBytes": large["thresholdBytes"]},
+            "framesDropped": instruments.frames_dropped,
+            "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
+            "budget": limits_json(budget, check_coherence(budget)),
+        }
+
+    @app.get("/metrics", responses=errors)
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        body = instruments.metrics.render()
+        if gateway is not None:
+            body += gateway.state.metrics.render()
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    guarded = BodyLimitMiddleware(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
+    authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",))
+    dispatcher = InternalDispatcher(authed, gateway)
+    dispatcher.state = app.state  # type: ignore[attr-defined]
+    dispatcher.app = app  # type: ignore[attr-defined]
+    return dispatcher

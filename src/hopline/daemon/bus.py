@@ -1,0 +1,263 @@
+"""The event bus (SPEC D-3..D-5): journal, per-session ring, per-subscriber bounded queues.
+
+``publish`` journals the event first (its id comes from the journal), then appends it to the
+session's ring (bounded by ``ring_max_events`` and ``ring_max_bytes``) and offers it to every
+subscriber. A subscriber's queue is bounded by count (``maxQueued``, the only client knob) and by
+``sse_queue_max_bytes`` (not client-settable); an empty queue always accepts one event, so a single
+large event is still delivered (more generally the event at the head of the queue, the one in
+delivery, does not count toward the byte bound). At 75 % of either bound the subscriber gets a
+``slow_client_warning``; an event that would pass 100 % evicts it: its queue is dropped (memory is
+freed at once) and it gets ``client_evicted``, after which its stream ends and the client
+reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in the journal.
+
+Synthetic events (no id, not journaled) go to the live subscribers only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
+from hopline.daemon.journal import Journal
+
+log = logging.getLogger("hopline.daemon.bus")
+
+WARN_FRACTION = 0.75  # SPEC D-4: warn at 75 % of a subscriber's queue, evict at 100 %
+SYNTHETIC_TYPES = frozenset({"replay_complete", "slow_client_warning", "client_evicted",
+                             "state_resync_required", "stream_error", "frame_dropped"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    """One SSE event; ``id`` is None for synthetic events. ``wire`` is the exact SSE bytes."""
+
+    id: int | None
+    type: str
+    data: bytes = dataclasses.field(repr=False)  # the JSON of the event's data
+
+    @property
+    def wire(self) -> bytes:
+        head = b"" if self.id is None else b"id: %d\n" % self.id
+        return head + b"event: " + self.type.encode() + b"\ndata: " + self.data + b"\n\n"
+
+    @property
+    def size(self) -> int:
+        return len(self.data) + len(self.type) + 32  # the framing is at most this much
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "type": self.type, "data": orjson.loads(self.data)}
+
+
+def synthetic(event_type: str, data: dict[str, Any]) -> Event:
+    return Event(None, event_type, orjson.dumps(data))
+
+
+class Subscriber:
+    """One SSE connection's queue; the bus fills it, the connection drains it."""
+
+    def __init__(self, session_id: str, max_events: int, max_bytes: int) -> None:
+        self.session_id = session_id
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self._queue: collections.deque[Event] = collections.deque()
+        self._control: collections.deque[Event] = collections.deque()  # synthetic, outside the bounds
+        self.queued_bytes = 0
+        self.warned = False
+        self.evicted = False
+        self.closed = False
+        self._wakeup = asyncio.Event()
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def offer(self, event: Event) -> None:
+        if self.evicted or self.closed:
+            return
+        # The head of the queue is the event in delivery: it does not count toward the byte bound,
+        # so one large event never evicts a subscriber that keeps up (an empty queue accepts any
+        # event). A subscriber holds at most max_bytes plus one event (<= sse_max_event_bytes).
+        waiting = self.queued_bytes - self._queue[0].size if self._queue else 0
+        if self._queue and (len(self._queue) + 1 > self.max_events or waiting + event.size > self.max_bytes):
+            self._evict(event)
+            return
+        self._queue.append(event)
+        self.queued_bytes += event.size
+        waiting = self.queued_bytes - self._queue[0].size
+        if not self.warned and (len(self._queue) >= WARN_FRACTION * self.max_events
+                                or waiting >= WARN_FRACTION * self.max_bytes):
+            self.warned = True
+            self._control.append(synthetic("slow_client_warning", {
+                "queuedEvents": len(self._queue), "maxQueuedEvents": self.max_events,
+                "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
+                "lastQueuedEventId": event.id}))
+        self._wakeup.set()
+
+    def offer_synthetic(self, event: Event) -> None:
+        if self.evicted or self.closed:
+            return
+        self._control.append(event)
+        self._wakeup.set()
+
+    def _evict(self, event: Event) -> None:
+        dropped = len(self._queue)
+        first_dropped = self._queue[0].id if self._queue else event.id
+        self._queue.clear()
+        self.queued_bytes = 0
+        self.evicted = True
+        self._control.append(synthetic("client_evicted", {
+            "reason": "subscriber queue full", "hop": HOP_DAEMON_SSE,
+            "maxQueuedEvents": self.max_events, "maxQueuedBytes": self.max_bytes,
+            "droppedEvents": dropped + 1, "resumeAfterEventId": (first_dropped or 1) - 1,
+            "message": "reconnect with Last-Event-ID to resume"}))
+        self._wakeup.set()
+        log.warning("sse subscriber evicted", extra={"maxQueuedEvents": self.max_events,
+                                                      "maxQueuedBytes": self.max_bytes})
+
+    def close(self) -> None:
+        self.closed = True
+        self._wakeup.set()
+
+    def pop_nowait(self) -> Event | None:
+        """The next event: control events (warning, eviction) first, in their order."""
+        if self._control:
+            return self._control.popleft()
+        if self._queue:
+            event = self._queue.popleft()
+            self.queued_bytes -= event.size
+            if not self._queue:
+                self.warned = False
+            return event
+        return None
+
+    async def next(self, timeout: float) -> Event | None:
+        """The next event, or None after ``timeout`` seconds without one (or when closed)."""
+        event = self.pop_nowait()
+        if event is not None or self.closed:
+            return event
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+        except TimeoutError:
+            return None
+        return self.pop_nowait()
+
+
+class _Ring:
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self.events: collections.deque[Event] = collections.deque()
+        self.bytes = 0
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+        self.bytes += event.size
+        while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
+            self.bytes -= self.events.popleft().size
+
+    def covers(self, after: int) -> bool:
+        """True when every event with an id greater than ``after`` is still in the ring."""
+        if not self.events:
+            return False
+        first = self.events[0].id
+        return first is not None and first <= after + 1
+
+
+class EventBus:
+    def __init__(self, budget: Budget, journal: Journal) -> None:
+        self.budget = budget
+        self.journal = journal
+        self._rings: dict[str, _Ring] = {}
+        self._subscribers: dict[str, set[Subscriber]] = {}
+        self.evictions = 0
+        self.oversize_dropped = 0
+
+    def _ring(self, session_id: str) -> _Ring:
+        ring = self._rings.get(session_id)
+        if ring is None:
+            ring = self._rings[session_id] = _Ring(self.budget.ring_max_events, self.budget.ring_max_bytes)
+        return ring
+
+    def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
+        """Journal, ring, subscribers, in that order. An event over ``sse_max_event_bytes`` is not
+        journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out instead."""
+        payload = orjson.dumps(data)
+        limit = self.budget.sse_max_event_bytes
+        if len(payload) + len(event_type) + 32 > limit:
+            self.oversize_dropped += 1
+            self.publish_synthetic(session_id, "frame_dropped", {
+                "direction": "sse", "bytes": len(payload), "limitBytes": limit,
+                "reason": "sse_max_event_bytes", "hop": HOP_DAEMON_SSE, "eventType": event_type,
+                "setting": CEILINGS_BY_KEY["sse_max_event_bytes"].name})
+            log.warning("event over the sse event limit dropped",
+                        extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
+            return None
+        event = Event(self.journal.append(session_id, event_type, payload), event_type, payload)
+        self._ring(session_id).append(event)
+        for subscriber in list(self._subscribers.get(session_id, ())):
+            subscriber.offer(event)
+            if subscriber.evicted:
+                self._drop(subscriber)
+        return event
+
+    def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
+        event = synthetic(event_type, data)
+        for subscriber in list(self._subscribers.get(session_id, ())):
+            subscriber.offer_synthetic(event)
+
+    def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
+        """Register a subscriber; return it and the last event id at that instant. Events after
+        that id reach its queue; events up to it are read with :meth:`replay`."""
+        subscriber = Subscriber(session_id, max_queued, self.budget.sse_queue_max_bytes)
+        self._subscribers.setdefault(session_id, set()).add(subscriber)
+        return subscriber, self.journal.last_id(session_id)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        subscriber.close()
+        self._drop(subscriber)
+
+    def _drop(self, subscriber: Subscriber) -> None:
+        subs = self._subscribers.get(subscriber.session_id)
+        if subs is not None and subscriber in subs:
+            subs.discard(subscriber)
+            if subscriber.evicted:
+                self.evictions += 1
+
+    def subscriber_count(self, session_id: str) -> int:
+        return len(self._subscribers.get(session_id, ()))
+
+    def replay(self, session_id: str, after: int, upto: int) -> Iterator[list[Event]]:
+        """Pages of the events ``after < id <= upto``: from the ring when it still holds them all,
+        else from the journal in pages of about ``sse_queue_max_bytes``."""
+        if upto <= after:
+            return
+        ring = self._ring(session_id)
+        if ring.covers(after):
+            yield [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
+            return
+        cursor = after
+        while cursor < upto:
+            rows = self.journal.read_page(session_id, cursor, upto=upto,
+                                          max_bytes=self.budget.sse_queue_max_bytes)
+            if not rows:
+                return
+            yield [Event(r.seq, r.type, r.data) for r in rows]
+            cursor = rows[-1].seq
+
+    def close_session(self, session_id: str) -> None:
+        for subscriber in list(self._subscribers.pop(session_id, ())):
+            subscriber.close()
+        self._rings.pop(session_id, None)
+
+    def close_all(self) -> None:
+        for session_id in list(self._subscribers):
+            for subscriber in list(self._subscribers.pop(session_id, ())):
+                subscriber.close()

@@ -1,0 +1,291 @@
+"""One ACP child process and its end of the pipe (SPEC D-2, W-2, O-1..O-3).
+
+stdout is read in chunks through :class:`NdjsonDecoder` with the budget's explicit max frame (never
+``StreamReader.readline``, whose implicit 64 KiB limit tears the pipe down on the first large
+frame). Every decoded frame feeds the inbound tap (stats, histogram, large-frame observer); every
+written frame feeds the outbound tap after the write. The daemon keeps its own JSON-RPC id space
+toward the child; the child's request ids are echoed back verbatim in our responses.
+
+stderr is drained without blocking and never stored or logged: only lines, bytes and over-long
+lines are counted. The daemon's secrets are removed from the child's environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from hopline.budget import Budget, KiB
+from hopline.observe.large_frames import LargeFrameObserver
+from hopline.observe.metrics import PipeMetrics
+from hopline.observe.stats import PipeStats
+from hopline.wire.hooks import FrameObservation, PipeTap
+from hopline.wire.jsonrpc import message_kind
+from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
+
+log = logging.getLogger("hopline.daemon.child")
+
+# I/O granularity of the pipe reads, not a limit: frames of any size up to the max are reassembled.
+READ_CHUNK_BYTES = 64 * KiB
+# Env vars the daemon holds and a child must never see.
+DAEMON_SECRET_ENV: tuple[str, ...] = ("HOPLINE_SERVER_TOKEN",)
+# How long a child gets to exit after its stdin closes, then after SIGTERM (process hygiene).
+STOP_GRACE_SECONDS = 2.0
+
+JSONRPC_METHOD_NOT_FOUND = -32601
+
+
+class AgentExited(Exception):
+    def __init__(self, returncode: int | None) -> None:
+        super().__init__(f"the agent process exited with code {returncode}")
+        self.returncode = returncode
+
+
+class AgentRpcError(Exception):
+    """The child answered a request with a JSON-RPC error."""
+
+    def __init__(self, error: Mapping[str, Any]) -> None:
+        message = error.get("message")
+        self.code = error.get("code")
+        self.message = message if isinstance(message, str) else "agent error"
+        self.data = error.get("data")
+        super().__init__(self.message)
+
+
+class PipeInstruments:
+    """The per-daemon pipe observers shared by every child: stats, histogram, large frames."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.stats = PipeStats()
+        self.metrics = PipeMetrics(budget)
+        self.large_frames = LargeFrameObserver(budget)
+        self.frames_dropped = 0
+
+    def tap(self, direction: Any) -> PipeTap:
+        tap = PipeTap(direction)
+        tap.add_byte_hook(lambda n: self.stats.record(direction, n))
+        tap.add_byte_hook(lambda n: self.metrics.record(direction, n))
+
+        def observe(obs: FrameObservation) -> None:
+            self.large_frames.observe(obs.direction, obs.bytes, obs.message)
+
+        tap.add_observer(observe)
+        return tap
+
+
+class ChildHandler(Protocol):
+    def on_notification(self, message: dict[str, Any]) -> None: ...
+    def on_request(self, message: dict[str, Any]) -> None: ...
+    def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
+    def on_exit(self, returncode: int | None) -> None: ...
+
+
+@dataclasses.dataclass
+class StderrCounters:
+    lines: int = 0
+    bytes: int = 0
+    long_lines: int = 0  # lines over child_stderr_line_max_bytes (counted, never kept)
+
+
+def child_environment(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in DAEMON_SECRET_ENV}
+    env.update(extra)
+    return env
+
+
+class AcpChild:
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], budget: Budget,
+                 instruments: PipeInstruments, handler: ChildHandler) -> None:
+        self.argv = list(argv)
+        self.env = dict(env)
+        self.budget = budget
+        self.instruments = instruments
+        self.handler = handler
+        self.inbound = instruments.tap("inbound")
+        self.outbound = instruments.tap("outbound")
+        self.decoder = NdjsonDecoder(budget.pipe_max_frame_bytes)
+        self.stderr = StderrCounters()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[tuple[Any, int]]] = {}
+        self._write_lock = asyncio.Lock()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.exited = asyncio.Event()
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and not self.exited.is_set()
+
+    async def start(self) -> None:
+        # The pipe's stream-reader limit is set to the chunk size: we only ever call read(n).
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
+            limit=READ_CHUNK_BYTES)
+        self._tasks = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._drain_stderr())]
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    async def _write(self, message: dict[str, Any]) -> None:
+        proc = self._proc
+        if proc is None or proc.stdin is None or self.exited.is_set():
+            raise AgentExited(self.returncode)
+        stdin = proc.stdin
+
+        async def write(line: bytes) -> None:
+            stdin.write(line)
+            await stdin.drain()
+
+        async with self._write_lock:
+            try:
+                await self.outbound.write_observed(write, message)
+            except (ConnectionError, BrokenPipeError) as exc:
+                raise AgentExited(self.returncode) from exc
+
+    async def request(self, method: str, params: dict[str, Any]) -> tuple[Any, int]:
+        """Send a request; return ``(result, response frame bytes)``. Raises :class:`AgentRpcError`
+        or :class:`AgentExited`."""
+        request_id = next(self._ids)
+        future: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._write({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        await self._write({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def respond(self, request_id: Any, *, result: Any = None,
+                      error: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id}
+        if error is not None:
+            message["error"] = error
+        else:
+            message["result"] = result
+        with contextlib.suppress(AgentExited):
+            await self._write(message)
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    async def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
+        try:
+            while True:
+                chunk = await stdout.read(READ_CHUNK_BYTES)
+                if not chunk:
+                    break
+                for item in self.decoder.feed(chunk):
+                    self._dispatch(item)
+            for error in self.decoder.eof():
+                self._frame_error(error, error.size, type(error).__name__)
+        except Exception:
+            log.exception("pipe reader failed")
+        finally:
+            returncode = await self._proc.wait()
+            self.returncode = returncode
+            self.exited.set()
+            for future in list(self._pending.values()):
+                if not future.done():
+                    future.set_exception(AgentExited(returncode))
+            try:
+                self.handler.on_exit(returncode)
+            except Exception:
+                log.exception("child exit handler failed")
+
+    def _frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
+        self.instruments.frames_dropped += 1
+        try:
+            self.handler.on_frame_error(error, size, reason)
+        except Exception:
+            log.exception("frame error handler failed")
+
+    def _dispatch(self, item: Frame | FrameError) -> None:
+        if not isinstance(item, Frame):
+            self._frame_error(item, item.size, type(item).__name__)
+            return
+        message = item.message
+        self.inbound.notify_read(item.size, message)
+        kind = message_kind(message)
+        try:
+            if kind in ("response", "error_response"):
+                future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
+                if future is None or future.done():
+                    log.warning("response to an unknown request id dropped", extra={"bytes": item.size})
+                    return
+                if kind == "error_response":
+                    error = message["error"]
+                    future.set_exception(AgentRpcError(error if isinstance(error, dict) else {}))
+                else:
+                    future.set_result((message["result"], item.size))
+            elif kind == "request":
+                self.handler.on_request(message)
+            elif kind == "notification":
+                self.handler.on_notification(message)
+            else:
+                self._frame_error(None, item.size, "invalid_jsonrpc")
+        except Exception:
+            log.exception("pipe message handler failed", extra={"bytes": item.size})
+
+    async def _drain_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        stderr = self._proc.stderr
+        line_max = self.budget.child_stderr_line_max_bytes
+        current = 0
+        while True:
+            chunk = await stderr.read(READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            self.stderr.bytes += len(chunk)
+            start = 0
+            while True:
+                nl = chunk.find(b"\n", start)
+                if nl == -1:
+                    current += len(chunk) - start
+                    break
+                current += nl - start
+                self.stderr.lines += 1
+                if current > line_max:
+                    self.stderr.long_lines += 1
+                current = 0
+                start = nl + 1
+
+    # --- stopping ---------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if not self.exited.is_set():
+            if proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()
+            for sig in (None, signal.SIGTERM, signal.SIGKILL):
+                if sig is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, sig)
+                try:
+                    await asyncio.wait_for(asyncio.shield(self.exited.wait()), STOP_GRACE_SECONDS)
+                    break
+                except TimeoutError:
+                    continue
+        for task in self._tasks:
+            if not task.done():
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task

@@ -1,0 +1,143 @@
+"""The session journal (SPEC D-5): every session event is written to SQLite before it is published.
+
+One file under the daemon's data directory, WAL mode, one transaction per appended event (WAL with
+``synchronous=NORMAL`` survives a daemon crash; an acknowledged event is on disk). Event ids are
+per session, monotonic from 1, assigned here so the journal and the SSE stream agree. Reads are
+paged by bytes so a replay never materializes a whole session.
+
+Synchronous on purpose: appends are small and ordered, and the event loop is the only writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+JOURNAL_FILE = "journal.sqlite3"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    agent_session_id TEXT,
+    options BLOB NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class SessionRecord:
+    id: str
+    agent_session_id: str | None
+    options: dict[str, Any]
+    created: float
+
+
+@dataclasses.dataclass(frozen=True)
+class JournalRow:
+    seq: int
+    type: str
+    data: bytes  # the event's JSON, exactly as published
+
+
+class Journal:
+    def __init__(self, data_dir: Path) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.path = data_dir / JOURNAL_FILE
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._last: dict[str, int] = {}
+
+    def close(self) -> None:
+        self._db.close()
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+        self._db.execute("INSERT INTO sessions (id, agent_session_id, options, created) "
+                         "VALUES (?, NULL, ?, ?)", (session_id, orjson.dumps(options), time.time()))
+        self._last[session_id] = 0
+
+    def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
+        self._db.execute("UPDATE sessions SET agent_session_id = ? WHERE id = ?",
+                         (agent_session_id, session_id))
+
+    def get_session(self, session_id: str) -> SessionRecord | None:
+        row = self._db.execute("SELECT id, agent_session_id, options, created FROM sessions WHERE id = ?",
+                               (session_id,)).fetchone()
+        if row is None:
+            return None
+        return SessionRecord(row[0], row[1], orjson.loads(row[2]), row[3])
+
+    def delete_session(self, session_id: str) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        self._last.pop(session_id, None)
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def last_id(self, session_id: str) -> int:
+        last = self._last.get(session_id)
+        if last is None:
+            row = self._db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?",
+                                   (session_id,)).fetchone()
+            last = int(row[0] or 0)
+            self._last[session_id] = last
+        return last
+
+    def append(self, session_id: str, event_type: str, data: bytes) -> int:
+        """Write one event; return its id (previous id + 1). Committed before returning."""
+        seq = self.last_id(session_id) + 1
+        self._db.execute("INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
+                         (session_id, seq, event_type, data))
+        self._last[session_id] = seq
+        return seq
+
+    def count(self, session_id: str, event_type: str) -> int:
+        row = self._db.execute("SELECT COUNT(*) FROM events WHERE session_id = ? AND type = ?",
+                               (session_id, event_type)).fetchone()
+        return int(row[0])
+
+    def read_page(self, session_id: str, after: int, *, upto: int | None = None,
+                  max_bytes: int) -> list[JournalRow]:
+        """Events with ``after < id <= upto``, in order, until their bytes pass ``max_bytes``.
+
+        At least one row is returned when one exists, so a single event larger than ``max_bytes``
+        still makes progress; the caller decides what to do with it.
+        """
+        rows: list[JournalRow] = []
+        total = 0
+        for row in self._iter(session_id, after, upto):
+            if rows and total + len(row.data) > max_bytes:
+                break
+            rows.append(row)
+            total += len(row.data)
+        return rows
+
+    def _iter(self, session_id: str, after: int, upto: int | None) -> Iterator[JournalRow]:
+        bound = upto if upto is not None else self.last_id(session_id)
+        cursor = self._db.execute(
+            "SELECT seq, type, data FROM events WHERE session_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+            (session_id, after, bound))
+        try:
+            for seq, event_type, data in cursor:
+                yield JournalRow(int(seq), str(event_type), bytes(data))
+        finally:
+            cursor.close()

@@ -1,0 +1,62 @@
+"""The inbound projection point (SPEC D-3, S-1): every ``session/update`` from a child passes one
+``InboundProjector`` before it is journaled, put in the ring or sent on SSE.
+
+The default projector keeps every event under ``sse_max_event_bytes``: an update whose JSON would
+make a larger event is replaced by a small stub of the same ``sessionUpdate`` kind (tool call id and
+status kept, so the client's state machine goes on) carrying ``_meta["hopline.dropped"]`` with the
+size and the limit. The sidecar store (S-1) plugs in here instead and keeps the payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
+
+InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
+
+# Room kept in an SSE event for the envelope around the update ({"promptId": ..., "update": ...} and
+# the id/event lines); derived from the shape, not a ceiling.
+EVENT_ENVELOPE_BYTES = 1 * KiB
+_TITLE_CHARS = 128
+_MESSAGE_KINDS = frozenset({"agent_message_chunk", "user_message_chunk", "agent_thought_chunk"})
+_TOOL_KINDS = frozenset({"tool_call", "tool_call_update"})
+
+
+def dropped_note(size: int, limit: int) -> str:
+    return (f"[{HOP_DAEMON_SSE}: update of {size} bytes exceeds the SSE event limit of {limit} bytes "
+            f"({CEILINGS_BY_KEY['sse_max_event_bytes'].name}); its payload was not relayed]")
+
+
+def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+    kind = update.get("sessionUpdate")
+    note = dropped_note(size, limit)
+    stub: dict[str, Any] = {"sessionUpdate": kind}
+    if kind in _MESSAGE_KINDS:
+        stub["content"] = {"type": "text", "text": note}
+    elif kind in _TOOL_KINDS:
+        for key in ("toolCallId", "status", "kind"):
+            if isinstance(update.get(key), str):
+                stub[key] = update[key]
+        title = update.get("title")
+        if isinstance(title, str):
+            stub["title"] = title[:_TITLE_CHARS]
+        stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
+    stub["_meta"] = {"hopline.dropped": {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
+                                         "reason": "sse_max_event_bytes"}}
+    return stub
+
+
+def oversize_replacement(budget: Budget) -> InboundProjector:
+    limit = budget.sse_max_event_bytes
+
+    def project(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+        size = len(orjson.dumps(update))
+        if size + EVENT_ENVELOPE_BYTES <= limit:
+            return update
+        return stub_update(update, size, limit)
+
+    return project

@@ -1,0 +1,213 @@
+"""`hopline serve` as a subprocess on 127.0.0.1 relaying a third-party ACP agent written with the SDK
+(tests/daemon/agents/big_update_agent.py). One daemon for the module; each test makes its sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .support import Daemon, SseEvent, read_events, running_daemon
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    tmp = tmp_path_factory.mktemp("serve")
+    with running_daemon(tmp) as d:
+        yield d
+
+
+def turns_done(count: int) -> Callable[[SseEvent], bool]:
+    seen = [0]
+
+    def until(event: SseEvent) -> bool:
+        if event.type in ("turn_complete", "turn_error"):
+            seen[0] += 1
+        return seen[0] >= count
+
+    return until
+
+
+async def new_session(client: httpx.AsyncClient, cwd: Path, **extra: object) -> str:
+    response = await client.post("/session", json={"cwd": str(cwd), **extra})
+    assert response.status_code == 200, response.text
+    return str(response.json()["sessionId"])
+
+
+async def prompt(client: httpx.AsyncClient, session_id: str, text: str) -> str:
+    response = await client.post(f"/session/{session_id}/prompt", json={"text": text})
+    assert response.status_code == 202, response.text
+    return str(response.json()["promptId"])
+
+
+def texts(events: list[SseEvent]) -> list[str]:
+    return [e.data["update"]["content"]["text"] for e in events
+            if e.type == "session_update" and e.data["update"].get("sessionUpdate") == "agent_message_chunk"]
+
+
+async def session_status(client: httpx.AsyncClient, session_id: str) -> dict[str, object]:
+    status = (await client.get("/daemon/status")).json()
+    return next(s for s in status["sessions"] if s["sessionId"] == session_id)
+
+
+async def test_five_mib_tool_call_update_passes_and_is_measured(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        pid = await prompt(client, sid, f"big {5 * MiB}")
+        events = await read_events(client, sid, turns_done(1))
+        ids = [e.id for e in events if e.id is not None]
+        assert ids == list(range(1, len(ids) + 1))  # monotonic from 1, no gap
+        # the update sent before the session/new answer is kept (promptId null)
+        assert events[0].data == {"promptId": None, "update": {
+            "content": {"text": "session ready", "type": "text"}, "sessionUpdate": "agent_message_chunk"}}
+        kinds = [e.data["update"]["sessionUpdate"] for e in events if e.type == "session_update"]
+        assert kinds == ["agent_message_chunk", "tool_call", "tool_call_update", "agent_message_chunk"]
+        big = next(e for e in events if e.type == "session_update"
+                   and e.data["update"]["sessionUpdate"] == "tool_call_update")
+        assert big.data["promptId"] == pid
+        assert len(big.data["update"]["content"][0]["content"]["text"]) == 5 * MiB
+        assert events[-1].type == "turn_complete"
+        assert events[-1].data == {"promptId": pid, "stopReason": "end_turn", "turn": None}
+
+        status = (await client.get("/daemon/status")).json()
+        assert status["runtime"]["perf"]["pipe"]["inbound"]["maxBytes"] >= 5 * MiB
+        assert status["runtime"]["perf"]["pipe"]["outbound"]["count"] >= 3
+        assert status["largeFrames"]["logged"] >= 1
+        assert status["budget"]["errors"] == []
+        metrics = (await client.get("/metrics")).text
+        assert 'hopline_daemon_pipe_message_bytes_bucket{direction="inbound",le="4194304.0"}' in metrics
+        big_bucket = next(line for line in metrics.splitlines() if line.startswith(
+            'hopline_daemon_pipe_message_bytes_bucket{direction="inbound",le="16777216.0"}'))
+        small_bucket = next(line for line in metrics.splitlines() if line.startswith(
+            'hopline_daemon_pipe_message_bytes_bucket{direction="inbound",le="4194304.0"}'))
+        assert float(big_bucket.split()[-1]) > float(small_bucket.split()[-1])  # the 5 MiB frame
+        assert "hopline_gateway_body_limit_bytes" in metrics
+    records = [line for line in daemon.log_text().splitlines() if "hopline.daemon.pipe.large_frame" in line]
+    assert any('"sourceClass":"session_update_notification"' in line for line in records)
+
+
+async def test_log_never_carries_session_ids_paths_prompts_or_payloads(daemon: Daemon,
+                                                                       tmp_path: Path) -> None:
+    workspace = tmp_path / "canary-dir-7f3a"
+    workspace.mkdir()
+    async with daemon.client() as client:
+        sid = await new_session(client, workspace)
+        await prompt(client, sid, "echo canary-prompt-91c2")
+        await prompt(client, sid, f"big {300 * 1024} canary-payload-55d1")
+        events = await read_events(client, sid, turns_done(2))
+        assert "echo: echo canary-prompt-91c2" in texts(events)
+        assert any("canary-payload-55d1" in str(e.data) for e in events)  # it did cross the daemon
+    log = daemon.log_text()
+    assert "large_frame" in log  # the big frame was attributed, so the canary was in a logged frame
+    for canary in (sid, str(workspace), "canary-dir-7f3a", "canary-prompt-91c2", "canary-payload-55d1",
+                   str(daemon.data_dir), daemon.token):
+        assert canary not in log
+
+
+async def test_child_killed_mid_turn_fails_its_prompt_and_not_the_others(daemon: Daemon,
+                                                                        tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        doomed = await new_session(client, tmp_path)
+        other = await new_session(client, tmp_path)
+        pid = await prompt(client, doomed, "sleep 60")
+        events = await read_events(client, doomed, lambda e: "sleeping" in texts([e]))
+        child_pid = (await session_status(client, doomed))["childPid"]
+        assert isinstance(child_pid, int)
+        os.kill(child_pid, signal.SIGKILL)
+        after = await read_events(client, doomed, turns_done(1), last_event_id=events[-1].id)
+        error = after[-1]
+        assert error.type == "turn_error"
+        assert error.data["promptId"] == pid and error.data["reason"] == "agent_exited"
+        assert error.data["exitCode"] == -signal.SIGKILL and error.data["origin"] == "agent"
+        # the other session is untouched
+        await prompt(client, other, "echo still here")
+        other_events = await read_events(client, other, turns_done(1))
+        assert texts(other_events)[-1] == "echo: echo still here"
+        # the dead session refuses prompts with a clear 409 until it is loaded again
+        refused = await client.post(f"/session/{doomed}/prompt", json={"text": "echo x"})
+        assert refused.status_code == 409 and "load" in refused.json()["error"]["message"]
+        loaded = await client.post(f"/session/{doomed}/load")
+        assert loaded.status_code == 200, loaded.text
+        assert loaded.json()["source"] == "child"
+        await prompt(client, doomed, "echo back")
+        tail = await read_events(client, doomed, turns_done(1), last_event_id=error.id)
+        assert texts(tail) == ["echo: echo back"] and tail[-1].type == "turn_complete"
+
+
+async def test_bulk_replay_refused_over_the_count_limit_and_accepted_at_it(daemon: Daemon,
+                                                                          tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        for count, ok in ((10_001, False), (10_000, True)):
+            sid = await new_session(client, tmp_path, scripted={"replayUpdates": count})
+            child_pid = (await session_status(client, sid))["childPid"]
+            assert isinstance(child_pid, int)
+            os.kill(child_pid, signal.SIGKILL)
+            for _ in range(200):
+                if (await session_status(client, sid))["state"] == "detached":
+                    break
+                await asyncio.sleep(0.05)
+            response = await client.post(f"/session/{sid}/load")
+            if ok:
+                assert response.status_code == 200, response.text
+                assert response.json()["replayedUpdates"] == 10_000
+            else:
+                assert response.status_code == 422
+                message = response.json()["error"]["message"]
+                assert "10001" in message and "10000" in message, message
+                assert message.startswith("bulk replay of 10001 updates exceeds the limit of 10000")
+                assert (await session_status(client, sid))["state"] == "detached"
+
+
+async def test_permission_request_round_trip_and_fs_refused(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        await prompt(client, sid, "permission")
+        events = await read_events(client, sid, lambda e: e.type == "permission_request")
+        request = events[-1].data
+        assert [o["optionId"] for o in request["options"]] == ["allow", "deny"]
+        assert request["toolCall"]["toolCallId"] == "call-perm"
+        rid = request["requestId"]
+        bad = await client.post(f"/session/{sid}/permission/{rid}", json={"optionId": "nope"})
+        assert bad.status_code == 422
+        unknown = await client.post(f"/session/{sid}/permission/perm_x", json={"optionId": "allow"})
+        assert unknown.status_code == 404
+        both = await client.post(f"/session/{sid}/permission/{rid}", json={"optionId": "allow",
+                                                                           "outcome": "reject"})
+        assert both.status_code == 422
+        answer = await client.post(f"/session/{sid}/permission/{rid}", json={"outcome": "reject"})
+        assert answer.status_code == 200 and answer.json()["outcome"] == {"outcome": "selected",
+                                                                           "optionId": "deny"}
+        done = await read_events(client, sid, turns_done(1), last_event_id=events[-1].id)
+        assert texts(done) == ["permission: deny"]
+        await prompt(client, sid, "fs")
+        fs = await read_events(client, sid, turns_done(1), last_event_id=done[-1].id)
+        assert texts(fs) == ["fs: refused -32601"]
+
+
+async def test_transcript_pages_and_delete(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        await prompt(client, sid, "chunks 30 2000")
+        events = await read_events(client, sid, turns_done(1))
+        live = [(e.id, e.type, e.data) for e in events if e.id is not None]
+        first = await client.get(f"/session/{sid}/transcript")
+        assert first.status_code == 200
+        collected = first.json()["events"]
+        cursor = first.json()["nextCursor"]
+        while cursor is not None:
+            page = await client.get(f"/session/{sid}/transcript", params={"cursor": cursor})
+            collected += page.json()["events"]
+            cursor = page.json()["nextCursor"]
+        assert [(e["id"], e["type"], e["data"]) for e in collected] == live
+        assert (await client.get(f"/session/{sid}/transcript", params={"cursor": "x1"})).status_code == 400
+        assert (await client.delete(f"/session/{sid}")).status_code == 200
+        assert (await client.get(f"/session/{sid}/transcript")).status_code == 404
+        assert (await client.post(f"/session/{sid}/prompt", json={"text": "x"})).status_code == 404
