@@ -53,6 +53,7 @@ def progress_line(tracker: TurnTracker) -> str:
     parts.append(f"compactions {len(tracker.compactions)}{shown}")
     if tracker.ceiling_bytes:
         parts.append(f"largest body {_size(tracker.max_body_bytes)} / {_size(tracker.ceiling_bytes)} ceiling")
+    parts.append(f"tools {len(tracker.tool_calls)}")
     refs = tracker.sidecar_refs()
     if refs:
         parts.append(f"sidecars {len(refs)} ({_size(sum(r.bytes for r in refs))} off the wire)")
@@ -83,10 +84,12 @@ class LiveView:
     """Rich rendering of a turn: a scrolling log of tool calls and compactions above a live
     progress line; the agent's text is flushed into the log as it arrives."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *,
+                 tool_filter: Callable[[ToolCallView], bool] | None = None) -> None:
         from rich.live import Live
 
         self.console = console
+        self.tool_filter = tool_filter  # which finished tool calls get a log line (default: all)
         self._pending_text: list[str] = []
         self._tracker: TurnTracker | None = None
         self.live = Live(self._render(), console=console, auto_refresh=False, transient=False)
@@ -124,7 +127,8 @@ class LiveView:
             return
         self.flush_text()
         if changed is not None and changed.status in ("completed", "failed"):
-            self.console.print(_escape(tool_line(changed)), highlight=False)
+            if self.tool_filter is None or self.tool_filter(changed):
+                self.console.print(_escape(tool_line(changed)), highlight=False)
         elif event.type == COMPACTION:
             line = compaction_line(tracker.compactions[-1], len(tracker.compactions))
             self.console.print(f"[yellow]{_escape(line)}[/]", highlight=False)

@@ -192,6 +192,13 @@ class DaemonClient:
         result: dict[str, Any] = await self._call("GET", "/daemon/status")
         return result
 
+    async def metrics(self) -> str:
+        """The Prometheus text of ``GET /metrics`` (pipe histogram, gateway requests by status)."""
+        response = await self._http.get(self.base_url + "/metrics", headers=self._headers)
+        if response.status_code != 200:
+            raise DaemonError(response.status_code, response.text[:512], "GET", "/metrics")
+        return response.text
+
     # --- the event stream ---------------------------------------------------------------------
 
     async def events(self, session_id: str, *, last_event_id: int | None = None,

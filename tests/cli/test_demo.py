@@ -1,0 +1,62 @@
+"""`hopline demo`: the gate run ends clean (0 413s, compactions), the naive run reproduces the 413."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rich.console import Console
+
+from hopline.cli.demo import gateway_statuses, print_summary
+
+from .conftest import run_cli
+
+METRICS = """# HELP hopline_gateway_requests_total Gateway requests by response status
+# TYPE hopline_gateway_requests_total counter
+hopline_gateway_requests_total{status="200"} 73.0
+hopline_gateway_requests_total{status="413"} 2.0
+"""
+
+
+def test_gateway_statuses_read_from_prometheus_text() -> None:
+    assert gateway_statuses(METRICS) == {"200": 73, "413": 2}
+    assert gateway_statuses("") == {}
+
+
+def test_demo_gate_run_has_no_413_and_compacts() -> None:
+    result = run_cli(["demo", "--json"], timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["mode"] == "gate"
+    assert summary["gateway413s"] == 0
+    assert summary["gatewayResponses"].get("200", 0) >= summary["iterations"]
+    assert summary["compactions"]["count"] >= 1
+    assert set(summary["compactions"]["triggers"]) <= {"model", "transport"}
+    assert summary["iterations"] == summary["maxIterations"] == 60
+    assert summary["stopReason"] == "end_turn"
+    assert 0 < summary["largestBodyBytes"] <= summary["engineCeilingBytes"] <= summary["gatewayLimitBytes"]
+    assert summary["largestPipeFrame"]["bytes"] > 0
+    assert summary["turnError"] is None
+
+    console = Console(record=True, width=120)
+    print_summary(console, summary)
+    table = console.export_text()
+    for label in ("compactions", "largest llm-turn body", "engine ceiling", "gateway limit",
+                  "largest pipe frame", "large-frame records", "413s"):
+        assert label in table
+
+
+@pytest.mark.xfail(strict=True, reason="needs naive mode wired into `hopline serve` (accept the seed's "
+                   "incoherent 100kb gateway limit when HOPLINE_NAIVE=1) and the agent runtime "
+                   "(ToolLoop(naive=True), HttpModel(enforce_ceiling=False))")
+def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
+    result = run_cli(["demo", "--naive", "--json"], timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert summary["mode"] == "naive"
+    assert summary["gateway413s"] >= 1
+    error = summary["turnError"]
+    assert error["origin"] == "code"
+    assert error["hop"] == "gateway.llm_turn"
+    assert error["limitBytes"] == 100 * 1024
+    assert error["observedBytes"] > error["limitBytes"]
