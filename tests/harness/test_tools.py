@@ -127,3 +127,17 @@ def test_schemas_are_openai_functions() -> None:
     schemas = tool_schemas(TOOL_NAMES)
     assert [s["function"]["name"] for s in schemas] == list(TOOL_NAMES)
     assert all(s["type"] == "function" and s["function"]["parameters"]["type"] == "object" for s in schemas)
+
+
+async def test_read_file_result_at_the_cap_and_one_byte_over(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path, Budget.defaults())
+    (tmp_path / "exact.txt").write_text("e" * LIMIT)
+    (tmp_path / "over.txt").write_text("o" * (LIMIT + 1))
+    exact = await ws.run("read_file", {"path": "exact.txt"}, "c1")
+    assert exact.model_output == exact.output == "e" * LIMIT
+    over = await ws.run("read_file", {"path": "over.txt"}, "c2")
+    assert over.output == "o" * (LIMIT + 1)
+    assert over.model_output != over.output and len(over.model_output.encode()) <= LIMIT
+    m = re.search(r"\[hopline: (\d+) bytes cut .*read_file path='over.txt' offset=(\d+) limit=(\d+)",
+                  over.model_output)
+    assert m is not None and int(m[1]) == int(m[3]) > 0
