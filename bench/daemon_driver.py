@@ -61,7 +61,7 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
     import os
 
     port = free_port()
-    token = secrets.token_urlsafe(24)
+    token = secrets.token_hex(24)  # never starts with "-" (argv)
     data_dir = settings.workdir / f"{name}-{port}"
     data_dir.mkdir(parents=True, exist_ok=True)
     stderr = settings.workdir / f"{name}-{port}.stderr"
