@@ -6,7 +6,7 @@ from contextlib import aclosing
 from pathlib import Path
 
 from hopline.budget import Budget
-from hopline.client import DaemonClient, DaemonError, Event
+from hopline.client import DaemonClient, DaemonError, Event, SseEventTooLarge
 from hopline.client.turn import TurnTracker
 from hopline.embedded import EmbeddedStack
 
@@ -72,3 +72,49 @@ async def test_api_errors_name_the_hop_and_never_the_session_id(daemon: Embedded
             assert exc.status == 401
         else:
             raise AssertionError("expected a 401")
+
+
+async def test_permission_requests_are_answered_through_the_sdk(daemon: EmbeddedStack,
+                                                                 workspace: Path) -> None:
+    answered: list[str] = []
+    async with DaemonClient(daemon.url, daemon.token, budget=Budget.defaults()) as client:
+        session_id = await client.create_session(cwd=str(workspace), profile="qa_automation",
+                                                 permission_mode="ask", scripted=SCRIPT)
+        prompt_id = await client.prompt(session_id, "run the tests")
+        tracker = TurnTracker(prompt_id)
+        async with aclosing(client.turn_events(session_id, prompt_id)) as stream:
+            async for event in stream:
+                tracker.apply(event)
+                if event.type == "permission_request":
+                    # Allow the first, reject the rest: both answers reach the agent.
+                    option = "allow_once" if not answered else "reject_once"
+                    await client.answer_permission(session_id, event.data["requestId"], option)
+                    answered.append(option)
+        await client.delete_session(session_id)
+    assert answered, "the scripted gate runs commands, which ask for permission"
+    assert tracker.stop_reason == "end_turn"
+    statuses = {c.status for c in tracker.tool_calls.values()}
+    assert "completed" in statuses
+
+
+async def test_event_over_the_client_limit_is_refused_against_the_daemon(daemon: EmbeddedStack,
+                                                                           workspace: Path) -> None:
+    # Tool outputs of the sample workspace are far over 4 KiB; the reader refuses them clearly.
+    limit = 4096
+    budget = Budget.defaults().replace(client_sse_max_event_bytes=limit)
+    async with DaemonClient(daemon.url, daemon.token, budget=budget) as client:
+        session_id = await client.create_session(cwd=str(workspace), profile="qa_automation",
+                                                 permission_mode="auto", scripted=SCRIPT)
+        prompt_id = await client.prompt(session_id, "review the logs")
+        try:
+            async with aclosing(client.turn_events(session_id, prompt_id)) as stream:
+                async for _ in stream:
+                    pass
+        except SseEventTooLarge as exc:
+            assert exc.limit == limit and exc.seen > limit
+            assert str(exc).startswith(f"hop client.sse: event exceeds {limit} bytes (read ")
+        else:
+            raise AssertionError("expected SseEventTooLarge")
+        assert client.max_buffered <= limit + 65536  # the limit plus at most one read chunk
+        await client.cancel(session_id)
+        await client.delete_session(session_id)
