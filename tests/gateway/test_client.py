@@ -59,8 +59,8 @@ async def test_naive_mode_sends_it_and_the_gateway_413_is_code(gateway_factory: 
 
 async def test_naive_mode_far_over_the_limit_is_code_413_or_reset(gateway_factory: GatewayFactory) -> None:
     # Far over the limit the gateway closes at once: the client sees the 413 or a reset, both `code`.
-    gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=100 * KiB))
-    budget = Budget.defaults().replace(api_json_body_limit=100 * KiB)
+    budget = Budget.defaults().replace(api_json_body_limit=100 * KiB, transport_max_body_bytes=100 * KiB)
+    gw = gateway_factory(budget)  # discards refused bodies up to 200 KiB, closes on larger ones
     async with HttpModel(gw.url, "s-1", TOKEN, budget, enforce_ceiling=False) as model:
         for _ in range(3):
             with pytest.raises(TurnFailure) as caught:

@@ -143,7 +143,11 @@ def create_gateway_app(
                             media_type="application/json")
         return Response(orjson.dumps(answer.to_json()), media_type="application/json")
 
-    app.add_middleware(BodyLimitMiddleware, limit=limit, hop=HOP_GATEWAY, stats=app.state.body_stats)
+    # A body our own engine may build (up to its ceiling, even when misconfigured over this limit)
+    # gets a readable 413 rather than a reset; anything larger has its connection closed.
+    discard_up_to = max(2 * limit, budget.transport_max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, limit=limit, hop=HOP_GATEWAY, stats=app.state.body_stats,
+                       discard_up_to=discard_up_to)
     app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

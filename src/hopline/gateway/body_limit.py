@@ -99,10 +99,14 @@ _CLOSE = [(b"connection", b"close")]
 class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes with a JSON 413 naming ``hop``."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, hop: str, stats: BodyLimitStats | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, hop: str, stats: BodyLimitStats | None = None,
+                 discard_up_to: int | None = None) -> None:
         self.app = app
         self.limit = limit
         self.hop = hop
+        # A refused body declared at most this large is discarded by the server (never buffered) so
+        # that the client reads the 413; a larger one gets the connection closed at once.
+        self.discard_up_to = discard_up_to if discard_up_to is not None else 2 * limit
         self.stats = stats if stats is not None else BodyLimitStats()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -114,10 +118,10 @@ class BodyLimitMiddleware:
         declared = content_length(scope)
         if declared is not None and declared > self.limit:
             self.stats.refused += 1
-            # The app never sees the body. Up to twice the limit, the server discards the rest of it
-            # (never buffered) so the client reads the 413 instead of a reset; beyond that the
-            # connection is closed at once, which a client still uploading sees as a reset.
-            close = _CLOSE if declared > 2 * self.limit else None
+            # The app never sees the body. Up to `discard_up_to`, the server discards it (never
+            # buffered) so the client reads the 413 rather than a reset that can overtake it; beyond,
+            # the connection is closed at once, which a client still uploading sees as a reset.
+            close = _CLOSE if declared > self.discard_up_to else None
             await send_json(send, 413, too_large_error(self.hop, self.limit, observed=declared),
                             extra_headers=close)
             return

@@ -1,0 +1,112 @@
+"""`hopline gateway`: serve the LLM gateway (SPEC G) with uvicorn on loopback.
+
+The internal token comes from ``HOPLINE_INTERNAL_TOKEN``; without it one is generated
+(``secrets.token_urlsafe``) and put in this process's environment, so children inherit it. The token
+is never printed or logged: a generated one can be written to ``--token-file`` (mode 0600) for a
+client outside this process tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import typer
+
+from hopline.cli._common import budget_or_exit
+
+TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per line; only the record's message and safe scalar extras."""
+
+    _SKIP = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        import orjson
+
+        out: dict[str, object] = {"level": record.levelname.lower(), "logger": record.name,
+                                  "msg": record.getMessage()}
+        for key, value in record.__dict__.items():
+            if key not in self._SKIP and isinstance(value, str | int | float | bool | type(None)):
+                out[key] = value
+        return orjson.dumps(out).decode()
+
+
+def resolve_token(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str]:
+    """The token and where it came from; a generated one is exported for child processes."""
+    token = environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, TOKEN_ENV
+    token = secrets.token_urlsafe(32)
+    environ[TOKEN_ENV] = token
+    return token, "generated"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def gateway(
+        host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
+        port: int = typer.Option(8787, help="Port to bind; 0 picks a free one."),
+        token_file: Path | None = typer.Option(
+            None, "--token-file", help="Write a generated token here (mode 0600)."),
+    ) -> None:
+        """Serve POST /internal/sessions/{sessionId}/llm-turn with the budget's body limit."""
+        import socket
+
+        import uvicorn
+
+        from hopline.budget import IncoherentBudget, require_coherent
+        from hopline.gateway.app import create_gateway_app
+        from hopline.gateway.providers import provider_from_env
+
+        budget = budget_or_exit()
+        try:
+            for warning in require_coherent(budget):
+                print(f"hopline gateway: warning {warning.rule}: {warning.message}", file=sys.stderr)
+        except IncoherentBudget as exc:
+            for finding in exc.errors:
+                print(f"hopline gateway: error {finding.rule}: {finding.message}", file=sys.stderr)
+            print("hopline gateway: refusing to start on an incoherent budget (see `hopline limits`)",
+                  file=sys.stderr)
+            raise typer.Exit(2) from None
+        try:
+            provider = provider_from_env(budget)
+        except ValueError as exc:
+            print(f"hopline gateway: bad setting: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
+        token, source = resolve_token(os.environ)
+        if source == "generated" and token_file is not None:
+            token_file.touch(mode=0o600, exist_ok=True)
+            token_file.chmod(0o600)
+            token_file.write_text(token)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_JsonFormatter())
+        logging.getLogger("hopline").addHandler(handler)
+        logging.getLogger("hopline").setLevel(logging.INFO)
+
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            print(f"hopline gateway: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        # Listening before the line is printed: a client that reads it can connect at once.
+        sock.listen(2048)
+        bound_port = sock.getsockname()[1]
+        shown_host = f"[{host}]" if ":" in host else host
+        print(f"hopline gateway listening on http://{shown_host}:{bound_port}", flush=True)
+        where = f" (written to {token_file})" if source == "generated" and token_file else ""
+        print(f"hopline gateway: token from {source}{where}; provider {provider.name}; "
+              f"body limit {budget.api_json_body_limit} bytes", file=sys.stderr, flush=True)
+
+        app_ = create_gateway_app(budget, token=token, provider=provider)
+        # No access log: request lines carry session ids (SPEC O-5).
+        config = uvicorn.Config(app_, log_level="warning", access_log=False, lifespan="on")
+        uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,112 @@
+"""The whole tool loop over real HTTP: ToolLoop -> HttpModel -> gateway (scripted provider).
+
+The seed's scenario (ADR 0098): a gate agent, 60 iterations, 3-4 tool results of 32 KiB each.
+With the coordinated budget it never meets a 413; with the seed's old configuration (a gateway
+limit of 100 KB and the harness's naive rules) the turn dies with a 413, classified ``code``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hopline.budget import Budget, KiB
+from hopline.gateway.client import HttpModel
+from hopline.gateway.providers import ScriptedProvider
+from hopline.harness.events import LoopEvent, ToolCallFinished
+from hopline.harness.loop import ToolLoop, TurnResult
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, TurnFailure
+from hopline.harness.profiles import get_profile
+from hopline.harness.sample_workspace import make_sample_workspace
+
+from .conftest import TOKEN, GatewayFactory
+
+# Scripted provider settings: 4 tool calls per iteration, and more iterations than the gate allows.
+SCRIPT = {"scripted": {"toolsPerIteration": 4, "iterations": 100}}
+
+
+class RecordingHttpModel(HttpModel):
+    """The HTTP model, remembering the size of every body it sent and every failure it raised."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.sizes: list[int] = []
+        self.failures: list[TurnFailure] = []
+
+    async def complete(self, encoded: EncodedRequest) -> LlmTurnResponse:
+        self.sizes.append(encoded.size)
+        try:
+            return await super().complete(encoded)
+        except TurnFailure as failure:
+            self.failures.append(failure)
+            raise
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return make_sample_workspace(tmp_path / "ws", file_bytes=100 * KiB)
+
+
+async def _run_gate(gateway_url: str, workspace: Path, budget: Budget, *, naive: bool
+                    ) -> tuple[TurnResult, RecordingHttpModel, list[LoopEvent]]:
+    events: list[LoopEvent] = []
+
+    async def sink(event: LoopEvent) -> None:
+        events.append(event)
+
+    model = RecordingHttpModel(gateway_url, "gate-session", TOKEN, budget, enforce_ceiling=not naive)
+    loop = ToolLoop(model, get_profile("qa_automation", budget), workspace, budget, sink=sink,
+                    naive=naive, params=SCRIPT)
+    try:
+        result = await loop.run([], "review this PR")
+    finally:
+        loop.close()
+        await model.aclose()
+    return result, model, events
+
+
+async def test_gate_agent_60_iterations_over_http_never_meets_a_413(gateway_factory: GatewayFactory,
+                                                                    workspace: Path) -> None:
+    budget = Budget.defaults()
+    gw = gateway_factory(budget, ScriptedProvider())
+    result, model, events = await _run_gate(gw.url, workspace, budget, naive=False)
+
+    assert result.stop_reason == "max_iterations", result.to_json()
+    assert result.iterations == 60
+    capped = [e for e in events if isinstance(e, ToolCallFinished)
+              and len(e.model_output.encode()) == budget.tool_result_max_bytes]
+    # The 32 KiB per-result cap is really reached, iteration after iteration.
+    assert len(capped) >= 3 * 60 // 2
+    assert result.compactions
+    assert model.failures == []
+    assert gw.stats.refused == 0  # zero 413s at the gateway
+    assert max(model.sizes) <= budget.transport_max_body_bytes
+    assert gw.stats.max_consumed_bytes == max(model.sizes)  # the gateway read exactly what was sent
+    assert gw.stats.requests == len(model.sizes)  # turns and summaries: every one reached the gateway
+
+
+async def test_the_seed_incident_413_is_code_and_the_defaults_complete(gateway_factory: GatewayFactory,
+                                                                       workspace: Path) -> None:
+    harness_budget = Budget.defaults()
+    # The seed's api: Express's implicit 100 KB limit, and the engine's old (naive) rules.
+    seed_api = Budget.defaults().replace(api_json_body_limit=100 * KiB)
+    old_gateway = gateway_factory(seed_api, ScriptedProvider())
+    result, model, _ = await _run_gate(old_gateway.url, workspace, harness_budget, naive=True)
+
+    failure = result.failure
+    assert result.stop_reason == "failed"
+    assert failure is not None
+    assert failure.origin == "code" and failure.origin != "model"
+    assert failure.status == 413 and failure.size_error
+    assert failure.limit_bytes == 100 * KiB
+    assert old_gateway.stats.refused == 1
+    assert model.sizes[-1] > 100 * KiB  # the body that was refused
+    assert result.iterations < 60
+
+    # The same run with the defaults (10 MiB gateway, coordinated harness) completes.
+    gateway = gateway_factory(Budget.defaults(), ScriptedProvider())
+    fixed, fixed_model, _ = await _run_gate(gateway.url, workspace, harness_budget, naive=False)
+    assert fixed.stop_reason == "max_iterations" and fixed.iterations == 60
+    assert fixed.failure is None
+    assert gateway.stats.refused == 0 and fixed_model.failures == []
