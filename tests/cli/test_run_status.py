@@ -64,3 +64,25 @@ def test_status_json_and_tables(daemon: EmbeddedStack) -> None:
         assert title in tables.stdout
     refused = run_cli(["status", "--url", daemon.url, "--token", "wrong"])
     assert refused.returncode == 1 and "401" in refused.stderr
+
+
+async def test_drive_turn_sees_only_its_own_turn(daemon: EmbeddedStack, workspace: Path) -> None:
+    from hopline.budget import Budget
+    from hopline.cli.run import drive_turn
+    from hopline.client import DaemonClient
+
+    seen: list[str | None] = []
+
+    async def record(event, tracker, changed) -> None:  # type: ignore[no-untyped-def]
+        if not event.synthetic:
+            seen.append(event.prompt_id)
+
+    async with DaemonClient(daemon.url, daemon.token, budget=Budget.defaults()) as client:
+        session_id = await client.create_session(cwd=str(workspace), scripted={"iterations": 1})
+        first = await drive_turn(client, session_id, "first", on_event=record)
+        seen.clear()
+        second = await drive_turn(client, session_id, "second", on_event=record)
+        await client.delete_session(session_id)
+    assert first.stop_reason == second.stop_reason == "end_turn"
+    assert seen and set(seen) == {second.prompt_id}
+    assert second.prompt_id != first.prompt_id

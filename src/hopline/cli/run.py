@@ -154,6 +154,8 @@ async def drive_turn(client: DaemonClient, session_id: str, text: str, *, on_eve
     # From event 0: the daemon journals every event, so nothing emitted before we subscribe is lost.
     async with aclosing(client.turn_events(session_id, prompt_id, last_event_id=0)) as stream:
         async for event in stream:
+            if not event.synthetic and not tracker.mine(event):
+                continue  # an earlier turn of this session, replayed from event 0
             changed = tracker.apply(event)
             await on_event(event, tracker, changed)
             if event.type == "permission_request" and tracker.mine(event):
