@@ -205,12 +205,31 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
                 tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=silent)
             else:
                 with LiveView(console, tool_filter=_demo_tool_filter) as view:
-                    tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=view.on_event)
+                    async def live(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
+                        if event.type == "progress":  # once per iteration: the daemon's pipe numbers
+                            view.extra = frames_line(await client.status())
+                        await view.on_event(event, tracker, changed)
+
+                    tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=live)
             status = await client.status()
             statuses = gateway_statuses(await client.metrics())
     summary = build_summary(naive=naive, tracker=tracker, status=status, statuses=statuses, budget=budget,
                             elapsed=time.monotonic() - started)
     return _exit_code(naive, summary), summary
+
+
+def frames_line(status: dict[str, Any]) -> str:
+    """The daemon's side of the live line: largest pipe frame, large-frame records, sidecars."""
+    from hopline.budget import format_size
+
+    pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
+    largest = max(int((pipe.get(d) or {}).get("maxBytes") or 0) for d in ("inbound", "outbound"))
+    large = status.get("largeFrames") or {}
+    line = f"largest frame {format_size(largest)} │ large frames {large.get('logged', 0)}"
+    sidecars = status.get("sidecars")
+    if isinstance(sidecars, dict) and sidecars.get("count") is not None:
+        line += f" │ sidecars {sidecars.get('count')} ({format_size(int(sidecars.get('bytes') or 0))})"
+    return line
 
 
 def _demo_tool_filter(view: ToolCallView) -> bool:

@@ -90,6 +90,7 @@ class LiveView:
 
         self.console = console
         self.tool_filter = tool_filter  # which finished tool calls get a log line (default: all)
+        self.extra = ""  # appended to the progress line (the demo shows the daemon's frame stats)
         self._pending_text: list[str] = []
         self._tracker: TurnTracker | None = None
         self.live = Live(self._render(), console=console, auto_refresh=False, transient=False)
@@ -99,7 +100,8 @@ class LiveView:
 
         if self._tracker is None:
             return Text("starting…", style="dim")
-        return Text(progress_line(self._tracker), style="bold cyan")
+        line = progress_line(self._tracker)
+        return Text(f"{line} │ {self.extra}" if self.extra else line, style="bold cyan")
 
     def __enter__(self) -> LiveView:
         self.live.start()
