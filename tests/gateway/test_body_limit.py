@@ -136,3 +136,30 @@ def test_refused_bodies_are_counted_in_metrics(gateway_factory: GatewayFactory) 
 def client_get_health(gw) -> bytes:  # type: ignore[no-untyped-def]
     with httpx.Client(timeout=10) as client:
         return client.get(f"{gw.url}/health").content  # no token: /health is open
+
+
+def test_a_declared_one_gibibyte_body_is_refused_unread(gateway_factory: GatewayFactory) -> None:
+    limit = 64 * KiB
+    gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=limit))
+    declared = 1024 * MiB
+    piece = b"x" * (64 * KiB)
+    yielded = 0
+
+    def upload() -> Iterator[bytes]:
+        nonlocal yielded
+        while yielded < declared:
+            yielded += len(piece)
+            yield piece
+
+    headers = {**gw.auth, "content-type": "application/json", "content-length": str(declared)}
+    try:
+        with httpx.Client(timeout=30) as client:
+            response = client.post(gw.turn_url, content=upload(), headers=headers)
+        assert response.status_code == 413
+        assert response.json()["error"]["observedBytes"] == declared
+    except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
+        pass  # closed at once: the body is far over what the server discards
+    assert gw.stats.refused == 1
+    assert gw.stats.max_consumed_bytes == 0  # the app read nothing
+    assert yielded < 64 * MiB
+    assert gw.provider.requests == []
