@@ -18,6 +18,12 @@ Wire names (relayed by the daemon):
 
 Each prompt's text is echoed first as a ``user_message_chunk`` update, so the persisted log (and
 every replay) holds the whole conversation, user side included.
+
+Tool updates carry ``_meta["hopline.tool"] = {name, provenance: "builtin"}``. With a sidecar writer
+(``HOPLINE_SIDECAR_DIR`` + ``HOPLINE_SIDECAR_WRITE_TOKEN``, set by the daemon; SPEC S-3) a tool
+output field over the sidecar threshold is stored in the daemon's sidecar store and the update
+carries its preview and ``_meta["hopline.sidecar"]`` entry instead, on the wire and in the persisted
+log alike (:mod:`hopline.harness.acp.sidecars`).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from acp.connection import Connection
 from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
 
 from hopline.budget import Budget
+from hopline.daemon.sidecars.writer import SidecarWriter
+from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, tool_meta
 from hopline.harness.context import repair
 from hopline.harness.events import (
     AgentText,
@@ -106,16 +114,31 @@ def tool_call_update_of(event: ToolCallStarted, status: str) -> dict[str, Any]:
         "status": status,
         "rawInput": event.raw_input,
         "locations": [{"path": p} for p in event.locations],
+        "_meta": {META_TOOL: tool_meta(event.name)},
     }
 
 
-def tool_result_update_of(event: ToolCallFinished) -> dict[str, Any]:
+def tool_status_update_of(call_id: str, name: str | None, status: str,
+                          text: str | None = None) -> dict[str, Any]:
+    """A ``tool_call_update`` changing only the status (and optionally a short text)."""
+    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
+    if text is not None:
+        update["content"] = [{"type": "content", "content": {"type": "text", "text": text}}]
+    if name is not None:
+        update["_meta"] = {META_TOOL: tool_meta(name)}
+    return update
+
+
+def tool_result_update_of(event: ToolCallFinished, name: str | None = None) -> dict[str, Any]:
+    """The full result; large fields are moved to sidecars afterwards (:meth:`HoplineAgent._offload`)."""
     update: dict[str, Any] = {
         "sessionUpdate": "tool_call_update",
         "toolCallId": event.call_id,
         "status": event.status,
         "content": [{"type": "content", "content": {"type": "text", "text": event.output}}],
     }
+    if name is not None:
+        update["_meta"] = {META_TOOL: tool_meta(name)}
     if event.raw_output is not None:
         update["rawOutput"] = event.raw_output
     else:  # the full text is in content[]; repeating it here would double the frame
@@ -147,6 +170,7 @@ class HoplineAgent:
         loop_factory: LoopFactory,
         *,
         environ: dict[str, str] | None = None,
+        sidecar_writer: SidecarWriter | None = None,
     ) -> None:
         self.budget = budget
         self.store = store
@@ -155,6 +179,7 @@ class HoplineAgent:
         self._env = dict(os.environ if environ is None else environ)
         self._sessions: dict[str, LiveSession] = {}
         self._conn: Connection | None = None
+        self.sidecar_writer = sidecar_writer
 
     def attach(self, conn: Connection) -> None:
         self._conn = conn
@@ -230,6 +255,13 @@ class HoplineAgent:
         self.store.append_update(session_id, update)
         await self.conn.send_notification("session/update", {"sessionId": session_id, "update": update})
 
+    async def _offload(self, update: dict[str, Any]) -> dict[str, Any]:
+        """Large tool output to the sidecar store (S-3), off the event loop; inline without a writer."""
+        writer = self.sidecar_writer
+        if writer is None or not needs_offload(update, self.budget):
+            return update
+        return await asyncio.to_thread(offload_update, update, writer, self.budget)
+
     async def _progress(self, session_id: str, key: str, value: dict[str, Any]) -> None:
         await self.conn.send_notification(f"_{PROGRESS_NOTIFICATION}", {"sessionId": session_id, key: value})
 
@@ -280,10 +312,9 @@ class HoplineAgent:
 
     async def _close_open_calls(self, live: LiveSession) -> None:
         """Tool calls started but never finished (a cancelled turn) end as failed, not dangling."""
-        for call_id in list(live.open_calls):
-            await self._send_update(live.record.id, {
-                "sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": "failed",
-                "content": [{"type": "content", "content": {"type": "text", "text": "cancelled"}}]})
+        for call_id, name in list(live.open_calls.items()):
+            update = tool_status_update_of(call_id, name, "failed", "cancelled")
+            await self._send_update(live.record.id, update)
         live.open_calls = {}
 
     def _prompt_answer(self, stop: str, result: Any) -> dict[str, Any]:
@@ -313,8 +344,10 @@ class HoplineAgent:
                 await self._send_update(session_id,
                                         tool_call_update_of(event, "pending" if asks else "in_progress"))
             elif isinstance(event, ToolCallFinished):
+                name = live.open_calls.get(event.call_id)
+                await self._send_update(session_id, await self._offload(tool_result_update_of(event, name)))
+                # Popped once sent: a turn cancelled during the offload still closes this call.
                 live.open_calls.pop(event.call_id, None)
-                await self._send_update(session_id, tool_result_update_of(event))
             elif isinstance(event, IterationProgress):
                 await self._progress(session_id, "progress", event.to_json())
             elif isinstance(event, Compacted):
@@ -325,8 +358,8 @@ class HoplineAgent:
                 return True
             allowed = await self._ask_permission(session_id, event)
             if allowed:
-                await self._send_update(session_id, {"sessionUpdate": "tool_call_update",
-                                                     "toolCallId": event.call_id, "status": "in_progress"})
+                await self._send_update(session_id,
+                                        tool_status_update_of(event.call_id, event.name, "in_progress"))
             return allowed
 
         return self._loop_factory(live, self._model_factory(session_id), sink, permit)

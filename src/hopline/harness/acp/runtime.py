@@ -2,7 +2,8 @@
 
 The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``
 with ``HOPLINE_INTERNAL_TOKEN``); otherwise the offline scripted model in-process, so the agent
-works standalone.
+works standalone. ``HOPLINE_SIDECAR_DIR`` + ``HOPLINE_SIDECAR_WRITE_TOKEN`` (set by the daemon) ->
+large tool output is written to the daemon's sidecar store (SPEC S-3); otherwise it goes inline.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from hopline.budget import Budget
 from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
 from hopline.harness.acp.logs import configure_stderr_json_logging
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
+from hopline.harness.acp.sidecars import writer_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
 
 log = logging.getLogger("hopline.agent")
@@ -61,13 +63,17 @@ async def _main(budget: Budget, read_fd: int, write_fd: int) -> None:
     environ = dict(os.environ)
     store = SessionStore(default_data_dir(environ))
     transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
+    sidecar_writer = writer_from_env(budget, environ)
     agent = HoplineAgent(budget, store, model_factory(budget, environ), loop_factory(budget),
-                         environ=environ)
-    log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes})
+                         environ=environ, sidecar_writer=sidecar_writer)
+    log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes,
+                                     "sidecarWrites": sidecar_writer is not None})
     try:
         await serve(agent, transport)
     finally:
         store.close()
+        if sidecar_writer is not None:
+            sidecar_writer.close()
         log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
 
 
