@@ -93,7 +93,16 @@ def build_app(log: ServerLog) -> Starlette:
                 yield data[offset:offset + chunk]
             yield b"id: 2\nevent: small\ndata: {}\n\n"
 
-        generators = {"clean": clean_end, "killed": killed, "shapes": shapes, "sized": sized}
+        async def resync() -> AsyncIterator[bytes]:
+            # The journal is behind the client's Last-Event-ID (as after a lost journal): the
+            # daemon says so and goes on from its own latest id.
+            yield (b'event: state_resync_required\ndata: {"lastEventId": %d, "latestEventId": 3}\n\n'
+                   % (start - 1))
+            for i in range(4, 7):
+                yield _event(i)
+
+        generators = {"resync": resync, "clean": clean_end, "killed": killed, "shapes": shapes,
+                      "sized": sized}
         return StreamingResponse(generators[sid.split("-")[0]](), media_type="text/event-stream")
 
     async def sidecar(request: Request) -> Response:

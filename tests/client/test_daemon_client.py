@@ -119,3 +119,10 @@ async def test_resolve_sidecar_verifies_hash_and_size(sse_server: RunningServer)
         with pytest.raises(DaemonError) as err:
             await client.resolve_sidecar("s", dict(entry, id="missing"))
     assert err.value.status == 404 and err.value.hop == "daemon.sidecars"
+
+
+async def test_state_resync_follows_the_daemons_numbering(sse_server: RunningServer) -> None:
+    async with _client(sse_server) as client:
+        events = await _take(client, "resync", 4, last_event_id=50)
+    assert events[0].type == "state_resync_required" and events[0].synthetic
+    assert [e.id for e in events[1:]] == [4, 5, 6]

@@ -235,6 +235,12 @@ class DaemonClient:
                         self.max_buffered = max(self.max_buffered, parser.max_buffered)
                         for message in messages:
                             event = to_event(message)
+                            if event.type == "state_resync_required":
+                                # The daemon's journal is behind our Last-Event-ID: follow its
+                                # numbering, or every later event would look like a duplicate.
+                                latest = event.data.get("latestEventId")
+                                if isinstance(latest, int) and not isinstance(latest, bool):
+                                    last_id = latest
                             if event.id is not None:
                                 if last_id is not None and event.id <= last_id:
                                     continue  # already delivered before a resume
