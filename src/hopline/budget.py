@@ -163,6 +163,8 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_PROVIDER_CONNECT_TIMEOUT", "provider connect timeout", minimum=0.001),
     Ceiling("provider_read_timeout_seconds", HOP_PROVIDER, Unit.SECONDS, 120.0,
             "HOPLINE_PROVIDER_READ_TIMEOUT", "provider read timeout", minimum=0.001),
+    Ceiling("provider_response_max_bytes", HOP_PROVIDER, Unit.BYTES, 10 * MiB,
+            "HOPLINE_PROVIDER_RESPONSE_MAX_BYTES", "one provider answer, read by the gateway"),
     Ceiling("model_retry_attempts", HOP_ENGINE, Unit.COUNT, 3, "HOPLINE_MODEL_RETRY_ATTEMPTS",
             "retries of a transient model-origin failure", minimum=0, maximum=10),
     Ceiling("model_retry_backoff_seconds", HOP_ENGINE, Unit.SECONDS, 0.2,
@@ -190,6 +192,8 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_TOOL_CALLS_PER_ITERATION", "tool calls executed from one model answer"),
     Ceiling("gate_max_iterations", HOP_TOOLS, Unit.COUNT, 60, None,
             "tool-loop iterations of a gate agent (per profile)"),
+    Ceiling("dev_max_iterations", HOP_TOOLS, Unit.COUNT, 40, None,
+            "tool-loop iterations of the dev agent (per profile)"),
     Ceiling("command_timeout_seconds", HOP_TOOLS, Unit.SECONDS, 30.0,
             "HOPLINE_COMMAND_TIMEOUT", "run_command wall-clock timeout", minimum=0.01),
     Ceiling("command_output_max_bytes", HOP_TOOLS, Unit.BYTES, 4 * MiB,
@@ -270,6 +274,7 @@ class Budget:
     transport_max_body_bytes: int
     provider_connect_timeout_seconds: float
     provider_read_timeout_seconds: float
+    provider_response_max_bytes: int
     model_retry_attempts: int
     model_retry_backoff_seconds: float
     context_window_tokens: int
@@ -282,6 +287,7 @@ class Budget:
     tool_arguments_max_bytes: int
     tool_calls_per_iteration_max: int
     gate_max_iterations: int
+    dev_max_iterations: int
     command_timeout_seconds: float
     command_output_max_bytes: int
     search_max_matches: int

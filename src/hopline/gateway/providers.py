@@ -163,9 +163,8 @@ class OpenAIProvider:
                 pool=budget.provider_connect_timeout_seconds,
             ),
         )
-        # The provider's answer is bounded too. There is no dedicated ceiling yet: the gateway's
-        # body limit is the fallback (FALLBACK, until the budget declares provider_response_max_bytes).
-        self.response_max_bytes = budget.api_json_body_limit
+        # The provider's answer is bounded too.
+        self.response_max_bytes = budget.provider_response_max_bytes
 
     def request_body(self, request: LlmTurnRequest) -> bytes:
         body: dict[str, Any] = {k: v for k, v in request.params.items() if k not in _RESERVED_PARAMS}

@@ -17,10 +17,6 @@ DEV_TOOLS: tuple[str, ...] = (*READ_TOOLS, "write_file")
 GATE_PROFILES: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
 PROFILE_NAMES: tuple[str, ...] = ("dev", *GATE_PROFILES)
 
-# The dev agent iterates less than a gate agent: it edits, then hands over to the gate.
-# Fallback until the budget declares a dev value (a profile choice, not a byte ceiling).
-DEV_MAX_ITERATIONS_SHARE = 2 / 3
-
 _COMMON = (
     "You work inside a workspace through tools. Paths are relative to the workspace root. "
     "Tool results longer than the cap are cut in the middle; read more with read_file offset/limit. "
@@ -56,8 +52,7 @@ def get_profile(name: str, budget: Budget) -> Profile:
     if name not in PROFILE_NAMES:
         raise KeyError(f"unknown profile {name!r}; choose one of {', '.join(PROFILE_NAMES)}")
     gate = name in GATE_PROFILES
-    max_iterations = budget.gate_max_iterations if gate else max(1, int(budget.gate_max_iterations
-                                                                         * DEV_MAX_ITERATIONS_SHARE))
+    max_iterations = budget.gate_max_iterations if gate else budget.dev_max_iterations
     return Profile(
         name=name,
         context_window=budget.context_window_tokens,
