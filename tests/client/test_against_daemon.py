@@ -118,3 +118,18 @@ async def test_event_over_the_client_limit_is_refused_against_the_daemon(daemon:
         assert client.max_buffered <= limit + 65536  # the limit plus at most one read chunk
         await client.cancel(session_id)
         await client.delete_session(session_id)
+
+
+async def test_prompt_over_the_daemon_body_limit_is_a_clear_error(daemon: EmbeddedStack,
+                                                                    workspace: Path) -> None:
+    budget = Budget.defaults()
+    async with DaemonClient(daemon.url, daemon.token, budget=budget) as client:
+        session_id = await client.create_session(cwd=str(workspace), scripted=SCRIPT)
+        try:
+            await client.prompt(session_id, "x" * budget.daemon_json_body_limit)
+        except DaemonError as exc:
+            assert exc.status == 413 and exc.hop == "daemon.api"
+            assert f"limitBytes {budget.daemon_json_body_limit}" in str(exc)
+        else:
+            raise AssertionError("expected a 413")
+        await client.delete_session(session_id)

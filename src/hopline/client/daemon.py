@@ -48,10 +48,14 @@ class DaemonError(Exception):
     def __init__(self, status: int, body: Any, method: str, route: str) -> None:
         self.status = status
         self.body = body
-        self.hop = body.get("hop", HOP_DAEMON_API) if isinstance(body, dict) else HOP_DAEMON_API
-        detail = body.get("message") or body.get("error") or body.get("detail") \
-            if isinstance(body, dict) else body
-        super().__init__(f"hop {self.hop}: {method} {route} -> {status}: {detail}")
+        # The daemon answers {"error": {"type", "hop", "message", "limitBytes"?, "observedBytes"?}}.
+        error = body.get("error") if isinstance(body, dict) else None
+        fields: dict[str, Any] = error if isinstance(error, dict) else body if isinstance(body, dict) else {}
+        self.hop = str(fields.get("hop") or HOP_DAEMON_API)
+        self.type = fields.get("type")
+        detail = fields.get("message") or fields.get("detail") or (fields or body)
+        sizes = "".join(f", {key} {fields[key]}" for key in ("limitBytes", "observedBytes") if key in fields)
+        super().__init__(f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
 
 
 class SseReconnectExhausted(Exception):
