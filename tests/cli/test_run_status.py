@@ -86,3 +86,17 @@ async def test_drive_turn_sees_only_its_own_turn(daemon: EmbeddedStack, workspac
     assert first.stop_reason == second.stop_reason == "end_turn"
     assert seen and set(seen) == {second.prompt_id}
     assert second.prompt_id != first.prompt_id
+
+
+def test_failed_turn_exits_1_naming_origin_hop_and_sizes(workspace: Path) -> None:
+    # An engine ceiling one scripted iteration cannot fit (8 tool results of up to 32 KiB each):
+    # compaction cannot help, so the body is never sent and the turn fails with origin code.
+    env = {"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "160kb", "HOPLINE_SUMMARY_CHUNK_BYTES": "64kb",
+           "COLUMNS": "400"}
+    result = run_cli(["run", "review the logs", "--scripted", '{"iterations": 3, "toolsPerIteration": 8}'],
+                     cwd=workspace, env=env)
+    assert result.returncode == 1, result.stderr[-2000:]
+    match = re.search(r"turn failed: origin code, hop engine\.llm_turn, body (\d+) bytes, limit (\d+) bytes",
+                      result.stdout)
+    assert match, result.stdout[-2000:]
+    assert int(match.group(2)) == 160 * 1024 < int(match.group(1))
