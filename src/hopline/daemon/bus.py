@@ -72,7 +72,7 @@ class Subscriber:
         self.warned = False
         self.evicted = False
         self.closed = False
-        self._wakeup = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
 
     @property
     def queued(self) -> int:
@@ -98,13 +98,13 @@ class Subscriber:
                 "queuedEvents": len(self._queue), "maxQueuedEvents": self.max_events,
                 "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
                 "lastQueuedEventId": event.id}))
-        self._wakeup.set()
+        self._wake()
 
     def offer_synthetic(self, event: Event) -> None:
         if self.evicted or self.closed:
             return
         self._control.append(event)
-        self._wakeup.set()
+        self._wake()
 
     def _evict(self, event: Event) -> None:
         dropped = len(self._queue)
@@ -117,13 +117,13 @@ class Subscriber:
             "maxQueuedEvents": self.max_events, "maxQueuedBytes": self.max_bytes,
             "droppedEvents": dropped + 1, "resumeAfterEventId": (first_dropped or 1) - 1,
             "message": "reconnect with Last-Event-ID to resume"}))
-        self._wakeup.set()
+        self._wake()
         log.warning("sse subscriber evicted", extra={"maxQueuedEvents": self.max_events,
                                                       "maxQueuedBytes": self.max_bytes})
 
     def close(self) -> None:
         self.closed = True
-        self._wakeup.set()
+        self._wake()
 
     def pop_nowait(self) -> Event | None:
         """The next event: control events (warning, eviction) first, in their order."""
@@ -137,16 +137,27 @@ class Subscriber:
             return event
         return None
 
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     async def next(self, timeout: float) -> Event | None:
-        """The next event, or None after ``timeout`` seconds without one (or when closed)."""
+        """The next event, or None after ``timeout`` seconds without one (or when closed).
+
+        A bare future rather than ``wait_for(Event.wait())``: the waiting stream resumes one loop
+        iteration after an offer, so it keeps up with a relay that yields once per frame."""
         event = self.pop_nowait()
         if event is not None or self.closed:
             return event
-        self._wakeup.clear()
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, self._wake)
         try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout)
-        except TimeoutError:
-            return None
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
         return self.pop_nowait()
 
 

@@ -191,6 +191,10 @@ class AcpChild:
                     break
                 for item in self.decoder.feed(chunk):
                     self._dispatch(item)
+                    # read() does not yield while data is buffered, and one chunk holds many small
+                    # frames: yield after each so the SSE streams move every event to their sockets
+                    # as it comes. A queue then only grows when its client is really not reading.
+                    await asyncio.sleep(0)
             for error in self.decoder.eof():
                 self._frame_error(error, error.size, type(error).__name__)
         except Exception:

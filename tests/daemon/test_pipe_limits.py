@@ -1,0 +1,48 @@
+"""A frame over the pipe's max frame: dropped with a `frame_dropped` event, and the session goes on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .support import read_events, running_daemon
+from .test_serve import new_session, prompt, texts, turns_done
+
+MiB = 1024 * 1024
+
+
+async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_path: Path) -> None:
+    env = {"HOPLINE_PIPE_MAX_FRAME_BYTES": "1mb", "HOPLINE_AGENT_MAX_FRAME_BYTES": "1mb"}
+    with running_daemon(tmp_path, env=env) as daemon:
+        async with daemon.client() as client:
+            sid = await new_session(client, tmp_path)
+            # subscribe first: frame_dropped is a live (synthetic) event
+            first = await prompt(client, sid, "echo warm")
+            warm = await read_events(client, sid, turns_done(1))
+            assert warm[-1].data["promptId"] == first
+            async with client.stream("GET", f"/session/{sid}/events",
+                                     headers={"Last-Event-ID": str(warm[-1].id)}) as stream:
+                from .support import iter_sse
+
+                await prompt(client, sid, f"big {MiB}")
+                events = []
+                async for event in iter_sse(stream):
+                    events.append(event)
+                    if event.type in ("turn_complete", "turn_error"):
+                        break
+            dropped = [e for e in events if e.type == "frame_dropped"]
+            assert len(dropped) == 1 and dropped[0].id is None
+            data = dropped[0].data
+            assert data["direction"] == "inbound" and data["reason"] == "frame_too_large"
+            assert data["limitBytes"] == MiB and data["bytes"] > MiB
+            assert data["setting"] == "HOPLINE_PIPE_MAX_FRAME_BYTES"
+            # the frames around the dropped one arrived, and the turn completed
+            kinds = [e.data["update"]["sessionUpdate"] for e in events if e.type == "session_update"]
+            assert kinds == ["tool_call", "agent_message_chunk"]
+            assert texts(events) == ["big done"] and events[-1].type == "turn_complete"
+            # the next prompt on the same session completes
+            await prompt(client, sid, "echo after")
+            after = await read_events(client, sid, turns_done(1), last_event_id=events[-1].id)
+            assert texts(after) == ["echo: echo after"] and after[-1].type == "turn_complete"
+            status = (await client.get("/daemon/status")).json()
+            assert status["framesDropped"] == 1
+        assert "pipe frame dropped" in daemon.log_text()
