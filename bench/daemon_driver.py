@@ -23,7 +23,7 @@ import httpx
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
 from bench.sse_client import SseCounter
 
-TIMEOUT_S = 180.0
+TIMEOUT_S = 90.0
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 
 
@@ -56,7 +56,7 @@ class Daemon:
 
 @contextlib.contextmanager
 def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", observer: bool = True,
-           sidecars: bool = False, env: dict[str, str] | None = None,
+           sidecars: bool = False, journal: bool = True, env: dict[str, str] | None = None,
            name: str = "daemon") -> Iterator[Daemon]:
     import os
 
@@ -67,7 +67,7 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
     stderr = settings.workdir / f"{name}-{port}.stderr"
     child_env = {**os.environ, SERVER_TOKEN_ENV: token, **(env or {})}
     if launch == "serve":
-        if not observer or sidecars:
+        if not observer or sidecars or not journal:
             raise ValueError("hopline serve has no observer/sidecar switch; use launch='bench'")
         args = [PYTHON, "-m", "hopline", "serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--agent-cmd", shlex.join(agent)]
@@ -77,6 +77,8 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
             args.append("--no-observer")
         if sidecars:
             args.append("--sidecars")
+        if not journal:
+            args.append("--journal-off")
         args += ["--", *agent]
     try:
         with started(args, env=child_env, port=port, stderr_path=stderr, startup_timeout=60) as proc:
@@ -155,7 +157,11 @@ async def _relay_once(d: Daemon, frames: int, text: str) -> dict[str, Any]:
 
 def relay_on(d: Daemon, path: Path, frames: int) -> dict[str, Any]:
     """One prompt streaming ``path`` through a running daemon (its agent honours ``stream PATH``)."""
-    return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}"), TIMEOUT_S))
+    try:
+        return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}"), TIMEOUT_S))
+    except TimeoutError:
+        raise TimeoutError(f"{frames} frames not received through the daemon within {TIMEOUT_S:.0f} s "
+                           f"({path.name})") from None
 
 
 def measure_relay(path: Path, frames: int, settings: Settings, *, frame_bytes: int,

@@ -7,6 +7,8 @@ embedded gateway). Two switches exist only here, for A/B runs, without touching 
 
 * ``--no-observer``: every pipe tap gets no hooks (no stats, no histogram, no large-frame
   observer), by substituting ``PipeInstruments.tap`` in this process only;
+* ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are
+  not written, to show how much of the relay's time the synchronous journal write takes;
 * ``--sidecars``: the inbound projector runs ``project_update`` into a ``SidecarStore`` under
   DATA_DIR/sidecars before the default oversize projection (until the daemon wires sidecars itself).
 """
@@ -31,6 +33,10 @@ def main() -> None:
     parser.add_argument("token")
     parser.add_argument("--no-observer", action="store_true")
     parser.add_argument("--sidecars", action="store_true")
+    parser.add_argument("--journal-off", action="store_true",
+                        help="DIAGNOSTIC ONLY (breaks D-5): events get ids but are not written")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="profile with cProfile; SIGUSR1 writes the stats to this file")
     argv = sys.argv[1:]
     if "--" not in argv:
         parser.error("the agent command follows --")
@@ -51,6 +57,16 @@ def main() -> None:
 
         daemon_app.PipeInstruments.tap = bare_tap  # type: ignore[method-assign]
 
+    if args.journal_off:
+        from hopline.daemon.journal import Journal
+
+        def append_nothing(self: Any, session_id: str, event_type: str, data: bytes) -> int:
+            seq = self.last_id(session_id) + 1
+            self._last[session_id] = seq
+            return seq
+
+        Journal.append = append_nothing  # type: ignore[method-assign]
+
     projector = None
     if args.sidecars:
         from hopline.daemon.sidecars import SidecarStore, project_update
@@ -69,6 +85,15 @@ def main() -> None:
     app = daemon_app.create_daemon_app(budget, data_dir=args.data_dir, agent_cmd=agent,
                                        server_token=args.token, internal_token=secrets.token_hex(16),
                                        gateway_url=f"http://127.0.0.1:{args.port}", **kwargs)
+    if args.profile is None:
+        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        return
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+    signal.signal(signal.SIGUSR1, lambda *_: profiler.dump_stats(str(args.profile)))
+    profiler.enable()
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
 
 
