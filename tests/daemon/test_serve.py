@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Callable, Iterator
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from .support import Daemon, SseEvent, read_events, running_daemon
@@ -211,3 +213,96 @@ async def test_transcript_pages_and_delete(daemon: Daemon, tmp_path: Path) -> No
         assert (await client.delete(f"/session/{sid}")).status_code == 200
         assert (await client.get(f"/session/{sid}/transcript")).status_code == 404
         assert (await client.post(f"/session/{sid}/prompt", json={"text": "x"})).status_code == 404
+
+
+async def test_every_route_but_health_needs_the_token(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+    routes = [("GET", "/daemon/status"), ("GET", "/metrics"), ("GET", "/openapi.json"), ("POST", "/session"),
+              ("POST", f"/session/{sid}/prompt"), ("POST", f"/session/{sid}/cancel"),
+              ("GET", f"/session/{sid}/events"), ("POST", f"/session/{sid}/load"),
+              ("GET", f"/session/{sid}/transcript"), ("POST", f"/session/{sid}/permission/perm_1"),
+              ("DELETE", f"/session/{sid}"), ("GET", "/session/unknown/events"),
+              ("POST", "/internal/sessions/x/llm-turn"), ("GET", "/nowhere")]
+    async with httpx.AsyncClient(base_url=daemon.url, timeout=10) as anonymous:
+        assert (await anonymous.get("/health")).status_code == 200
+        for method, path in routes:
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                response = await anonymous.request(method, path, headers=headers, json={"text": "x"})
+                assert response.status_code == 401, (method, path, response.status_code)
+                assert response.json()["error"]["type"] == "unauthorized"
+        # the server token is not the gateway's token: /internal keeps its own
+        llm = await anonymous.post("/internal/sessions/x/llm-turn", headers=daemon.headers, json={})
+        assert llm.status_code == 401
+    async with daemon.client() as client:
+        assert (await client.get(f"/session/{sid}/transcript")).status_code == 200
+
+
+def _declare_only(daemon: Daemon, path: str, length: int) -> tuple[bytes, bytes]:
+    """POST headers declaring ``length`` body bytes, send none, return the status line and body."""
+    host, port = daemon.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {daemon.token}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n").encode())
+        raw = b""
+        while b"\r\n\r\n" not in raw or len(raw.split(b"\r\n\r\n", 1)[1]) < _content_length(raw):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            raw += chunk
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return head.split(b"\r\n", 1)[0], body
+
+
+def _content_length(raw: bytes) -> int:
+    for line in raw.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 1 << 30
+
+
+async def test_clients_cannot_raise_a_ceiling(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        for value in (15, 2049, -1):
+            response = await client.get(f"/session/{sid}/events", params={"maxQueued": value})
+            assert response.status_code == 422, value
+        for knob in ({"maxFrameBytes": 1 << 30}, {"maxQueuedBytes": 1 << 30}, {"sseMaxEventBytes": 1}):
+            assert (await client.post("/session", json={"cwd": str(tmp_path), **knob})).status_code == 422
+            response = await client.post(f"/session/{sid}/prompt", json={"text": "echo", **knob})
+            assert response.status_code == 422
+        bad_id = await client.get(f"/session/{sid}/events", headers={"Last-Event-ID": "-3"})
+        assert bad_id.status_code == 400
+        # the daemon body limit is exact: limit bytes pass, limit + 1 is refused naming the hop
+        status = (await client.get("/daemon/status", params={"maxQueuedBytes": 1 << 30})).json()
+        limit = next(c["bytes"] for c in status["budget"]["ceilings"]
+                     if c["name"] == "HOPLINE_DAEMON_JSON_BODY_LIMIT")
+        assert limit == MiB
+        prefix, suffix = b'{"text":"echo ', b'"}'
+        at_limit = prefix + b"a" * (limit - len(prefix) - len(suffix)) + suffix
+        assert len(at_limit) == limit
+        accepted = await client.post(f"/session/{sid}/prompt", content=at_limit,
+                                     headers={"content-type": "application/json"})
+        assert accepted.status_code == 202, accepted.text
+        over = at_limit[:-2] + b'a"}'
+        # a declared Content-Length over the limit is refused before any body byte is read
+        status_line, body = await asyncio.to_thread(_declare_only, daemon, f"/session/{sid}/prompt",
+                                                    limit + 1)
+        assert status_line.startswith(b"HTTP/1.1 413")
+        error = orjson.loads(body)["error"]
+        assert error["hop"] == "daemon.api" and error["limitBytes"] == limit
+        assert error["observedBytes"] == limit + 1
+
+        async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: cut off while reading
+            yield over[: len(over) // 2]
+            yield over[len(over) // 2:]
+
+        cut = await client.post(f"/session/{sid}/prompt", content=chunked(),
+                                headers={"content-type": "application/json"})
+        assert cut.status_code == 413 and cut.json()["error"]["hop"] == "daemon.api"
+        assert cut.json()["error"]["receivedBytes"] == limit + 1
+        events = await read_events(client, sid, turns_done(1))
+        assert texts(events)[-1] == "echo: echo " + "a" * (limit - len(prefix) - len(suffix))
+        # nothing a client sent changed the budget
+        again = (await client.get("/daemon/status")).json()["budget"]
+        assert again == status["budget"]

@@ -24,13 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopline.budget import HOP_DAEMON_API, MAX_QUEUED_RANGE, Budget, check_coherence, require_coherent
+from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.child import PipeInstruments
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
 from hopline.gateway.auth import BearerTokenMiddleware
-from hopline.gateway.body_limit import BodyLimitMiddleware
 
 log = logging.getLogger("hopline.daemon")
 
@@ -369,7 +369,7 @@ def create_daemon_app(
             body += gateway.state.metrics.render()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    guarded = BodyLimitMiddleware(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
+    guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
     authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",))
     dispatcher = InternalDispatcher(authed, gateway)
     dispatcher.state = app.state  # type: ignore[attr-defined]

@@ -1,0 +1,51 @@
+"""End to end: `hopline serve` with its default child (`hopline agent`), the embedded gateway and the
+offline scripted model. A prompt runs a tool loop whose updates reach the SSE client in order."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hopline.harness.sample_workspace import make_sample_workspace
+
+from .support import read_events, running_daemon
+from .test_serve import new_session, prompt, turns_done
+
+
+async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp_path: Path) -> None:
+    workspace = make_sample_workspace(tmp_path / "workspace")
+    with running_daemon(tmp_path, agent_cmd=None) as daemon:
+        async with daemon.client(timeout=60) as client:
+            sid = await new_session(client, workspace, permissionMode="auto",
+                                    scripted={"iterations": 2, "toolsPerIteration": 2})
+            pid = await prompt(client, sid, "review the sample service")
+            events = await read_events(client, sid, turns_done(1))
+            done = events[-1]
+            assert done.type == "turn_complete", done.data
+            assert done.data["promptId"] == pid and done.data["stopReason"] == "end_turn"
+            assert done.data["turn"]["iterations"] >= 2
+            ids = [e.id for e in events if e.id is not None]
+            assert ids == list(range(1, len(ids) + 1))
+            updates = [e.data["update"] for e in events if e.type == "session_update"]
+            kinds = [u["sessionUpdate"] for u in updates]
+            assert kinds[0] == "user_message_chunk"
+            assert kinds[-1] == "agent_message_chunk"
+            # every tool call starts before its results, and every started call gets a result
+            started: list[str] = []
+            finished: list[str] = []
+            for update in updates:
+                if update["sessionUpdate"] == "tool_call":
+                    started.append(update["toolCallId"])
+                elif update["sessionUpdate"] == "tool_call_update" and update.get("status") in (
+                        "completed", "failed"):
+                    assert update["toolCallId"] in started
+                    finished.append(update["toolCallId"])
+            assert len(started) >= 3 and sorted(started) == sorted(finished)
+            progress = [e for e in events if e.type == "progress"]
+            assert progress and all(e.data["promptId"] == pid for e in progress)
+            assert progress[0].data["progress"]["iteration"] >= 1
+            # the llm-turn requests went through the embedded gateway of this daemon
+            metrics = (await client.get("/metrics")).text
+            pattern = r'^hopline_gateway_requests_total\{[^}]*status="200"[^}]*\} (\S+)'
+            served = [float(v) for v in re.findall(pattern, metrics, flags=re.M)]
+            assert sum(served) >= 3
