@@ -5,8 +5,10 @@ from __future__ import annotations
 from contextlib import aclosing
 from pathlib import Path
 
+import pytest
+
 from hopline.budget import Budget
-from hopline.client import DaemonClient, DaemonError, Event, SseEventTooLarge
+from hopline.client import DaemonClient, DaemonError, Event, RequestTooLarge, SseEventTooLarge
 from hopline.client.turn import TurnTracker
 from hopline.embedded import EmbeddedStack
 
@@ -120,16 +122,21 @@ async def test_event_over_the_client_limit_is_refused_against_the_daemon(daemon:
         await client.delete_session(session_id)
 
 
-async def test_prompt_over_the_daemon_body_limit_is_a_clear_error(daemon: EmbeddedStack,
-                                                                    workspace: Path) -> None:
+async def test_prompt_at_the_daemon_body_limit_passes_one_byte_over_is_refused_unsent(
+        daemon: EmbeddedStack, workspace: Path) -> None:
     budget = Budget.defaults()
+    limit = budget.daemon_json_body_limit
+    overhead = len(b'{"text":""}')
     async with DaemonClient(daemon.url, daemon.token, budget=budget) as client:
-        session_id = await client.create_session(cwd=str(workspace), scripted=SCRIPT)
-        try:
-            await client.prompt(session_id, "x" * budget.daemon_json_body_limit)
-        except DaemonError as exc:
-            assert exc.status == 413 and exc.hop == "daemon.api"
-            assert f"limitBytes {budget.daemon_json_body_limit}" in str(exc)
-        else:
-            raise AssertionError("expected a 413")
+        session_id = await client.create_session(cwd=str(workspace), scripted={"iterations": 0})
+        with pytest.raises(RequestTooLarge) as err:
+            await client.prompt(session_id, "x" * (limit - overhead + 1))
+        assert err.value.status == 413 and err.value.hop == "daemon.api"
+        assert (err.value.limit, err.value.observed) == (limit, limit + 1)
+        assert f"limitBytes {limit}, observedBytes {limit + 1}" in str(err.value)
+        # Exactly the limit: the daemon accepts it (its own boundary is inclusive too).
+        prompt_id = await client.prompt(session_id, "x" * (limit - overhead))
+        async with aclosing(client.turn_events(session_id, prompt_id)) as stream:
+            async for _ in stream:
+                pass
         await client.delete_session(session_id)

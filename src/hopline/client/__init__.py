@@ -3,6 +3,7 @@
 from hopline.client.daemon import (
     DaemonClient,
     DaemonError,
+    RequestTooLarge,
     SidecarIntegrityError,
     SseReconnectExhausted,
     TranscriptPage,
@@ -14,6 +15,7 @@ __all__ = [
     "DaemonClient",
     "DaemonError",
     "Event",
+    "RequestTooLarge",
     "SidecarIntegrityError",
     "SidecarRef",
     "SseEventTooLarge",

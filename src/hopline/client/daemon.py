@@ -58,6 +58,19 @@ class DaemonError(Exception):
         super().__init__(f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
 
 
+class RequestTooLarge(DaemonError):
+    """A request body over the daemon's JSON body limit: refused by the client, never sent."""
+
+    def __init__(self, method: str, route: str, limit: int, observed: int) -> None:
+        error = {"type": "request_too_large", "hop": HOP_DAEMON_API, "limitBytes": limit,
+                 "observedBytes": observed,
+                 "message": "request body over the daemon JSON body limit (HOPLINE_DAEMON_JSON_BODY_LIMIT); "
+                            "not sent"}
+        super().__init__(413, {"error": error}, method, route)
+        self.limit = limit
+        self.observed = observed
+
+
 class SseReconnectExhausted(Exception):
     """The event stream dropped and every reconnect attempt failed."""
 
@@ -139,15 +152,31 @@ class DaemonClient:
 
     async def _call(self, method: str, route: str, *, json: Any = None,
                     params: dict[str, Any] | None = None, expect: tuple[int, ...] = (200,)) -> Any:
-        response = await self._http.request(method, self.base_url + route, json=json, params=params,
-                                            headers=self._headers)
+        shape = _route_shape(route)
+        content: bytes | None = None
+        headers = self._headers
+        if json is not None:
+            # Sized before sending: a body over the daemon's limit is refused here, by name, instead
+            # of being cut off mid-upload by the daemon (which then closes the connection).
+            content = orjson.dumps(json)
+            limit = self.budget.daemon_json_body_limit
+            if len(content) > limit:
+                raise RequestTooLarge(method, shape, limit, len(content))
+            headers = dict(self._headers, **{"content-type": "application/json"})
+        try:
+            response = await self._http.request(method, self.base_url + route, content=content,
+                                                params=params, headers=headers)
+        except httpx.TransportError as exc:
+            raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "connection_failed",
+                                            "message": f"{type(exc).__name__}: {exc}"[:256]}},
+                              method, shape) from exc
         body: Any
         try:
             body = response.json() if response.content else None
         except ValueError:
             body = response.text[:512]
         if response.status_code not in expect:
-            raise DaemonError(response.status_code, body, method, _route_shape(route))
+            raise DaemonError(response.status_code, body, method, shape)
         return body
 
     async def health(self) -> dict[str, Any]:
