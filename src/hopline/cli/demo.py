@@ -204,7 +204,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
 
                 tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=silent)
             else:
-                with LiveView(console, tool_filter=_demo_tool_filter) as view:
+                with LiveView(console, tool_filter=DemoToolFilter()) as view:
                     async def live(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
                         if event.type == "progress":  # once per iteration: the daemon's pipe numbers
                             view.extra = frames_line(await client.status())
@@ -232,9 +232,20 @@ def frames_line(status: dict[str, Any]) -> str:
     return line
 
 
-def _demo_tool_filter(view: ToolCallView) -> bool:
-    """The demo prints the tool calls worth seeing: sidecar-backed outputs and failures."""
-    return bool(view.sidecars) or view.status == "failed"
+class DemoToolFilter:
+    """The demo prints the tool calls worth seeing: failures, and the first few outputs that went to a
+    sidecar (with their size and preview); the rest are counted on the live line."""
+
+    def __init__(self, shown_sidecars: int = 4) -> None:
+        self.left = shown_sidecars
+
+    def __call__(self, view: ToolCallView) -> bool:
+        if view.status == "failed":
+            return True
+        if view.sidecars and self.left > 0:
+            self.left -= 1
+            return True
+        return False
 
 
 def _exit_code(naive: bool, summary: dict[str, Any]) -> int:
