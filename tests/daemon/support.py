@@ -53,6 +53,8 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
     data = data_dir or tmp / "data"
     log_path = tmp / log_name
     full_env = {**os.environ, "HOPLINE_SERVER_TOKEN": token, **(env or {})}
+    if not token:
+        full_env.pop("HOPLINE_SERVER_TOKEN")
     full_env.pop("HOPLINE_INTERNAL_TOKEN", None)
     argv = [sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir", str(data)]
     if agent_cmd is not None:
@@ -62,11 +64,14 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
     log_file.close()
     assert proc.stdout is not None
     found: list[str] = []
+    printed: list[str] = []
 
     def read_url() -> None:
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.decode(errors="replace").strip()
+            if line.startswith("HOPLINE_SERVER_TOKEN="):
+                printed.append(line.split("=", 1)[1])
             if line.startswith("hopline serve listening on "):
                 found.append(line.rsplit(" ", 1)[1])
                 break
@@ -82,6 +87,9 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
             raise RuntimeError(f"hopline serve did not start: {log_path.read_text(errors='replace')[-2000:]}")
         time.sleep(0.05)
     url = found[0]
+    if not token:  # the daemon generated one and printed it before the URL
+        assert printed, "no generated token printed"
+        token = printed[0]
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         with contextlib.suppress(httpx.HTTPError):

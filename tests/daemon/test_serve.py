@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import socket
@@ -75,7 +76,18 @@ async def test_five_mib_tool_call_update_passes_and_is_measured(daemon: Daemon, 
         big = next(e for e in events if e.type == "session_update"
                    and e.data["update"]["sessionUpdate"] == "tool_call_update")
         assert big.data["promptId"] == pid
-        assert len(big.data["update"]["content"][0]["content"]["text"]) == 5 * MiB
+        # the 5 MiB text crossed the pipe whole; on SSE it is a preview plus a sidecar reference (S-1)
+        preview = big.data["update"]["content"][0]["content"]["text"]
+        assert len(preview) < 16 * 1024
+        (sidecar,) = big.data["update"]["_meta"]["hopline.sidecar"]
+        assert sidecar["bytes"] == 5 * MiB and sidecar["field"] == "content[0].text"
+        body = await client.get(f"/session/{sid}/sidecars/{sidecar['id']}")
+        assert body.status_code == 200 and body.content == b"x" * (5 * MiB)
+        assert hashlib.sha256(body.content).hexdigest() == sidecar["sha256"]
+        # readable only through its own session (D-7)
+        other = await new_session(client, tmp_path)
+        assert (await client.get(f"/session/{other}/sidecars/{sidecar['id']}")).status_code == 404
+        assert (await client.get(f"/session/nope/sidecars/{sidecar['id']}")).status_code == 404
         assert events[-1].type == "turn_complete"
         assert events[-1].data == {"promptId": pid, "stopReason": "end_turn", "turn": None}
 
@@ -306,3 +318,18 @@ async def test_clients_cannot_raise_a_ceiling(daemon: Daemon, tmp_path: Path) ->
         # nothing a client sent changed the budget
         again = (await client.get("/daemon/status")).json()["budget"]
         assert again == status["budget"]
+
+
+async def test_child_env_and_stderr_are_handled_safely(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        await prompt(client, sid, "env")
+        await prompt(client, sid, "stderr 50 9000")
+        events = await read_events(client, sid, turns_done(2))
+        assert texts(events)[1] == ("env: HOPLINE_SERVER_TOKEN=absent HOPLINE_INTERNAL_TOKEN=present "
+                                    "HOPLINE_GATEWAY_URL=present")
+        assert texts(events)[2] == "stderr written"
+        stderr = (await session_status(client, sid))["stderr"]
+        assert isinstance(stderr, dict)
+        assert stderr["lines"] >= 50 and stderr["long_lines"] == 50  # 9000 > 8 KiB line ceiling
+    assert "stderr-canary" not in daemon.log_text()

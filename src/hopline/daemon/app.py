@@ -28,8 +28,9 @@ from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.child import PipeInstruments
 from hopline.daemon.journal import Journal
-from hopline.daemon.projection import InboundProjector
+from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
+from hopline.daemon.sidecars import SidecarStore, sidecar_projector
 from hopline.gateway.auth import BearerTokenMiddleware
 
 log = logging.getLogger("hopline.daemon")
@@ -38,7 +39,9 @@ INTERNAL_PREFIX = "/internal"
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
 GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
-_ID_CHARS = 128  # path ids are opaque tokens; longer ones are refused before any lookup
+_ID_CHARS = 128
+# The TTL reaper runs this many times per sidecar time to live (hourly at the default 24 h).
+SIDECAR_REAPS_PER_TTL = 24  # path ids are opaque tokens; longer ones are refused before any lookup
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -200,9 +203,14 @@ def create_daemon_app(
     provider: Any = None,
     projector: InboundProjector | None = None,
     embed_gateway: bool = True,
+    sidecars: bool = True,
 ) -> ASGIApp:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
-    (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`."""
+    (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
+
+    With ``sidecars`` (the default) large tool output goes to the sidecar store under
+    ``data_dir/sidecars`` (S-1) before the journal, the ring and SSE, and the oversize replacement
+    still guards the SSE event limit behind it; ``projector`` replaces that whole chain."""
     require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
@@ -212,8 +220,13 @@ def create_daemon_app(
     child_env = {INTERNAL_TOKEN_ENV: internal_token}
     if gateway_url:
         child_env[GATEWAY_URL_ENV] = gateway_url
+    store: SidecarStore | None = None
+    if sidecars:
+        store = SidecarStore(data_dir / "sidecars", budget)
+        if projector is None:
+            projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
-                             data_dir=data_dir, child_env=child_env, projector=projector)
+                             data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store)
 
     gateway: FastAPI | None = None
     if embed_gateway:
@@ -229,15 +242,26 @@ def create_daemon_app(
         gateway_cm = gateway.router.lifespan_context(gateway) if gateway is not None else None
         if gateway_cm is not None:
             await gateway_cm.__aenter__()
+        reaper: asyncio.Task[None] | None = None
+        if store is not None:
+            await asyncio.to_thread(store.collect_orphans)
+            await asyncio.to_thread(store.reap_expired)
+            reaper = asyncio.create_task(store.run_reaper(budget.sidecar_ttl_seconds / SIDECAR_REAPS_PER_TTL))
         try:
             yield
         finally:
+            if reaper is not None:
+                reaper.cancel()
+                with contextlib.suppress(BaseException):
+                    await reaper
             bus.close_all()
             await manager.shutdown()
             if gateway_cm is not None:
                 await gateway_cm.__aexit__(None, None, None)
             instruments.metrics.shutdown()
             journal.close()
+            if store is not None:
+                store.close()
 
     app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.budget = budget
@@ -345,6 +369,14 @@ def create_daemon_app(
         await manager.delete(session_of(session_id))
         return {"deleted": True}
 
+    if store is not None:
+        from hopline.daemon.sidecars.routes import sidecar_router
+
+        async def sidecar_session(session_id: str) -> None:
+            session_of(session_id)  # 404 for a session this daemon does not know (D-7)
+
+        app.include_router(sidecar_router(store, authorize=sidecar_session))
+
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
         from hopline.cli.limits import limits_json
@@ -357,6 +389,7 @@ def create_daemon_app(
                             "thresholdBytes": large["thresholdBytes"]},
             "framesDropped": instruments.frames_dropped,
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
+            "sidecars": store.stats() if store is not None else None,
             "budget": limits_json(budget, check_coherence(budget)),
         }
 

@@ -36,6 +36,8 @@ from hopline.daemon.child import (
 )
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
+from hopline.daemon.sidecars.store import SidecarStore
+from hopline.daemon.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -131,7 +133,8 @@ class SessionManager:
     def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
-                 handshake_timeout: float = AGENT_HANDSHAKE_TIMEOUT_SECONDS) -> None:
+                 handshake_timeout: float = AGENT_HANDSHAKE_TIMEOUT_SECONDS,
+                 sidecars: SidecarStore | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
@@ -141,6 +144,7 @@ class SessionManager:
         self.extra_env = dict(child_env or {})
         self.projector = projector if projector is not None else oversize_replacement(budget)
         self.handshake_timeout = handshake_timeout
+        self.sidecars = sidecars
         self.sessions: dict[str, DaemonSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -159,9 +163,14 @@ class SessionManager:
 
     # --- the child ------------------------------------------------------------------------------
 
-    def _child_env(self) -> dict[str, str]:
+    def _child_env(self, session: DaemonSession) -> dict[str, str]:
         extra = {**self.budget.to_env(), **self.extra_env}
         extra.setdefault("HOPLINE_DATA_DIR", str(self.data_dir / "agent"))
+        if self.sidecars is not None:
+            # S-3: an agent on this machine may write its large outputs straight to the store,
+            # for this session only (the token is scoped to it and revoked with it).
+            extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
+            extra[ENV_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
         return child_environment(os.environ, extra)
 
     async def _handshake(self, awaitable: Any, what: str) -> Any:
@@ -173,7 +182,7 @@ class SessionManager:
 
     async def _spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
         events = _ChildEvents(self, session)
-        child = AcpChild(self.agent_cmd, env=self._child_env(), budget=self.budget,
+        child = AcpChild(self.agent_cmd, env=self._child_env(session), budget=self.budget,
                          instruments=self.instruments, handler=events)
         events.child = child
         try:
@@ -249,6 +258,8 @@ class SessionManager:
             await child.stop()
         self.bus.close_session(session.id)
         self.journal.delete_session(session.id)
+        if self.sidecars is not None:
+            await asyncio.to_thread(self.sidecars.delete_session, session.id)
         self.sessions.pop(session.id, None)
 
     # --- prompts ----------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ Prompt commands (one per prompt):
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
   ``sleep S``          one chunk, then sleeps S seconds (to be killed mid-turn)
   ``permission``       asks session/request_permission and reports the outcome
+  ``env``              reports which of the daemon's secrets and settings it can see
+  ``stderr N SIZE``    writes N stderr lines of SIZE bytes
   ``fs``               calls fs/read_text_file on the client and reports the error it gets
   anything else        echoed back as one chunk
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import uuid
 from typing import Any
 
@@ -110,6 +113,16 @@ class BigUpdateAgent(Agent):
             outcome = answer.outcome
             chosen = getattr(outcome, "option_id", None) or getattr(outcome, "outcome", "?")
             await self._say(session_id, f"permission: {chosen}")
+        elif command == "env":
+            names = ("HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_GATEWAY_URL")
+            await self._say(session_id, "env: " + " ".join(
+                f"{name}={'present' if os.environ.get(name) else 'absent'}" for name in names))
+        elif command == "stderr":
+            count, size = int(words[1]), int(words[2])
+            for i in range(count):
+                sys.stderr.write(f"stderr-canary-{i} " + "e" * size + "\n")
+            sys.stderr.flush()
+            await self._say(session_id, "stderr written")
         elif command == "fs":
             try:
                 await self.conn.read_text_file(session_id=session_id, path="/etc/hostname")

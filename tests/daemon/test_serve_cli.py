@@ -1,0 +1,40 @@
+"""`hopline serve` startup: an incoherent budget is refused; a missing token is generated and printed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from .support import start_daemon, stop_daemon_proc
+
+
+def test_incoherent_budget_refuses_to_start(tmp_path: Path) -> None:
+    env = {**os.environ, "HOPLINE_PIPE_MAX_FRAME_BYTES": "1mb", "HOPLINE_AGENT_MAX_FRAME_BYTES": "2mb"}
+    result = subprocess.run([sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir",
+                             str(tmp_path)], env=env, capture_output=True, timeout=60)
+    assert result.returncode == 2
+    assert b"pipe_ends_agree" in result.stderr and b"HOPLINE_AGENT_MAX_FRAME_BYTES" in result.stderr
+    assert b"listening" not in result.stdout
+
+
+def test_bad_setting_names_the_variable(tmp_path: Path) -> None:
+    env = {**os.environ, "HOPLINE_SSE_QUEUE_MAX_BYTES": "lots"}
+    result = subprocess.run([sys.executable, "-m", "hopline", "serve", "--data-dir", str(tmp_path)],
+                            env=env, capture_output=True, timeout=60)
+    assert result.returncode == 2 and b"HOPLINE_SSE_QUEUE_MAX_BYTES" in result.stderr
+
+
+def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path, token="")
+    try:
+        assert daemon.url.startswith("http://127.0.0.1:") and not daemon.url.endswith(":0")
+        assert httpx.get(daemon.url + "/daemon/status", timeout=10).status_code == 401
+        assert len(daemon.token) >= 32
+        ok = httpx.get(daemon.url + "/daemon/status", headers=daemon.headers, timeout=10)
+        assert ok.status_code == 200
+    finally:
+        stop_daemon_proc(daemon.proc)
