@@ -6,7 +6,8 @@ It builds the same app as ``hopline serve`` (``hopline.daemon.app.create_daemon_
 embedded gateway). Two switches exist only here, for A/B runs, without touching daemon code:
 
 * ``--no-observer``: every pipe tap gets no hooks (no stats, no histogram, no large-frame
-  observer), by substituting ``PipeInstruments.tap`` in this process only;
+  observer), by substituting ``PipeInstruments.tap`` in this process only; ``--no-histogram``
+  keeps the stats and the observer and leaves out the OpenTelemetry histogram;
 * ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are
   not written, to show how much of the relay's time the synchronous journal write takes;
 * ``--sidecars``: the inbound projector runs ``project_update`` into a ``SidecarStore`` under
@@ -31,7 +32,9 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("data_dir", type=Path)
     parser.add_argument("token")
-    parser.add_argument("--no-observer", action="store_true")
+    parser.add_argument("--no-observer", action="store_true", help="pipe taps get no hooks")
+    parser.add_argument("--no-histogram", action="store_true",
+                        help="pipe taps get stats and the large-frame observer, not the histogram")
     parser.add_argument("--sidecars", action="store_true")
     parser.add_argument("--journal-off", action="store_true",
                         help="DIAGNOSTIC ONLY (breaks D-5): events get ids but are not written")
@@ -56,6 +59,20 @@ def main() -> None:
             return PipeTap(direction)
 
         daemon_app.PipeInstruments.tap = bare_tap  # type: ignore[method-assign]
+    elif args.no_histogram:
+        from hopline.wire.hooks import FrameObservation, PipeTap
+
+        def tap_without_histogram(self: Any, direction: Any) -> PipeTap:
+            tap = PipeTap(direction)
+            tap.add_byte_hook(lambda n: self.stats.record(direction, n))
+
+            def observe(obs: FrameObservation) -> None:
+                self.large_frames.observe(obs.direction, obs.bytes, obs.message)
+
+            tap.add_observer(observe)
+            return tap
+
+        daemon_app.PipeInstruments.tap = tap_without_histogram  # type: ignore[method-assign]
 
     if args.journal_off:
         from hopline.daemon.journal import Journal
