@@ -56,7 +56,7 @@ class Daemon:
 
 @contextlib.contextmanager
 def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", observer: bool = True,
-           sidecars: bool = False, journal: bool = True, histogram: bool = True,
+           sidecars: bool | None = None, journal: bool = True, histogram: bool = True,
            env: dict[str, str] | None = None,
            name: str = "daemon") -> Iterator[Daemon]:
     import os
@@ -68,7 +68,7 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
     stderr = settings.workdir / f"{name}-{port}.stderr"
     child_env = {**os.environ, SERVER_TOKEN_ENV: token, **(env or {})}
     if launch == "serve":
-        if not observer or sidecars or not journal or not histogram:
+        if not observer or sidecars is not None or not journal or not histogram:
             raise ValueError("hopline serve has no observer/sidecar switch; use launch='bench'")
         args = [PYTHON, "-m", "hopline", "serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--agent-cmd", shlex.join(agent)]
@@ -78,8 +78,8 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
             args.append("--no-observer")
         elif not histogram:
             args.append("--no-histogram")
-        if sidecars:
-            args.append("--sidecars")
+        if sidecars is not None:
+            args += ["--sidecars", "on" if sidecars else "off"]
         if not journal:
             args.append("--journal-off")
         args += ["--", *agent]

@@ -10,13 +10,14 @@ embedded gateway). Two switches exist only here, for A/B runs, without touching 
   keeps the stats and the observer and leaves out the OpenTelemetry histogram;
 * ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are
   not written, to show how much of the relay's time the synchronous journal write takes;
-* ``--sidecars``: the inbound projector runs ``project_update`` into a ``SidecarStore`` under
-  DATA_DIR/sidecars before the default oversize projection (until the daemon wires sidecars itself).
+* ``--sidecars on|off``: ``create_daemon_app(sidecars=...)`` (the app's switch; ``hopline serve``
+  has no flag for it), for the sidecar A/B.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import secrets
 import sys
 from pathlib import Path
@@ -35,7 +36,8 @@ def main() -> None:
     parser.add_argument("--no-observer", action="store_true", help="pipe taps get no hooks")
     parser.add_argument("--no-histogram", action="store_true",
                         help="pipe taps get stats and the large-frame observer, not the histogram")
-    parser.add_argument("--sidecars", action="store_true")
+    parser.add_argument("--sidecars", choices=("on", "off", "default"), default="default",
+                        help="create_daemon_app(sidecars=...); default: the app's own default")
     parser.add_argument("--journal-off", action="store_true",
                         help="DIAGNOSTIC ONLY (breaks D-5): events get ids but are not written")
     parser.add_argument("--profile", type=Path, default=None,
@@ -84,21 +86,19 @@ def main() -> None:
 
         Journal.append = append_nothing  # type: ignore[method-assign]
 
-    projector = None
-    if args.sidecars:
-        from hopline.daemon.sidecars import SidecarStore, project_update
+    kwargs: dict[str, Any] = {}
+    if args.sidecars != "default":
+        if "sidecars" in inspect.signature(daemon_app.create_daemon_app).parameters:
+            kwargs["sidecars"] = args.sidecars == "on"
+        elif args.sidecars == "on":  # an older app without the switch: plug the projector in here
+            from hopline.daemon.projection import oversize_replacement
+            from hopline.daemon.sidecars import SidecarStore, sidecar_projector
 
-        store = SidecarStore(args.data_dir / "sidecars", budget)
-        oversize = oversize_replacement(budget)
-
-        def projector(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
-            return oversize(session_id, project_update(update, session_id, store, budget))
+            store = SidecarStore(args.data_dir / "sidecars", budget)
+            kwargs["projector"] = sidecar_projector(store, budget, then=oversize_replacement(budget))
 
     configure_daemon_logging()  # as `hopline serve`: large-frame records really get logged
     args.data_dir.mkdir(parents=True, exist_ok=True)
-    kwargs: dict[str, Any] = {}
-    if projector is not None:
-        kwargs["projector"] = projector
     app = daemon_app.create_daemon_app(budget, data_dir=args.data_dir, agent_cmd=agent,
                                        server_token=args.token, internal_token=secrets.token_hex(16),
                                        gateway_url=f"http://127.0.0.1:{args.port}", **kwargs)

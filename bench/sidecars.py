@@ -6,9 +6,8 @@
   for the same update anyway (one ``orjson.dumps``).
 * Daemon memory: 20 sessions, each one prompt whose agent emits 60 ``tool_call_update`` outputs of
   256 KiB, all sessions at once, each watched by an SSE client; peak and final RSS of the daemon
-  process (psutil), sidecars on versus off. The daemon has no sidecar switch yet, so both runs use
-  ``bench/daemon_server.py``; ``--sidecars`` plugs ``sidecar_projector`` (the sidecar package's
-  adapter) in front of the default oversize projection.
+  process (psutil), sidecars on versus off. ``hopline serve`` has no sidecar flag, so both runs use
+  ``bench/daemon_server.py``, which passes ``create_daemon_app(sidecars=True|False)``.
 """
 
 from __future__ import annotations
@@ -145,5 +144,6 @@ def run(settings: Settings) -> BenchResult:
     result.figures["rssPeakGrowthOnOverOff"] = growth_ratio
     result.verdicts.append(Verdict("daemon RSS peak growth, sidecars on / off", growth_ratio, 1.0, False,
                                    note="sidecars must not cost the daemon memory"))
-    result.notes.append("the sidecar A/B uses bench/daemon_server.py (no daemon flag for sidecars yet)")
+    result.notes.append("the sidecar A/B uses bench/daemon_server.py with create_daemon_app(sidecars=...): "
+                        "`hopline serve` has no flag for it")
     return result
