@@ -3,18 +3,22 @@ offline scripted model. A prompt runs a tool loop whose updates reach the SSE cl
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 from pathlib import Path
 
 from hopline.harness.sample_workspace import make_sample_workspace
 
 from .support import read_events, running_daemon
-from .test_serve import new_session, prompt, turns_done
+from .test_serve import new_session, prompt, session_status, turns_done
 
 
 async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp_path: Path) -> None:
     workspace = make_sample_workspace(tmp_path / "workspace")
-    with running_daemon(tmp_path, agent_cmd=None) as daemon:
+    # a small bulk page makes the agent page its replay (hasMore + _hopline/session/loadUpdates)
+    with running_daemon(tmp_path, agent_cmd=None, env={"HOPLINE_BULK_REPLAY_MAX_UPDATES": "5"}) as daemon:
         async with daemon.client(timeout=60) as client:
             sid = await new_session(client, workspace, permissionMode="auto",
                                     scripted={"iterations": 2, "toolsPerIteration": 2})
@@ -49,3 +53,20 @@ async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp
             pattern = r'^hopline_gateway_requests_total\{[^}]*status="200"[^}]*\} (\S+)'
             served = [float(v) for v in re.findall(pattern, metrics, flags=re.M)]
             assert sum(served) >= 3
+
+            # the agent process goes away; load restores the session with a paged bulk replay of
+            # exactly the updates the agent sent (the journal already holds them: none republished)
+            child_pid = (await session_status(client, sid))["childPid"]
+            assert isinstance(child_pid, int)
+            os.kill(child_pid, signal.SIGKILL)
+            for _ in range(200):
+                if (await session_status(client, sid))["state"] == "detached":
+                    break
+                await asyncio.sleep(0.05)
+            loaded = await client.post(f"/session/{sid}/load")
+            assert loaded.status_code == 200, loaded.text
+            assert loaded.json()["replayedUpdates"] == len(updates) > 5
+            assert loaded.json()["publishedUpdates"] == 0
+            await prompt(client, sid, "and again")
+            again = await read_events(client, sid, turns_done(1), last_event_id=ids[-1])
+            assert again[-1].type == "turn_complete", again[-1].data

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from pathlib import Path
 
 from .support import read_events, running_daemon
-from .test_serve import new_session, prompt, texts, turns_done
+from .test_serve import new_session, prompt, session_status, texts, turns_done
 
 MiB = 1024 * 1024
 
 
 async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_path: Path) -> None:
-    env = {"HOPLINE_PIPE_MAX_FRAME_BYTES": "1mb", "HOPLINE_AGENT_MAX_FRAME_BYTES": "1mb"}
+    env = {"HOPLINE_PIPE_MAX_FRAME_BYTES": "1mb", "HOPLINE_AGENT_MAX_FRAME_BYTES": "1mb",
+           "HOPLINE_BULK_REPLAY_MAX_BYTES": "64kb", "HOPLINE_SSE_HEARTBEAT_SECONDS": "0.2"}
     with running_daemon(tmp_path, env=env) as daemon:
         async with daemon.client() as client:
             sid = await new_session(client, tmp_path)
@@ -45,4 +49,35 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
             assert texts(after) == ["echo: echo after"] and after[-1].type == "turn_complete"
             status = (await client.get("/daemon/status")).json()
             assert status["framesDropped"] == 1
+
+            # D-6 by bytes: a bulk replay response over HOPLINE_BULK_REPLAY_MAX_BYTES is refused
+            for count, ok in ((2000, False), (100, True)):
+                replayed = await new_session(client, tmp_path, scripted={"replayUpdates": count})
+                child_pid = (await session_status(client, replayed))["childPid"]
+                assert isinstance(child_pid, int)
+                os.kill(child_pid, signal.SIGKILL)
+                for _ in range(200):
+                    if (await session_status(client, replayed))["state"] == "detached":
+                        break
+                    await asyncio.sleep(0.05)
+                response = await client.post(f"/session/{replayed}/load")
+                if ok:
+                    assert response.status_code == 200 and response.json()["replayedUpdates"] == 100
+                    continue
+                assert response.status_code == 422
+                error = response.json()["error"]
+                assert error["hop"] == "daemon.replay" and error["limitBytes"] == 64 * 1024
+                assert error["observedBytes"] > 64 * 1024
+                observed = error["observedBytes"]
+                assert error["message"] == (f"bulk replay of {observed} bytes exceeds the limit of "
+                                            f"{64 * 1024} bytes (HOPLINE_BULK_REPLAY_MAX_BYTES)")
+            # an idle stream gets heartbeat comments (D-3)
+            async with client.stream("GET", f"/session/{sid}/events",
+                                     headers={"Last-Event-ID": str(after[-1].id)}) as idle:
+                raw = b""
+                async for chunk in idle.aiter_bytes():
+                    raw += chunk
+                    if raw.count(b": heartbeat\n\n") >= 2:
+                        break
+                assert b"event: replay_complete" in raw and b"id:" not in raw
         assert "pipe frame dropped" in daemon.log_text()

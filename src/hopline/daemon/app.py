@@ -105,18 +105,27 @@ class SseStream(Response):
             (b"x-accel-buffering", b"no")]})
         sender = asyncio.ensure_future(self._pump(send))
         disconnect = asyncio.ensure_future(self._wait_disconnect(receive))
+        stalled = asyncio.ensure_future(self._evicted_and_stalled())
+        tasks = (sender, disconnect, stalled)
         try:
-            await asyncio.wait({sender, disconnect}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self.bus.unsubscribe(self.subscriber)
-            for task in (sender, disconnect):
+            for task in tasks:
                 task.cancel()
-            for task in (sender, disconnect):
+            for task in tasks:
                 with contextlib.suppress(BaseException):
                     await task
         if sender.done() and not sender.cancelled() and sender.exception() is None:
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _evicted_and_stalled(self) -> None:
+        """Done when the subscriber was evicted and its stream still has not delivered
+        ``client_evicted`` one heartbeat later: the client is not reading, so the connection is
+        dropped (the stream is cut, uvicorn closes it) and nothing of it stays in memory."""
+        await self.subscriber.evicted_signal.wait()
+        await asyncio.sleep(self.heartbeat)
 
     @staticmethod
     async def _wait_disconnect(receive: Receive) -> None:

@@ -73,6 +73,7 @@ class Subscriber:
         self.evicted = False
         self.closed = False
         self._waiter: asyncio.Future[None] | None = None
+        self.evicted_signal = asyncio.Event()
 
     @property
     def queued(self) -> int:
@@ -112,6 +113,7 @@ class Subscriber:
         self._queue.clear()
         self.queued_bytes = 0
         self.evicted = True
+        self.evicted_signal.set()
         self._control.append(synthetic("client_evicted", {
             "reason": "subscriber queue full", "hop": HOP_DAEMON_SSE,
             "maxQueuedEvents": self.max_events, "maxQueuedBytes": self.max_bytes,

@@ -19,7 +19,7 @@ import itertools
 import logging
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import Budget, KiB
@@ -81,7 +81,9 @@ class PipeInstruments:
 
 
 class ChildHandler(Protocol):
-    def on_notification(self, message: dict[str, Any]) -> None: ...
+    # May return an awaitable (work moved off the event loop): the reader awaits it before the next
+    # frame, so the order of the child's messages is kept.
+    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None: ...
     def on_request(self, message: dict[str, Any]) -> None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
@@ -190,7 +192,12 @@ class AcpChild:
                 if not chunk:
                     break
                 for item in self.decoder.feed(chunk):
-                    self._dispatch(item)
+                    pending = self._dispatch(item)
+                    if pending is not None:
+                        try:
+                            await pending
+                        except Exception:
+                            log.exception("pipe message handler failed", extra={"bytes": item.size})
                     # read() does not yield while data is buffered, and one chunk holds many small
                     # frames: yield after each so the SSE streams move every event to their sockets
                     # as it comes. A queue then only grows when its client is really not reading.
@@ -218,10 +225,10 @@ class AcpChild:
         except Exception:
             log.exception("frame error handler failed")
 
-    def _dispatch(self, item: Frame | FrameError) -> None:
+    def _dispatch(self, item: Frame | FrameError) -> Awaitable[None] | None:
         if not isinstance(item, Frame):
             self._frame_error(item, item.size, type(item).__name__)
-            return
+            return None
         message = item.message
         self.inbound.notify_read(item.size, message)
         kind = message_kind(message)
@@ -230,7 +237,7 @@ class AcpChild:
                 future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
                 if future is None or future.done():
                     log.warning("response to an unknown request id dropped", extra={"bytes": item.size})
-                    return
+                    return None
                 if kind == "error_response":
                     error = message["error"]
                     future.set_exception(AgentRpcError(error if isinstance(error, dict) else {}))
@@ -239,11 +246,12 @@ class AcpChild:
             elif kind == "request":
                 self.handler.on_request(message)
             elif kind == "notification":
-                self.handler.on_notification(message)
+                return self.handler.on_notification(message, item.size)
             else:
                 self._frame_error(None, item.size, "invalid_jsonrpc")
         except Exception:
             log.exception("pipe message handler failed", extra={"bytes": item.size})
+        return None
 
     async def _drain_stderr(self) -> None:
         assert self._proc is not None and self._proc.stderr is not None

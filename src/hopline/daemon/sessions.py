@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ LOAD_REPLAY_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
 LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
 PROGRESS_METHODS = frozenset({"_hopline/progress", "hopline/progress"})
 PERMISSION_METHOD = "session/request_permission"
+OFFLOADED_KINDS = frozenset({"tool_call", "tool_call_update"})  # the updates sidecars apply to (S-1)
 
 
 class SessionError(Exception):
@@ -113,9 +114,10 @@ class _ChildEvents:
     def _current(self) -> bool:
         return self.child is not None and self.session.child is self.child
 
-    def on_notification(self, message: dict[str, Any]) -> None:
+    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None:
         if self._current():
-            self.manager._on_notification(self.session, message)
+            return self.manager._on_notification(self.session, message, size)
+        return None
 
     def on_request(self, message: dict[str, Any]) -> None:
         if self.child is not None:
@@ -355,26 +357,37 @@ class SessionManager:
 
     # --- the child's traffic ------------------------------------------------------------------------
 
-    def _on_notification(self, session: DaemonSession, message: dict[str, Any]) -> None:
+    def _on_notification(self, session: DaemonSession, message: dict[str, Any],
+                         size: int) -> Awaitable[None] | None:
         method = message.get("method")
         params = _dict(message.get("params"))
         if method == "session/update":
             update = params.get("update")
             if not isinstance(update, dict):
-                return
+                return None
             loading = session.loading
             if loading is not None:
                 loading.streamed += 1
                 if loading.suppress:
-                    return
-            projected = self.projector(session.id, update)
+                    return None
+            prompt_id = session.current_prompt
+            if size > self.budget.sidecar_threshold_bytes and update.get("sessionUpdate") in OFFLOADED_KINDS:
+                # A large tool update may be written to the sidecar store (files, fsync): off the loop.
+                return self._project_and_publish(session, prompt_id, update)
             self.bus.publish(session.id, "session_update",
-                             {"promptId": session.current_prompt, "update": projected})
+                             {"promptId": prompt_id, "update": self.projector(session.id, update)})
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
                 if isinstance(value, dict):
                     self.bus.publish(session.id, key, {"promptId": session.current_prompt, key: value})
+        return None
+
+    async def _project_and_publish(self, session: DaemonSession, prompt_id: str | None,
+                                   update: dict[str, Any]) -> None:
+        projected = await asyncio.to_thread(self.projector, session.id, update)
+        if session.id in self.sessions:  # not deleted meanwhile
+            self.bus.publish(session.id, "session_update", {"promptId": prompt_id, "update": projected})
 
     def _on_request(self, session: DaemonSession, child: AcpChild, message: dict[str, Any]) -> None:
         method = message.get("method")
