@@ -52,7 +52,6 @@ def main() -> None:
 
     from hopline.daemon import app as daemon_app
     from hopline.daemon.logs import configure_daemon_logging
-    from hopline.daemon.projection import oversize_replacement
 
     if args.no_observer:
         from hopline.wire.hooks import PipeTap

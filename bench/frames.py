@@ -64,10 +64,14 @@ def tool_call_update(output_bytes: int, index: int, session_id: str = BENCH_SESS
 
 def bulk_replay_response(updates: int, frame_bytes: int, session_id: str = BENCH_SESSION_ID) -> bytes:
     """A ``session/load`` bulk-replay response of ``updates`` updates, about ``frame_bytes`` in all."""
-    per_update = max(1, frame_bytes // updates - 120)
-    text = _filler(per_update)
-    items = [{"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
-             for _ in range(updates)]
-    message = {"jsonrpc": "2.0", "id": 7,
-               "result": {"_meta": {"hopline.session.loadReplay": {"v": 1, "updates": items}}}}
-    return orjson.dumps(message)
+    def item(text: str) -> dict[str, Any]:
+        return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+
+    def frame(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": 7,
+                "result": {"_meta": {"hopline.session.loadReplay": {"v": 1, "updates": items}}}}
+
+    envelope = len(orjson.dumps(frame([])))
+    per_item = len(orjson.dumps(item(""))) + 1  # and its comma
+    text = _filler(max(1, (frame_bytes - envelope) // updates - per_item))
+    return orjson.dumps(frame([item(text) for _ in range(updates)]))
