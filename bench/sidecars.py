@@ -130,7 +130,13 @@ def run(settings: Settings) -> BenchResult:
     runs = {}
     for sidecars in (False, True):
         name = "on" if sidecars else "off"
-        out = daemon_memory(settings, sidecars)
+        try:
+            out = daemon_memory(settings, sidecars)
+        except Exception as exc:  # keep the projection figures when the daemon part breaks
+            result.notes.append(f"daemon memory run (sidecars {name}) failed: {type(exc).__name__}: "
+                                f"{str(exc)[:300]}")
+            result.verdicts.append(Verdict("daemon RSS peak growth, sidecars on / off", None, 1.0, False))
+            return result
         runs[name] = out
         say(f"  daemon, sidecars {name:>3}: {out['sessions']} sessions x {out['outputsPerSession']} x "
             f"256 KiB in {out['seconds']:.1f} s; RSS peak growth {out['rssPeakGrowthBytes'] / MiB:.1f} MiB "
