@@ -333,3 +333,17 @@ async def test_child_env_and_stderr_are_handled_safely(daemon: Daemon, tmp_path:
         assert isinstance(stderr, dict)
         assert stderr["lines"] >= 50 and stderr["long_lines"] == 50  # 9000 > 8 KiB line ceiling
     assert "stderr-canary" not in daemon.log_text()
+
+
+async def test_cancel_stops_the_running_turn(daemon: Daemon, tmp_path: Path) -> None:
+    async with daemon.client() as client:
+        sid = await new_session(client, tmp_path)
+        idle = await client.post(f"/session/{sid}/cancel")
+        assert idle.status_code == 200 and idle.json() == {"cancelled": False}
+        pid = await prompt(client, sid, "sleep 60")
+        events = await read_events(client, sid, lambda e: "sleeping" in texts([e]))
+        response = await client.post(f"/session/{sid}/cancel")
+        assert response.status_code == 200 and response.json() == {"cancelled": True}
+        done = await read_events(client, sid, turns_done(1), last_event_id=events[-1].id)
+        assert done[-1].type == "turn_complete"
+        assert done[-1].data == {"promptId": pid, "stopReason": "cancelled", "turn": None}

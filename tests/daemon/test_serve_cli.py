@@ -38,3 +38,13 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
         assert ok.status_code == 200
     finally:
         stop_daemon_proc(daemon.proc)
+
+
+def test_naive_mode_serves_the_seeds_incoherent_gateway_limit_on_purpose(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path, env={"API_JSON_BODY_LIMIT": "100kb", "HOPLINE_NAIVE": "1"})
+    try:
+        status = httpx.get(daemon.url + "/daemon/status", headers=daemon.headers, timeout=10).json()
+        assert [e["rule"] for e in status["budget"]["errors"]] == ["engine_within_gateway"]
+    finally:
+        stop_daemon_proc(daemon.proc)
+    assert "serving the incoherent budget on purpose" in daemon.log_text()

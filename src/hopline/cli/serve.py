@@ -6,6 +6,8 @@ import typer
 
 from hopline.cli._common import budget_or_exit
 
+NAIVE_ENV = "HOPLINE_NAIVE"
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -30,12 +32,17 @@ def register(app: typer.Typer) -> None:
         from hopline.budget import IncoherentBudget, require_coherent
 
         budget = budget_or_exit()
+        # `hopline demo --naive` replays the seed's incident (an implicit 100 KB gateway limit) on
+        # purpose: with HOPLINE_NAIVE=1 an incoherent chain is reported and served anyway.
+        naive = os.environ.get(NAIVE_ENV) == "1"
         try:
             require_coherent(budget)
         except IncoherentBudget as exc:
             for finding in exc.errors:
                 print(f"hopline serve: incoherent budget: {finding.rule}: {finding.message}", file=sys.stderr)
-            raise typer.Exit(2) from None
+            if not naive:
+                raise typer.Exit(2) from None
+            print(f"hopline serve: {NAIVE_ENV}=1: serving the incoherent budget on purpose", file=sys.stderr)
 
         import uvicorn
 
@@ -68,7 +75,7 @@ def register(app: typer.Typer) -> None:
         url = f"http://{url_host}:{bound_port}"
 
         daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
-                                   internal_token=internal_token, gateway_url=url)
+                                   internal_token=internal_token, gateway_url=url, allow_incoherent=naive)
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=5)
         server = uvicorn.Server(config)

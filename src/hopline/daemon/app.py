@@ -213,6 +213,7 @@ def create_daemon_app(
     projector: InboundProjector | None = None,
     embed_gateway: bool = True,
     sidecars: bool = True,
+    allow_incoherent: bool = False,
 ) -> ASGIApp:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
@@ -220,7 +221,8 @@ def create_daemon_app(
     With ``sidecars`` (the default) large tool output goes to the sidecar store under
     ``data_dir/sidecars`` (S-1) before the journal, the ring and SSE, and the oversize replacement
     still guards the SSE event limit behind it; ``projector`` replaces that whole chain."""
-    require_coherent(budget)
+    if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
+        require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
     journal = Journal(data_dir)

@@ -4,7 +4,7 @@
 Prompt commands (one per prompt):
   ``big N [FILL]``     a tool_call, then a tool_call_update whose content text is N bytes (of FILL)
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
-  ``sleep S``          one chunk, then sleeps S seconds (to be killed mid-turn)
+  ``sleep S``          one chunk, then sleeps S seconds (to be killed or cancelled mid-turn)
   ``permission``       asks session/request_permission and reports the outcome
   ``env``              reports which of the daemon's secrets and settings it can see
   ``stderr N SIZE``    writes N stderr lines of SIZE bytes
@@ -46,6 +46,7 @@ from hopline.budget import Budget
 class BigUpdateAgent(Agent):
     def __init__(self) -> None:
         self.conn: Client | None = None
+        self.cancelled: dict[str, asyncio.Event] = {}
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -99,9 +100,13 @@ class BigUpdateAgent(Agent):
                 head = f"chunk {i} "
                 await self._say(session_id, head + "y" * max(0, size - len(head)))
         elif command == "sleep":
+            cancelled = self.cancelled[session_id] = asyncio.Event()
             await self._say(session_id, "sleeping")
-            await asyncio.sleep(float(words[1]))
-            await self._say(session_id, "woke")
+            try:
+                await asyncio.wait_for(cancelled.wait(), float(words[1]))
+                return PromptResponse(stop_reason="cancelled")
+            except TimeoutError:
+                await self._say(session_id, "woke")
         elif command == "permission":
             answer = await self.conn.request_permission(
                 session_id,
@@ -134,7 +139,9 @@ class BigUpdateAgent(Agent):
         return PromptResponse(stop_reason="end_turn")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
-        return None
+        event = self.cancelled.get(session_id)
+        if event is not None:
+            event.set()
 
 
 def main() -> None:
