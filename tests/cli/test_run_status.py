@@ -41,6 +41,9 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
     assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens │ compactions 0", text)
     assert re.search(r"largest body [\d.]+ KiB / 8 MiB ceiling", text)
     assert "✓ Read " in text or "✓ Run " in text
+    # Outputs that went to a sidecar are shown with their size and hash prefix, then a preview.
+    assert re.search(r"content\[0\]\.text: [\d.]+ KiB in sidecar [0-9a-f]{12}", text)
+    assert re.search(r"sidecars \d+ \([\d.]+ KiB off the wire\)", text)
     assert "final answer · end_turn" in text
     assert "Done after 3 tool iterations" in text
 

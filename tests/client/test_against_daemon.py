@@ -41,6 +41,15 @@ async def test_turn_events_in_order_end_to_end(daemon: EmbeddedStack, workspace:
         assert any(c.status == "completed" for c in tracker.tool_calls.values())
         assert tracker.final_text
 
+        # Large tool outputs went to sidecars: the wire kept a preview, the SDK resolves the whole
+        # body and verifies its size and sha256.
+        refs = [ref for ref in tracker.sidecar_refs() if ref.resolvable]
+        assert refs, "the sample workspace's logs are over the sidecar threshold"
+        body = await client.resolve_sidecar(session_id, refs[0])
+        assert len(body) == refs[0].bytes > Budget.defaults().sidecar_threshold_bytes
+        call = next(c for c in tracker.tool_calls.values() if refs[0] in c.sidecars)
+        assert call.output_chars < refs[0].bytes
+
         # Resume from the middle: exactly the rest, no loss, no duplicate.
         middle = ids[len(ids) // 2]
         rest: list[int | None] = []
