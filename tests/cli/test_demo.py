@@ -35,14 +35,18 @@ def test_demo_gate_run_has_no_413_and_compacts() -> None:
     assert summary["iterations"] == summary["maxIterations"] == 60
     assert summary["stopReason"] == "end_turn"
     assert 0 < summary["largestBodyBytes"] <= summary["engineCeilingBytes"] <= summary["gatewayLimitBytes"]
-    assert summary["largestPipeFrame"]["bytes"] > 0
+    # Large tool outputs went to sidecars, so no pipe frame reached the large-frame threshold.
+    assert summary["sidecars"]["bytesKeptOffWire"] > 0 and summary["sidecars"]["seenInEvents"] > 0
+    assert 0 < summary["largestPipeFrame"]["bytes"] < 256 * 1024
+    assert summary["largeFrames"]["logged"] == 0
     assert summary["turnError"] is None
 
     console = Console(record=True, width=120)
     print_summary(console, summary)
     table = console.export_text()
     for label in ("compactions", "largest llm-turn body", "engine ceiling", "gateway limit",
-                  "largest pipe frame", "large-frame records", "413s"):
+                  "largest pipe frame", "large-frame records", "sidecars (store)", "kept off the wire",
+                  "413s"):
         assert label in table
 
 

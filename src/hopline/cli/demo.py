@@ -157,8 +157,13 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     table.add_row("frames dropped", str(summary["framesDropped"]))
     sc = summary["sidecars"]
     if "count" in sc:
-        table.add_row("sidecars", f"{sc.get('count')} ({size(sc.get('bytes'))}), kept off the wire "
-                      f"{size(sc.get('bytesKeptOffWire'))}, fallbacks {sc.get('fallbacks')}")
+        fallbacks = sc.get("fallbacks")
+        if isinstance(fallbacks, dict):
+            fallbacks = ", ".join(f"{k} {v}" for k, v in fallbacks.items() if v) or "0"
+        table.add_row("sidecars (store)", f"{sc.get('count')} objects, {size(sc.get('bytes'))}; "
+                      f"fallbacks {fallbacks}")
+        table.add_row("  kept off the wire", f"{size(sc.get('bytesKeptOffWire'))} "
+                      f"({sc['seenInEvents']} tool outputs in this turn)")
     else:
         table.add_row("sidecars (from events)", f"{sc['seenInEvents']} ({size(sc['bytesInEvents'])} kept off "
                       f"the wire), {sc['truncatedInEvents']} truncated")
@@ -225,11 +230,7 @@ def frames_line(status: dict[str, Any]) -> str:
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     largest = max(int((pipe.get(d) or {}).get("maxBytes") or 0) for d in ("inbound", "outbound"))
     large = status.get("largeFrames") or {}
-    line = f"largest frame {format_size(largest)} │ large frames {large.get('logged', 0)}"
-    sidecars = status.get("sidecars")
-    if isinstance(sidecars, dict) and sidecars.get("count") is not None:
-        line += f" │ sidecars {sidecars.get('count')} ({format_size(int(sidecars.get('bytes') or 0))})"
-    return line
+    return f"largest frame {format_size(largest)} │ large frames {large.get('logged', 0)}"
 
 
 class DemoToolFilter:
