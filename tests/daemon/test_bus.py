@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 
 from hopline.budget import Budget
-from hopline.daemon.bus import EventBus, Subscriber
+from hopline.daemon.bus import EventBus, Subscriber, wire_size
 from hopline.daemon.journal import Journal
 
 
@@ -76,7 +76,7 @@ def test_byte_bound_and_empty_queue_accepts_one_large_event(tmp_path: Path) -> N
     bus.publish("s1", "e", {"head": 1})
     # behind the head, the byte bound is exact: an event that brings the waiting bytes to the
     # limit is kept, one byte more evicts
-    event_overhead = len(b'{"p":""}') + len("e") + 32
+    event_overhead = wire_size(3, "e", len(b'{"p":""}'))
     at_limit = "p" * (4096 - event_overhead)
     bus.publish("s1", "e", {"p": at_limit})
     assert not sub.evicted and sub.warned
@@ -116,3 +116,15 @@ def test_oversize_event_is_never_emitted(tmp_path: Path) -> None:
     data = orjson.loads(event.data)
     assert data["limitBytes"] == 2048 and data["bytes"] > 4096 and data["reason"] == "sse_max_event_bytes"
     assert bus.journal.last_id("s1") == 0
+
+
+def test_sse_event_limit_is_exact_on_the_wire(tmp_path: Path) -> None:
+    limit = 2048
+    bus = _bus(tmp_path, sse_max_event_bytes=limit, client_sse_max_event_bytes=limit,
+               sidecar_threshold_bytes=1024)
+    sub, _ = bus.subscribe("s1", 16)
+    fill = limit - wire_size(1, "e", len(b'{"f":""}'))
+    event = bus.publish("s1", "e", {"f": "f" * fill})
+    assert event is not None and len(event.wire) == limit == event.size
+    assert bus.publish("s1", "e", {"f": "f" * (fill + 1)}) is None  # one byte over: not emitted
+    assert [e.type for e in iter(sub.pop_nowait, None)] == ["e", "frame_dropped"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 
-from .support import start_daemon, stop_daemon_proc
+from .support import iter_sse, start_daemon, stop_daemon_proc
 
 
 def test_incoherent_budget_refuses_to_start(tmp_path: Path) -> None:
@@ -48,3 +49,22 @@ def test_naive_mode_serves_the_seeds_incoherent_gateway_limit_on_purpose(tmp_pat
     finally:
         stop_daemon_proc(daemon.proc)
     assert "serving the incoherent budget on purpose" in daemon.log_text()
+
+
+async def test_sigterm_ends_open_event_streams_cleanly(tmp_path: Path) -> None:
+    daemon = start_daemon(tmp_path)
+    try:
+        async with daemon.client() as client:
+            created = await client.post("/session", json={"cwd": str(tmp_path)})
+            sid = created.json()["sessionId"]
+            seen: list[str] = []
+            async with client.stream("GET", f"/session/{sid}/events") as response:
+                async for event in iter_sse(response):
+                    seen.append(event.type)
+                    if event.type == "replay_complete":
+                        daemon.proc.send_signal(signal.SIGTERM)
+            # the stream ended with a complete response (no protocol error), after the replay
+            assert seen == ["session_update", "replay_complete"]
+        assert daemon.proc.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+    finally:
+        stop_daemon_proc(daemon.proc)

@@ -7,6 +7,8 @@ import typer
 from hopline.cli._common import budget_or_exit
 
 NAIVE_ENV = "HOPLINE_NAIVE"
+# How long open responses get to finish on SIGTERM before they are cut (process hygiene, not a limit).
+STOP_GRACE_SECONDS = 5
 
 
 def register(app: typer.Typer) -> None:
@@ -76,9 +78,16 @@ def register(app: typer.Typer) -> None:
 
         daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
                                    internal_token=internal_token, gateway_url=url, allow_incoherent=naive)
+        class DaemonServer(uvicorn.Server):
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                # End the open SSE streams first: uvicorn waits for open responses before the
+                # lifespan shutdown, and a stream only ends when its subscriber is closed.
+                daemon.state.bus.close_all()  # type: ignore[attr-defined]
+                await super().shutdown(sockets)
+
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=5)
-        server = uvicorn.Server(config)
+                                timeout_graceful_shutdown=STOP_GRACE_SECONDS)
+        server = DaemonServer(config)
         print(f"hopline serve listening on {url}", flush=True)
         logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port})
         asyncio.run(server.serve(sockets=[sock]))

@@ -49,10 +49,16 @@ class Event:
 
     @property
     def size(self) -> int:
-        return len(self.data) + len(self.type) + 32  # the framing is at most this much
+        """Exactly ``len(self.wire)``, without building it."""
+        return wire_size(self.id, self.type, len(self.data))
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "type": self.type, "data": orjson.loads(self.data)}
+
+
+def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
+    head = 0 if event_id is None else len(b"id: \n") + len(str(event_id))
+    return head + len(b"event: \ndata: \n\n") + len(event_type.encode()) + data_bytes
 
 
 def synthetic(event_type: str, data: dict[str, Any]) -> Event:
@@ -102,10 +108,9 @@ class Subscriber:
         self._wake()
 
     def offer_synthetic(self, event: Event) -> None:
-        if self.evicted or self.closed:
-            return
-        self._control.append(event)
-        self._wake()
+        """A synthetic event about the session (``frame_dropped``): in order with the others, and
+        under the same bounds. Only the queue's own warning and eviction jump the line."""
+        self.offer(event)
 
     def _evict(self, event: Event) -> None:
         dropped = len(self._queue)
@@ -204,7 +209,7 @@ class EventBus:
         journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out instead."""
         payload = orjson.dumps(data)
         limit = self.budget.sse_max_event_bytes
-        if len(payload) + len(event_type) + 32 > limit:
+        if wire_size(self.journal.last_id(session_id) + 1, event_type, len(payload)) > limit:
             self.oversize_dropped += 1
             self.publish_synthetic(session_id, "frame_dropped", {
                 "direction": "sse", "bytes": len(payload), "limitBytes": limit,
@@ -225,6 +230,8 @@ class EventBus:
         event = synthetic(event_type, data)
         for subscriber in list(self._subscribers.get(session_id, ())):
             subscriber.offer_synthetic(event)
+            if subscriber.evicted:
+                self._drop(subscriber)
 
     def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
         """Register a subscriber; return it and the last event id at that instant. Events after
