@@ -1,7 +1,8 @@
 """The embedded stack for ``hopline run`` and ``hopline demo``: ``hopline serve`` as a child process.
 
 The daemon (with its gateway and the offline scripted model) runs as ``python -m hopline serve`` on
-127.0.0.1 with a free port, a fresh random bearer token and a private data directory. A subprocess
+127.0.0.1 with port 0 (it binds a free port and prints its URL, which is read back from its output),
+a fresh random bearer token and a private data directory. A subprocess
 (rather than in-process uvicorn) keeps the stack's environment separate: ``hopline demo --naive``
 hands it the seed's old gateway limit without touching this process's budget. :func:`embedded_stack`
 waits until ``/health`` answers, and stops the child (SIGTERM, then SIGKILL) on the way out.
@@ -14,18 +15,16 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-
-import httpx
 
 log = logging.getLogger("hopline.embedded")
 
@@ -49,7 +48,7 @@ class EmbeddedStack:
     token: str
     data_dir: Path
     process: subprocess.Popen[bytes]
-    stderr_path: Path
+    stderr_path: Path  # the daemon's stdout and stderr
     owns_data_dir: bool = True
 
     def stop(self) -> None:
@@ -66,15 +65,12 @@ class EmbeddedStack:
         return text[-_STDERR_TAIL_CHARS:]
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+# The line `hopline serve` prints once it has bound its socket.
+_URL_LINE = re.compile(rb"listening on (http://\S+)")
 
 
-def serve_command(host: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", str(port)]
+def serve_command(host: str) -> list[str]:
+    return [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", "0"]
 
 
 def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
@@ -90,16 +86,15 @@ def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | Non
     root.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(24)
     host = "127.0.0.1"
-    port = free_port(host)
     child_env = dict(os.environ)
     child_env.update(env or {})
     child_env[SERVER_TOKEN_ENV] = token
     child_env[DATA_DIR_ENV] = str(root / "data")
     stderr_path = root / "serve.stderr.log"
     with open(stderr_path, "wb") as stderr_file:
-        process = subprocess.Popen(serve_command(host, port), env=child_env, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(serve_command(host), env=child_env, stdin=subprocess.DEVNULL,
                                    stdout=stderr_file, stderr=stderr_file, start_new_session=True)
-    stack = EmbeddedStack(f"http://{host}:{port}", token, root, process, stderr_path, owned_dir)
+    stack = EmbeddedStack("", token, root, process, stderr_path, owned_dir)
     try:
         _wait_healthy(stack, startup_timeout)
     except BaseException:
@@ -122,16 +117,23 @@ async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path
 
 
 def _wait_healthy(stack: EmbeddedStack, timeout: float) -> None:
+    """Read the URL line from the daemon's output, then wait until ``/health`` answers."""
+    import httpx
+
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=httpx.Timeout(2.0)) as http:
         while True:
             if stack.process.poll() is not None:
                 raise EmbeddedStackError(f"hopline serve exited with code {stack.process.returncode} "
                                          f"before it was ready:\n{stack.stderr_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                response = http.get(stack.url + "/health")
-                if response.status_code == 200:
-                    return
+            if not stack.url:
+                match = _URL_LINE.search(stack.stderr_path.read_bytes())
+                if match is not None:
+                    stack.url = match.group(1).decode()
+            if stack.url:
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get(stack.url + "/health").status_code == 200:
+                        return
             if time.monotonic() > deadline:
                 raise EmbeddedStackError(f"hopline serve did not answer /health within {timeout:.0f} s:\n"
                                          f"{stack.stderr_tail()}")

@@ -131,10 +131,7 @@ def build_summary(*, naive: bool, tracker: TurnTracker, status: dict[str, Any], 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from hopline.budget import format_size
-
-    def size(n: Any) -> str:
-        return "-" if n is None else f"{int(n):,} B ({format_size(int(n))})"
+    from hopline.cli.status import exact_size as size
 
     table = Table(title=f"hopline demo — {summary['mode']} run, profile {summary['profile']}",
                   title_justify="left", show_header=False)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import budget_or_exit
+from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from hopline.client.turn import ToolCallView, TurnTracker
 
 EventHook = Callable[["Event", "TurnTracker", "ToolCallView | None"], Awaitable[None]]
-TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 
 
 def _size(n: int) -> str:

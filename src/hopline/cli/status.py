@@ -9,15 +9,16 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import budget_or_exit
+from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 URL_ENV = "HOPLINE_URL"
 
 
-def _size(value: Any) -> str:
+def exact_size(value: Any) -> str:
+    """A byte count exactly, with human units beside it from 1 KiB up: ``10485760 (10 MiB)``."""
     from hopline.budget import format_size
 
     if isinstance(value, bool) or not isinstance(value, int):
@@ -32,7 +33,7 @@ def _kv_table(title: str, rows: dict[str, Any]) -> Any:
     table.add_column("field", style="bold")
     table.add_column("value")
     for key, value in rows.items():
-        shown = _size(value) if "ytes" in key or key == "bytes" else _plain(value)
+        shown = exact_size(value) if "ytes" in key or key == "bytes" else _plain(value)
         table.add_row(key, shown)
     return table
 
@@ -74,8 +75,8 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
         table.add_column(column, justify="right" if column != "direction" else "left")
     for direction in ("inbound", "outbound"):
         d = pipe.get(direction) or {}
-        table.add_row(direction, str(d.get("count", 0)), _size(d.get("totalBytes", 0)),
-                      _size(d.get("maxBytes", 0)))
+        table.add_row(direction, str(d.get("count", 0)), exact_size(d.get("totalBytes", 0)),
+                      exact_size(d.get("maxBytes", 0)))
     console.print(table)
 
     other: dict[str, Any] = {}
@@ -97,7 +98,7 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
             table.add_column(column)
         narrowest = budget.get("narrowestRequestCeiling")
         for c in ceilings:
-            value = _size(c["bytes"]) if "bytes" in c else f"{c.get('value')} {c.get('unit', '')}"
+            value = exact_size(c["bytes"]) if "bytes" in c else f"{c.get('value')} {c.get('unit', '')}"
             name = str(c.get("name"))
             if name == narrowest:
                 name += " (narrowest request ceiling)"
