@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
                 # End the open SSE streams first: uvicorn waits for open responses before the
                 # lifespan shutdown, and a stream only ends when its subscriber is closed.
-                daemon.state.bus.close_all()  # type: ignore[attr-defined]
+                daemon.state.bus.close_all()
                 await super().shutdown(sockets)
 
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",

@@ -177,9 +177,11 @@ def _error(exc: SessionError) -> JSONResponse:
 class InternalDispatcher:
     """``/internal/...`` -> the gateway (mounted as starlette's Mount would), else the daemon."""
 
-    def __init__(self, daemon: ASGIApp, gateway: ASGIApp | None) -> None:
+    def __init__(self, daemon: ASGIApp, gateway: ASGIApp | None, app: FastAPI) -> None:
         self.daemon = daemon
         self.gateway = gateway
+        self.app = app  # the daemon's FastAPI app (routes, OpenAPI)
+        self.state = app.state  # budget, manager, bus, journal, instruments, gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.gateway is not None and scope["type"] == "http":
@@ -214,7 +216,7 @@ def create_daemon_app(
     embed_gateway: bool = True,
     sidecars: bool = True,
     allow_incoherent: bool = False,
-) -> ASGIApp:
+) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
 
@@ -415,7 +417,4 @@ def create_daemon_app(
 
     guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
     authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",))
-    dispatcher = InternalDispatcher(authed, gateway)
-    dispatcher.state = app.state  # type: ignore[attr-defined]
-    dispatcher.app = app  # type: ignore[attr-defined]
-    return dispatcher
+    return InternalDispatcher(authed, gateway, app)
