@@ -101,7 +101,8 @@ async def create_session(client: httpx.AsyncClient, d: Daemon) -> str:
 
 
 async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, frames: int,
-                        text: str = "go", marker: bytes = b"agent_message_chunk") -> dict[str, Any]:
+                        text: str = "go", marker: bytes = b"agent_message_chunk",
+                        resume: bool = True) -> dict[str, Any]:
     """Subscribe, prompt, read until ``frames`` events carrying ``marker``; resume on eviction."""
     counter = SseCounter(marker)
     last_id: int | None = None
@@ -130,6 +131,9 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
                     raise RuntimeError("the daemon reported turn_error; stderr tail: " + tail(d.stderr, 800))
             if counter.names.get("client_evicted", 0) > evicted_before:
                 evictions += 1
+                if not resume:
+                    raise RuntimeError(f"evicted as a slow client after {counter.marked} of {frames} frames "
+                                       "(this daemon cannot be resumed)")
                 continue
             if counter.marked < frames:
                 raise RuntimeError(f"SSE stream ended after {counter.marked} of {frames} frames")
@@ -147,10 +151,10 @@ async def status(client: httpx.AsyncClient, d: Daemon) -> dict[str, Any]:
     return data
 
 
-async def _relay_once(d: Daemon, frames: int, text: str) -> dict[str, Any]:
+async def _relay_once(d: Daemon, frames: int, text: str, resume: bool) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S, connect=10.0)) as client:
         session_id = await create_session(client, d)
-        outcome = await stream_prompt(client, d, session_id, frames, text=text)
+        outcome = await stream_prompt(client, d, session_id, frames, text=text, resume=resume)
         daemon_status = await status(client, d)
         outcome["pipe"] = daemon_status.get("runtime", {}).get("perf", {}).get("pipe")
         with contextlib.suppress(httpx.HTTPError):
@@ -158,10 +162,12 @@ async def _relay_once(d: Daemon, frames: int, text: str) -> dict[str, Any]:
     return outcome
 
 
-def relay_on(d: Daemon, path: Path, frames: int) -> dict[str, Any]:
-    """One prompt streaming ``path`` through a running daemon (its agent honours ``stream PATH``)."""
+def relay_on(d: Daemon, path: Path, frames: int, *, resume: bool = True) -> dict[str, Any]:
+    """One prompt streaming ``path`` through a running daemon (its agent honours ``stream PATH``).
+
+    ``resume=False``: an eviction is an error (a daemon without a journal cannot replay)."""
     try:
-        return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}"), TIMEOUT_S))
+        return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}", resume), TIMEOUT_S))
     except TimeoutError:
         raise TimeoutError(f"{frames} frames not received through the daemon within {TIMEOUT_S:.0f} s "
                            f"({path.name})") from None
