@@ -101,8 +101,12 @@ def build_app(log: ServerLog) -> Starlette:
             for i in range(4, 7):
                 yield _event(i)
 
-        generators = {"resync": resync, "clean": clean_end, "killed": killed, "shapes": shapes,
-                      "sized": sized}
+        async def empty() -> AsyncIterator[bytes]:
+            # A stream that ends at once, every time: the client's reconnects are bounded.
+            yield b": nothing here\n\n"
+
+        generators = {"empty": empty, "resync": resync, "clean": clean_end, "killed": killed,
+                      "shapes": shapes, "sized": sized}
         return StreamingResponse(generators[sid.split("-")[0]](), media_type="text/event-stream")
 
     async def sidecar(request: Request) -> Response:

@@ -13,6 +13,7 @@ from hopline.client import (
     Event,
     SidecarIntegrityError,
     SseEventTooLarge,
+    SseReconnectExhausted,
 )
 
 from .conftest import SIDECAR_BODY, SIDECAR_SHA, TOKEN, TOTAL_EVENTS, RunningServer
@@ -126,3 +127,14 @@ async def test_state_resync_follows_the_daemons_numbering(sse_server: RunningSer
         events = await _take(client, "resync", 4, last_event_id=50)
     assert events[0].type == "state_resync_required" and events[0].synthetic
     assert [e.id for e in events[1:]] == [4, 5, 6]
+
+
+async def test_reconnects_are_bounded_with_a_clear_error(sse_server: RunningServer) -> None:
+    before = sse_server.log.connections
+    async with DaemonClient(sse_server.url, TOKEN, budget=Budget.defaults(), reconnect_attempts=3,
+                            reconnect_backoff_seconds=0.01) as client:
+        with pytest.raises(SseReconnectExhausted) as err:
+            await _take(client, "empty", 1)
+        assert client.reconnects == 3
+    assert sse_server.log.connections - before == 4  # the first connection and 3 reconnects
+    assert str(err.value).startswith("hop client.sse: event stream lost after 3 reconnect attempts")

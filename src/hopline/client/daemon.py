@@ -29,11 +29,11 @@ FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS = 0.1  # first backoff, doubles, c
 FALLBACK_CLIENT_HTTP_TIMEOUT_SECONDS = 30.0  # one non-streaming API call
 
 
-def reconnect_attempts(budget: Budget) -> int:
+def budget_reconnect_attempts(budget: Budget) -> int:
     return int(getattr(budget, "client_sse_reconnect_attempts", FALLBACK_CLIENT_SSE_RECONNECT_ATTEMPTS))
 
 
-def reconnect_backoff_seconds(budget: Budget) -> float:
+def budget_reconnect_backoff_seconds(budget: Budget) -> float:
     return float(getattr(budget, "client_sse_reconnect_backoff_seconds",
                          FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS))
 
@@ -128,9 +128,15 @@ class DaemonClient:
     """Async client for one daemon. Use as ``async with DaemonClient(url, token) as client``."""
 
     def __init__(self, base_url: str, token: str | None, *, budget: Budget | None = None,
-                 http: httpx.AsyncClient | None = None) -> None:
+                 http: httpx.AsyncClient | None = None, reconnect_attempts: int | None = None,
+                 reconnect_backoff_seconds: float | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.budget = budget or Budget.from_env()
+        # Consecutive failed reconnects of an event stream before giving up, and the first backoff.
+        self.reconnect_attempts = (reconnect_attempts if reconnect_attempts is not None
+                                   else budget_reconnect_attempts(self.budget))
+        self.reconnect_backoff_seconds = (reconnect_backoff_seconds if reconnect_backoff_seconds is not None
+                                          else budget_reconnect_backoff_seconds(self.budget))
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=http_timeout_seconds(self.budget))
@@ -150,6 +156,18 @@ class DaemonClient:
 
     # --- plain API calls ----------------------------------------------------------------------
 
+    async def _send(self, method: str, route: str, *, content: bytes | None = None,
+                    params: dict[str, Any] | None = None,
+                    headers: dict[str, str] | None = None) -> httpx.Response:
+        """One request; a transport failure becomes a :class:`DaemonError` with status 0."""
+        try:
+            return await self._http.request(method, self.base_url + route, content=content, params=params,
+                                            headers=headers if headers is not None else self._headers)
+        except httpx.TransportError as exc:
+            raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "connection_failed",
+                                            "message": f"{type(exc).__name__}: {exc}"[:256]}},
+                              method, _route_shape(route)) from exc
+
     async def _call(self, method: str, route: str, *, json: Any = None,
                     params: dict[str, Any] | None = None, expect: tuple[int, ...] = (200,)) -> Any:
         shape = _route_shape(route)
@@ -163,13 +181,7 @@ class DaemonClient:
             if len(content) > limit:
                 raise RequestTooLarge(method, shape, limit, len(content))
             headers = dict(self._headers, **{"content-type": "application/json"})
-        try:
-            response = await self._http.request(method, self.base_url + route, content=content,
-                                                params=params, headers=headers)
-        except httpx.TransportError as exc:
-            raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "connection_failed",
-                                            "message": f"{type(exc).__name__}: {exc}"[:256]}},
-                              method, shape) from exc
+        response = await self._send(method, route, content=content, params=params, headers=headers)
         body: Any
         try:
             body = response.json() if response.content else None
@@ -227,7 +239,7 @@ class DaemonClient:
 
     async def metrics(self) -> str:
         """The Prometheus text of ``GET /metrics`` (pipe histogram, gateway requests by status)."""
-        response = await self._http.get(self.base_url + "/metrics", headers=self._headers)
+        response = await self._send("GET", "/metrics")
         if response.status_code != 200:
             raise DaemonError(response.status_code, response.text[:512], "GET", "/metrics")
         return response.text
@@ -244,8 +256,8 @@ class DaemonClient:
         """
         last_id = last_event_id
         failures = 0
-        attempts = reconnect_attempts(self.budget)
-        backoff = reconnect_backoff_seconds(self.budget)
+        attempts = self.reconnect_attempts
+        backoff = self.reconnect_backoff_seconds
         params = {"maxQueued": max_queued} if max_queued is not None else None
         # A read timeout well above the heartbeat interval: silence this long is a dead connection.
         timeout = httpx.Timeout(http_timeout_seconds(self.budget),
@@ -279,13 +291,11 @@ class DaemonClient:
                                     continue  # already delivered before a resume
                                 last_id = event.id
                             delivered = True
-                            failures = 0
                             yield event
                 raise _StreamEnded("the server ended the event stream")
             except _DROPS as exc:
-                if delivered:
-                    failures = 0
-                failures += 1
+                # Consecutive failures only: a connection that delivered events resets the count.
+                failures = 1 if delivered else failures + 1
                 if failures > attempts:
                     raise SseReconnectExhausted(attempts, last_id, exc) from exc
                 self.reconnects += 1
