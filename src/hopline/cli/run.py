@@ -160,7 +160,7 @@ async def drive_turn(client: DaemonClient, session_id: str, text: str, *, on_eve
                 continue  # an earlier turn of this session, replayed from event 0
             changed = tracker.apply(event)
             await on_event(event, tracker, changed)
-            if event.type == "permission_request" and tracker.mine(event):
+            if event.type == "permission_request":
                 option = (ask or _first_allow)(event.data)
                 if option is not None:
                     await client.answer_permission(session_id, str(event.data.get("requestId")), option)
