@@ -39,8 +39,11 @@ def run_cli(args: Sequence[str], *, cwd: Path | None = None, env: dict[str, str]
 
 
 def run_in_pty(args: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
-               timeout: float = 90, columns: int = 200) -> tuple[int, str]:
-    """Run the CLI with a pseudo-terminal as stdin/stdout/stderr; return (exit code, output)."""
+               timeout: float = 90, columns: int = 200,
+               answer: tuple[str, bytes] | None = None) -> tuple[int, str]:
+    """Run the CLI with a pseudo-terminal as stdin/stdout/stderr; return (exit code, output).
+
+    ``answer = (prompt, reply)`` types ``reply`` each time new output contains ``prompt``."""
     import fcntl
     import pty
     import struct
@@ -68,6 +71,8 @@ def run_in_pty(args: Sequence[str], *, cwd: Path | None = None, env: dict[str, s
                 if not data:
                     break
                 chunks.append(data)
+                if answer is not None and answer[0].encode() in data:
+                    os.write(main_fd, answer[1])
             elif process.poll() is not None:
                 break
         code = process.wait(timeout=10)

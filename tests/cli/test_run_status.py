@@ -103,3 +103,15 @@ def test_failed_turn_exits_1_naming_origin_hop_and_sizes(workspace: Path) -> Non
                       result.stdout)
     assert match, result.stdout[-2000:]
     assert int(match.group(2)) == 160 * 1024 < int(match.group(1))
+
+
+def test_run_ask_puts_each_permission_to_the_terminal(daemon: EmbeddedStack, workspace: Path) -> None:
+    code, output = run_in_pty(["run", "run the tests", "--url", daemon.url, "--ask", "--scripted",
+                               '{"iterations": 3, "toolsPerIteration": 2}'],
+                              cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token},
+                              answer=("permission for", b"reject_once\r"))
+    text = ANSI.sub("", output)
+    assert code == 0, text[-3000:]
+    assert re.search(r"permission for Run [^(]+\(allow_once=Allow once, reject_once=Reject\)", text)
+    assert re.search(r"✗ Run [^\n]+\[failed\]", text)  # the rejected command did not run
+    assert "final answer · end_turn" in text
