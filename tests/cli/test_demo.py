@@ -50,9 +50,9 @@ def test_demo_gate_run_has_no_413_and_compacts() -> None:
         assert label in table
 
 
-@pytest.mark.xfail(strict=True, reason="needs naive mode wired into `hopline serve` (accept the seed's "
-                   "incoherent 100kb gateway limit when HOPLINE_NAIVE=1) and the agent runtime "
-                   "(ToolLoop(naive=True), HttpModel(enforce_ceiling=False))")
+@pytest.mark.xfail(strict=True, reason="needs naive mode in the agent (`hopline serve` has it): `hopline "
+                   "agent` serving the seed's incoherent chain when HOPLINE_NAIVE=1, and the runtime "
+                   "building ToolLoop(naive=True) with HttpModel(enforce_ceiling=False)")
 def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     result = run_cli(["demo", "--naive", "--json"], timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
