@@ -17,13 +17,14 @@ import logging
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 log = logging.getLogger("hopline.embedded")
@@ -69,17 +70,59 @@ class EmbeddedStack:
 _URL_LINE = re.compile(rb"listening on (http://\S+)")
 
 
-def serve_command(host: str) -> list[str]:
-    return [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", "0"]
+def serve_command(host: str, agent_cmd: Sequence[str] | None = None) -> list[str]:
+    command = [sys.executable, "-m", "hopline", "serve", "--host", host, "--port", "0"]
+    if agent_cmd:
+        command += ["--agent-cmd", shlex.join(agent_cmd)]
+    return command
+
+
+# --- TRANSITIONAL naive agent ------------------------------------------------------------------
+# `hopline demo --naive` needs the agent to run the seed's rules. `hopline serve` honours
+# HOPLINE_NAIVE=1 (it serves the incoherent 100kb chain on purpose); `hopline agent` does not yet, so
+# the naive stack runs this entry point as its ACP agent: the same runtime, with the tool loop in
+# naive mode and the HTTP model not enforcing the engine ceiling (the seed had neither). Remove it
+# once `hopline agent` reads HOPLINE_NAIVE itself.
+
+def naive_agent_command() -> list[str]:
+    entry = "from hopline.embedded import run_naive_agent; raise SystemExit(run_naive_agent())"
+    return [sys.executable, "-c", entry]
+
+
+def run_naive_agent() -> int:
+    """Serve `hopline agent` on stdio with the seed's rules (only for the naive demo's stack)."""
+    from typing import Any
+
+    import hopline.gateway.client as gateway_client
+    import hopline.harness.loop as loop_module
+    from hopline.budget import Budget
+    from hopline.harness.acp.runtime import run_stdio
+
+    class NaiveToolLoop(loop_module.ToolLoop):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["naive"] = True
+            super().__init__(*args, **kwargs)
+
+    class UncheckedHttpModel(gateway_client.HttpModel):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["enforce_ceiling"] = False
+            super().__init__(*args, **kwargs)
+
+    # The runtime imports both names when it builds a session, so the naive classes are used.
+    loop_module.ToolLoop = NaiveToolLoop  # type: ignore[misc]
+    gateway_client.HttpModel = UncheckedHttpModel  # type: ignore[misc]
+    # The chain is incoherent on purpose (engine 8 MiB over a 100kb gateway): no coherence check here.
+    return run_stdio(Budget.from_env())
 
 
 def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
+                   agent_cmd: Sequence[str] | None = None,
                    startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS) -> EmbeddedStack:
     """Start ``hopline serve`` on loopback and wait until ``/health`` answers (blocking).
 
     ``env`` adds to (or overrides) the child's environment, e.g. ``API_JSON_BODY_LIMIT`` for the
-    naive demo. The data directory is temporary (removed by :meth:`EmbeddedStack.stop`) unless
-    ``data_dir`` is given.
+    naive demo; ``agent_cmd`` replaces the daemon's default agent (``hopline agent``). The data
+    directory is temporary (removed by :meth:`EmbeddedStack.stop`) unless ``data_dir`` is given.
     """
     owned_dir = data_dir is None
     root = Path(tempfile.mkdtemp(prefix="hopline-embedded-")) if data_dir is None else Path(data_dir)
@@ -92,7 +135,7 @@ def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | Non
     child_env[DATA_DIR_ENV] = str(root / "data")
     stderr_path = root / "serve.stderr.log"
     with open(stderr_path, "wb") as stderr_file:
-        process = subprocess.Popen(serve_command(host), env=child_env, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(serve_command(host, agent_cmd), env=child_env, stdin=subprocess.DEVNULL,
                                    stdout=stderr_file, stderr=stderr_file, start_new_session=True)
     stack = EmbeddedStack("", token, root, process, stderr_path, owned_dir)
     try:
@@ -105,10 +148,11 @@ def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | Non
 
 @contextlib.asynccontextmanager
 async def embedded_stack(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
+                         agent_cmd: Sequence[str] | None = None,
                          startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS
                          ) -> AsyncIterator[EmbeddedStack]:
     """:func:`start_embedded` as an async context manager: the stack is stopped on exit."""
-    stack = await asyncio.to_thread(start_embedded, env=env, data_dir=data_dir,
+    stack = await asyncio.to_thread(start_embedded, env=env, data_dir=data_dir, agent_cmd=agent_cmd,
                                     startup_timeout=startup_timeout)
     try:
         yield stack

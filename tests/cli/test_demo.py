@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from rich.console import Console
 
 from hopline.cli.demo import gateway_statuses, print_summary
@@ -50,9 +49,6 @@ def test_demo_gate_run_has_no_413_and_compacts() -> None:
         assert label in table
 
 
-@pytest.mark.xfail(strict=True, reason="needs naive mode in the agent (`hopline serve` has it): `hopline "
-                   "agent` serving the seed's incoherent chain when HOPLINE_NAIVE=1, and the runtime "
-                   "building ToolLoop(naive=True) with HttpModel(enforce_ceiling=False)")
 def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     result = run_cli(["demo", "--naive", "--json"], timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -64,3 +60,6 @@ def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     assert error["hop"] == "gateway.llm_turn"
     assert error["limitBytes"] == 100 * 1024
     assert error["observedBytes"] > error["limitBytes"]
+    # The incident: the content-only estimate never asked for a compaction before the 413.
+    assert summary["compactions"]["count"] == 0
+    assert summary["largestBodyBytes"] == error["observedBytes"]

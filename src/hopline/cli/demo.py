@@ -185,7 +185,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
 
     from hopline.cli.run import LiveView, drive_turn
     from hopline.client import DaemonClient
-    from hopline.embedded import embedded_stack
+    from hopline.embedded import embedded_stack, naive_agent_command
     from hopline.harness.sample_workspace import make_sample_workspace
 
     console = Console(stderr=as_json, highlight=False, quiet=as_json)
@@ -195,7 +195,8 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
         mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate"
         console.print(f"[bold]hopline demo[/] — {mode}; sample workspace with large test logs; "
                       "starting the embedded stack…")
-        async with embedded_stack(env=naive_env() if naive else None) as stack, \
+        async with embedded_stack(env=naive_env() if naive else None,
+                                  agent_cmd=naive_agent_command() if naive else None) as stack, \
                 DaemonClient(stack.url, stack.token, budget=budget) as client:
             session_id = await client.create_session(cwd=str(root), profile=DEMO_PROFILE,
                                                      permission_mode="auto",
