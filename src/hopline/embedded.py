@@ -77,44 +77,6 @@ def serve_command(host: str, agent_cmd: Sequence[str] | None = None) -> list[str
     return command
 
 
-# --- TRANSITIONAL naive agent ------------------------------------------------------------------
-# `hopline demo --naive` needs the agent to run the seed's rules. `hopline serve` honours
-# HOPLINE_NAIVE=1 (it serves the incoherent 100kb chain on purpose); `hopline agent` does not yet, so
-# the naive stack runs this entry point as its ACP agent: the same runtime, with the tool loop in
-# naive mode and the HTTP model not enforcing the engine ceiling (the seed had neither). Remove it
-# once `hopline agent` reads HOPLINE_NAIVE itself.
-
-def naive_agent_command() -> list[str]:
-    entry = "from hopline.embedded import run_naive_agent; raise SystemExit(run_naive_agent())"
-    return [sys.executable, "-c", entry]
-
-
-def run_naive_agent() -> int:
-    """Serve `hopline agent` on stdio with the seed's rules (only for the naive demo's stack)."""
-    from typing import Any
-
-    import hopline.gateway.client as gateway_client
-    import hopline.harness.loop as loop_module
-    from hopline.budget import Budget
-    from hopline.harness.acp.runtime import run_stdio
-
-    class NaiveToolLoop(loop_module.ToolLoop):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["naive"] = True
-            super().__init__(*args, **kwargs)
-
-    class UncheckedHttpModel(gateway_client.HttpModel):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["enforce_ceiling"] = False
-            super().__init__(*args, **kwargs)
-
-    # The runtime imports both names when it builds a session, so the naive classes are used.
-    loop_module.ToolLoop = NaiveToolLoop  # type: ignore[misc]
-    gateway_client.HttpModel = UncheckedHttpModel  # type: ignore[misc]
-    # The chain is incoherent on purpose (engine 8 MiB over a 100kb gateway): no coherence check here.
-    return run_stdio(Budget.from_env())
-
-
 def start_embedded(*, env: Mapping[str, str] | None = None, data_dir: Path | None = None,
                    agent_cmd: Sequence[str] | None = None,
                    startup_timeout: float = FALLBACK_STARTUP_TIMEOUT_SECONDS) -> EmbeddedStack:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 
 import typer
 
-from hopline.budget import Budget, BudgetError
+from hopline.budget import Budget, BudgetError, IncoherentBudget, require_coherent
 
 
 def budget_or_exit() -> Budget:
@@ -16,3 +18,29 @@ def budget_or_exit() -> Budget:
     except BudgetError as exc:
         print(f"hopline: bad setting: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+
+# `HOPLINE_NAIVE=1` replays the seed's incident on purpose (the seed's old rules: content-only
+# estimate, no transport bound, an implicit 100 KB gateway limit). Only then is an incoherent chain
+# reported and run anyway; outside naive mode an incoherent chain refuses to start.
+NAIVE_ENV = "HOPLINE_NAIVE"
+
+
+def naive_requested(environ: Mapping[str, str] | None = None) -> bool:
+    return (os.environ if environ is None else environ).get(NAIVE_ENV) == "1"
+
+
+def require_coherent_or_exit(budget: Budget, command: str) -> bool:
+    """Print each coherence error and exit 2, unless naive mode runs it on purpose.
+
+    Returns whether naive mode is on.
+    """
+    naive = naive_requested()
+    try:
+        require_coherent(budget)
+    except IncoherentBudget as exc:
+        for finding in exc.errors:
+            print(f"hopline {command}: incoherent budget: {finding.rule}: {finding.message}", file=sys.stderr)
+        if not naive:
+            raise typer.Exit(2) from None
+        print(f"hopline {command}: {NAIVE_ENV}=1: running the incoherent budget on purpose", file=sys.stderr)
+    return naive

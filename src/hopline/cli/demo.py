@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import NAIVE_ENV, budget_or_exit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -36,9 +36,7 @@ DEMO_PROFILE = "qa_automation"
 DEMO_PROMPT = "Gate this change: run the test suite, read the test logs and reports, and report failures."
 # The seed's incident: the gateway's JSON limit was Express's implicit default.
 NAIVE_GATEWAY_LIMIT = "100kb"
-# How the naive rules reach the stack: the daemon's environment (inherited by its agent children)
-# and the session's scripted hints.
-NAIVE_ENV = "HOPLINE_NAIVE"
+# The naive rules reach the stack through the daemon's environment, inherited by its agents.
 DEMO_TOOLS_PER_ITERATION = 3
 
 
@@ -185,7 +183,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
 
     from hopline.cli.run import LiveView, drive_turn
     from hopline.client import DaemonClient
-    from hopline.embedded import embedded_stack, naive_agent_command
+    from hopline.embedded import embedded_stack
     from hopline.harness.sample_workspace import make_sample_workspace
 
     console = Console(stderr=as_json, highlight=False, quiet=as_json)
@@ -195,8 +193,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
         mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate"
         console.print(f"[bold]hopline demo[/] — {mode}; sample workspace with large test logs; "
                       "starting the embedded stack…")
-        async with embedded_stack(env=naive_env() if naive else None,
-                                  agent_cmd=naive_agent_command() if naive else None) as stack, \
+        async with embedded_stack(env=naive_env() if naive else None) as stack, \
                 DaemonClient(stack.url, stack.token, budget=budget) as client:
             session_id = await client.create_session(cwd=str(root), profile=DEMO_PROFILE,
                                                      permission_mode="auto",

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import budget_or_exit, require_coherent_or_exit
 
-NAIVE_ENV = "HOPLINE_NAIVE"
 # How long open responses get to finish on SIGTERM before they are cut (process hygiene, not a limit).
 STOP_GRACE_SECONDS = 5
 
@@ -31,20 +30,9 @@ def register(app: typer.Typer) -> None:
         import sys
         from pathlib import Path
 
-        from hopline.budget import IncoherentBudget, require_coherent
-
         budget = budget_or_exit()
-        # `hopline demo --naive` replays the seed's incident (an implicit 100 KB gateway limit) on
-        # purpose: with HOPLINE_NAIVE=1 an incoherent chain is reported and served anyway.
-        naive = os.environ.get(NAIVE_ENV) == "1"
-        try:
-            require_coherent(budget)
-        except IncoherentBudget as exc:
-            for finding in exc.errors:
-                print(f"hopline serve: incoherent budget: {finding.rule}: {finding.message}", file=sys.stderr)
-            if not naive:
-                raise typer.Exit(2) from None
-            print(f"hopline serve: {NAIVE_ENV}=1: serving the incoherent budget on purpose", file=sys.stderr)
+        # `hopline demo --naive` serves the seed's incoherent 100 KB gateway limit on purpose.
+        naive = require_coherent_or_exit(budget, "serve")
 
         import uvicorn
 

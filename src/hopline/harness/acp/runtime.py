@@ -28,13 +28,14 @@ GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
 INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
 
 
-def model_factory(budget: Budget, environ: Mapping[str, str]) -> ModelFactory:
+def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = False) -> ModelFactory:
+    """``naive``: the seed's engine had no pre-send ceiling check, so over-ceiling bodies are sent."""
     url = environ.get(GATEWAY_URL_ENV, "").strip()
     if url:
         from hopline.gateway.client import HttpModel
 
         token = environ.get(INTERNAL_TOKEN_ENV, "")
-        return lambda session_id: HttpModel(url, session_id, token, budget)
+        return lambda session_id: HttpModel(url, session_id, token, budget, enforce_ceiling=not naive)
 
     def scripted(session_id: str) -> Any:
         from hopline.harness.scripted import InProcessModel, ScriptedModel
@@ -46,7 +47,7 @@ def model_factory(budget: Budget, environ: Mapping[str, str]) -> ModelFactory:
     return scripted
 
 
-def loop_factory(budget: Budget) -> Any:
+def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
     def build(live: LiveSession, model: Any, sink: Any, permit: Any) -> Any:
         from hopline.harness.loop import ToolLoop
         from hopline.harness.profiles import get_profile
@@ -54,17 +55,18 @@ def loop_factory(budget: Budget) -> Any:
         profile = get_profile(live.record.profile, budget)
         params = {"scripted": live.scripted} if live.scripted else None
         return ToolLoop(model, profile, Path(live.record.cwd), budget, sink=sink, permit=permit,
-                        params=params)
+                        params=params, naive=naive)
 
     return build
 
 
-async def _main(budget: Budget, read_fd: int, write_fd: int) -> None:
+async def _main(budget: Budget, read_fd: int, write_fd: int, naive: bool) -> None:
     environ = dict(os.environ)
     store = SessionStore(default_data_dir(environ))
     transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
     sidecar_writer = writer_from_env(budget, environ)
-    agent = HoplineAgent(budget, store, model_factory(budget, environ), loop_factory(budget),
+    agent = HoplineAgent(budget, store, model_factory(budget, environ, naive=naive),
+                         loop_factory(budget, naive=naive),
                          environ=environ, sidecar_writer=sidecar_writer)
     log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes,
                                      "sidecarWrites": sidecar_writer is not None})
@@ -77,12 +79,15 @@ async def _main(budget: Budget, read_fd: int, write_fd: int) -> None:
         log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
 
 
-def run_stdio(budget: Budget) -> int:
-    """Serve on this process's stdio until the peer closes stdin; returns the exit code."""
+def run_stdio(budget: Budget, *, naive: bool = False) -> int:
+    """Serve on this process's stdio until the peer closes stdin; returns the exit code.
+
+    ``naive`` runs the tool loop with the seed's old rules (``HOPLINE_NAIVE=1``, for the demo).
+    """
     read_fd, write_fd = claim_stdio()
     configure_stderr_json_logging()
     try:
-        asyncio.run(_main(budget, read_fd, write_fd))
+        asyncio.run(_main(budget, read_fd, write_fd, naive))
     except KeyboardInterrupt:
         return 130
     return 0
