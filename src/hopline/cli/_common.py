@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Mapping
 
@@ -44,3 +45,16 @@ def require_coherent_or_exit(budget: Budget, command: str) -> bool:
             raise typer.Exit(2) from None
         print(f"hopline {command}: {NAIVE_ENV}=1: running the incoherent budget on purpose", file=sys.stderr)
     return naive
+
+
+def bind_or_exit(host: str, port: int, command: str) -> socket.socket:
+    """A socket bound to ``host:port`` (port 0 picks one), or exit 1 naming the address."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        print(f"hopline {command}: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    return sock

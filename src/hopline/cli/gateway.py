@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import bind_or_exit, budget_or_exit
 
 TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
 
@@ -56,7 +56,6 @@ def register(app: typer.Typer) -> None:
             None, "--token-file", help="Write a generated token here (mode 0600)."),
     ) -> None:
         """Serve POST /internal/sessions/{sessionId}/llm-turn with the budget's body limit."""
-        import socket
 
         import uvicorn
 
@@ -90,13 +89,7 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("hopline").addHandler(handler)
         logging.getLogger("hopline").setLevel(logging.INFO)
 
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            print(f"hopline gateway: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
-            raise typer.Exit(1) from None
+        sock = bind_or_exit(host, port, "gateway")
         # Listening before the line is printed: a client that reads it can connect at once.
         sock.listen(2048)
         bound_port = sock.getsockname()[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hopline.cli._common import budget_or_exit, require_coherent_or_exit
+from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 
 # How long open responses get to finish on SIGTERM before they are cut (process hygiene, not a limit).
 STOP_GRACE_SECONDS = 5
@@ -53,13 +53,7 @@ def register(app: typer.Typer) -> None:
             print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
         internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
 
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            print(f"hopline serve: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
-            raise typer.Exit(1) from None
+        sock = bind_or_exit(host, port, "serve")
         bound_port = sock.getsockname()[1]
         url_host = f"[{host}]" if ":" in host else host
         url = f"http://{url_host}:{bound_port}"
