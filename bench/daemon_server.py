@@ -51,7 +51,7 @@ def main() -> None:
     budget = Budget.from_env()
 
     from hopline.daemon import app as daemon_app
-    from hopline.daemon.logs import configure_daemon_logging
+    from hopline.logs import configure_json_logging
 
     if args.no_observer:
         from hopline.wire.hooks import PipeTap
@@ -96,7 +96,7 @@ def main() -> None:
             store = SidecarStore(args.data_dir / "sidecars", budget)
             kwargs["projector"] = sidecar_projector(store, budget, then=oversize_replacement(budget))
 
-    configure_daemon_logging()  # as `hopline serve`: large-frame records really get logged
+    configure_json_logging()  # as `hopline serve`: large-frame records really get logged
     args.data_dir.mkdir(parents=True, exist_ok=True)
     app = daemon_app.create_daemon_app(budget, data_dir=args.data_dir, agent_cmd=agent,
                                        server_token=args.token, internal_token=secrets.token_hex(16),

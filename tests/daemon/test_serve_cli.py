@@ -48,7 +48,7 @@ def test_naive_mode_serves_the_seeds_incoherent_gateway_limit_on_purpose(tmp_pat
         assert [e["rule"] for e in status["budget"]["errors"]] == ["engine_within_gateway"]
     finally:
         stop_daemon_proc(daemon.proc)
-    assert "serving the incoherent budget on purpose" in daemon.log_text()
+    assert "HOPLINE_NAIVE=1: running the incoherent budget on purpose" in daemon.log_text()
 
 
 async def test_sigterm_ends_open_event_streams_cleanly(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ client outside this process tree.
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import sys
@@ -19,22 +18,6 @@ import typer
 from hopline.cli._common import bind_or_exit, budget_or_exit
 
 TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
-
-
-class _JsonFormatter(logging.Formatter):
-    """One JSON object per line; only the record's message and safe scalar extras."""
-
-    _SKIP = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        import orjson
-
-        out: dict[str, object] = {"level": record.levelname.lower(), "logger": record.name,
-                                  "msg": record.getMessage()}
-        for key, value in record.__dict__.items():
-            if key not in self._SKIP and isinstance(value, str | int | float | bool | type(None)):
-                out[key] = value
-        return orjson.dumps(out).decode()
 
 
 def resolve_token(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str]:
@@ -84,10 +67,9 @@ def register(app: typer.Typer) -> None:
             token_file.touch(mode=0o600, exist_ok=True)
             token_file.chmod(0o600)
             token_file.write_text(token)
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_JsonFormatter())
-        logging.getLogger("hopline").addHandler(handler)
-        logging.getLogger("hopline").setLevel(logging.INFO)
+        from hopline.logs import configure_json_logging
+
+        configure_json_logging()
 
         sock = bind_or_exit(host, port, "gateway")
         # Listening before the line is printed: a client that reads it can connect at once.

@@ -37,9 +37,9 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
-        from hopline.daemon.logs import configure_daemon_logging
+        from hopline.logs import configure_json_logging
 
-        configure_daemon_logging()
+        configure_json_logging()
         argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
         if data_dir:
             root = Path(data_dir)

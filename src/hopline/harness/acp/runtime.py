@@ -17,10 +17,10 @@ from typing import Any
 
 from hopline.budget import Budget
 from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
-from hopline.harness.acp.logs import configure_stderr_json_logging
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.sidecars import writer_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
+from hopline.logs import configure_json_logging
 
 log = logging.getLogger("hopline.agent")
 
@@ -85,7 +85,7 @@ def run_stdio(budget: Budget, *, naive: bool = False) -> int:
     ``naive`` runs the tool loop with the seed's old rules (``HOPLINE_NAIVE=1``, for the demo).
     """
     read_fd, write_fd = claim_stdio()
-    configure_stderr_json_logging()
+    configure_json_logging()
     try:
         asyncio.run(_main(budget, read_fd, write_fd, naive))
     except KeyboardInterrupt:

@@ -1,4 +1,4 @@
-"""Structured JSON logs on stderr for `hopline serve` (SPEC O-5).
+"""Structured JSON logs on stderr for every hopline process: serve, agent, gateway (SPEC O-5).
 
 Our loggers (``hopline.*``) never pass payloads, session ids, paths or prompts; their scalar
 ``extra`` fields are kept, and a ``record`` dict (the large-frame observer's attribution record)
@@ -22,14 +22,14 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskN
 _TEMPLATE_CHARS = 128  # foreign message templates are cut, they are not ours to trust
 
 
-class DaemonJsonFormatter(logging.Formatter):
+class JsonLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ours = record.name.startswith("hopline")
         entry: dict[str, Any] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage() if ours else str(record.msg)[:_TEMPLATE_CHARS],
+            "event": record.getMessage() if ours else str(record.msg)[:_TEMPLATE_CHARS],
         }
         if ours:
             for key, value in vars(record).items():
@@ -46,10 +46,11 @@ class DaemonJsonFormatter(logging.Formatter):
             return orjson.dumps({"level": entry["level"], "logger": entry["logger"]}).decode()
 
 
-def configure_daemon_logging(level: int = logging.INFO) -> None:
-    """One JSON handler on the root logger; uvicorn's loggers propagate to it (no access log)."""
+def configure_json_logging(level: int = logging.INFO) -> None:
+    """One JSON handler on the root logger; uvicorn's loggers propagate to it (no access log:
+    request lines carry session ids)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(DaemonJsonFormatter())
+    handler.setFormatter(JsonLineFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
