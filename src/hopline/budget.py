@@ -222,6 +222,17 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SSE_MAX_EVENT_BYTES", "largest SSE event the daemon emits"),
     Ceiling("client_sse_max_event_bytes", HOP_CLIENT_SSE, Unit.BYTES, 16 * MiB,
             "HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES", "SSE event, client reader"),
+    Ceiling("client_sse_reconnect_attempts", HOP_CLIENT_SSE, Unit.COUNT, 8,
+            "HOPLINE_CLIENT_SSE_RECONNECT_ATTEMPTS", "failed SSE reconnects in a row before giving up",
+            minimum=0),
+    Ceiling("client_sse_reconnect_backoff_seconds", HOP_CLIENT_SSE, Unit.SECONDS, 0.1,
+            "HOPLINE_CLIENT_SSE_RECONNECT_BACKOFF", "first SSE reconnect backoff (doubles, capped at x32)",
+            minimum=0),
+    Ceiling("client_http_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 30.0,
+            "HOPLINE_CLIENT_HTTP_TIMEOUT", "one non-streaming daemon API call, client side", minimum=0.01),
+    Ceiling("agent_handshake_timeout_seconds", HOP_PIPE, Unit.SECONDS, 60.0,
+            "HOPLINE_AGENT_HANDSHAKE_TIMEOUT", "a child's answer to initialize, session/new, load",
+            minimum=0.01),
     Ceiling("sse_queue_max_events", HOP_DAEMON_SSE, Unit.COUNT, 256, "HOPLINE_SSE_QUEUE_MAX_EVENTS",
             "per-subscriber queue (clients may choose maxQueued in [16, 2048])",
             minimum=16, maximum=2048),
@@ -301,6 +312,10 @@ class Budget:
     daemon_json_body_limit: int
     sse_max_event_bytes: int
     client_sse_max_event_bytes: int
+    client_sse_reconnect_attempts: int
+    client_sse_reconnect_backoff_seconds: float
+    client_http_timeout_seconds: float
+    agent_handshake_timeout_seconds: float
     sse_queue_max_events: int
     sse_queue_max_bytes: int
     sse_heartbeat_seconds: float

@@ -22,26 +22,6 @@ from hopline.client.sse import SseMessage, SseParser
 
 log = logging.getLogger("hopline.client")
 
-# --- FALLBACKS: the coordinator is asked to add these ceilings to hopline.budget (client.sse hop).
-# Read through the Budget when it declares them (getattr), never used as bare numbers in logic.
-FALLBACK_CLIENT_SSE_RECONNECT_ATTEMPTS = 8  # consecutive failed reconnects before giving up
-FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS = 0.1  # first backoff, doubles, capped at x32
-FALLBACK_CLIENT_HTTP_TIMEOUT_SECONDS = 30.0  # one non-streaming API call
-
-
-def budget_reconnect_attempts(budget: Budget) -> int:
-    return int(getattr(budget, "client_sse_reconnect_attempts", FALLBACK_CLIENT_SSE_RECONNECT_ATTEMPTS))
-
-
-def budget_reconnect_backoff_seconds(budget: Budget) -> float:
-    return float(getattr(budget, "client_sse_reconnect_backoff_seconds",
-                         FALLBACK_CLIENT_SSE_RECONNECT_BACKOFF_SECONDS))
-
-
-def http_timeout_seconds(budget: Budget) -> float:
-    return float(getattr(budget, "client_http_timeout_seconds", FALLBACK_CLIENT_HTTP_TIMEOUT_SECONDS))
-
-
 class DaemonError(Exception):
     """The daemon answered an API call with an error status."""
 
@@ -134,12 +114,12 @@ class DaemonClient:
         self.budget = budget or Budget.from_env()
         # Consecutive failed reconnects of an event stream before giving up, and the first backoff.
         self.reconnect_attempts = (reconnect_attempts if reconnect_attempts is not None
-                                   else budget_reconnect_attempts(self.budget))
+                                   else self.budget.client_sse_reconnect_attempts)
         self.reconnect_backoff_seconds = (reconnect_backoff_seconds if reconnect_backoff_seconds is not None
-                                          else budget_reconnect_backoff_seconds(self.budget))
+                                          else self.budget.client_sse_reconnect_backoff_seconds)
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=http_timeout_seconds(self.budget))
+        self._http = http or httpx.AsyncClient(timeout=self.budget.client_http_timeout_seconds)
         # Counters of the last event stream (read by tests and the CLI).
         self.reconnects = 0
         self.max_buffered = 0
@@ -260,7 +240,7 @@ class DaemonClient:
         backoff = self.reconnect_backoff_seconds
         params = {"maxQueued": max_queued} if max_queued is not None else None
         # A read timeout well above the heartbeat interval: silence this long is a dead connection.
-        timeout = httpx.Timeout(http_timeout_seconds(self.budget),
+        timeout = httpx.Timeout(self.budget.client_http_timeout_seconds,
                                 read=max(3 * self.budget.sse_heartbeat_seconds, 1.0))
         self.reconnects = 0
         while True:
