@@ -11,12 +11,18 @@ freed at once) and it gets ``client_evicted``, after which its stream ends and t
 reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in the journal.
 
 Synthetic events (no id, not journaled) go to the live subscribers only.
+
+Inside :meth:`EventBus.batch` (a synchronous stretch, e.g. every frame of one pipe read) publishing
+is deferred: at the end of the batch its events are journaled in one transaction per session, then
+ringed and offered in publication order (synthetic ones in their place). D-5 holds: nothing reaches
+the ring or a subscriber before its commit.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
@@ -197,6 +203,8 @@ class EventBus:
         self._subscribers: dict[str, set[Subscriber]] = {}
         self.evictions = 0
         self.oversize_dropped = 0
+        self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
+        self._batch_last: dict[str, int] = {}  # ids already given to batched events, per session
 
     def _ring(self, session_id: str) -> _Ring:
         ring = self._rings.get(session_id)
@@ -204,12 +212,49 @@ class EventBus:
             ring = self._rings[session_id] = _Ring(self.budget.ring_max_events, self.budget.ring_max_bytes)
         return ring
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Defer the events published inside (synchronous code only: no await in the block) and
+        journal them in one transaction per session at its end, then deliver them in order. The
+        events published before an exception in the block are still journaled and delivered. A
+        nested batch joins the outer one."""
+        if self._batch is not None:
+            yield
+            return
+        pending: list[tuple[str, Event]] = []
+        self._batch = pending
+        try:
+            yield
+        finally:
+            self._batch = None
+            self._batch_last.clear()
+            self._commit(pending)
+
+    def _commit(self, pending: list[tuple[str, Event]]) -> None:
+        by_session: dict[str, list[Event]] = {}
+        for session_id, event in pending:
+            if event.id is not None:
+                by_session.setdefault(session_id, []).append(event)
+        for session_id, events in by_session.items():
+            ids = self.journal.append_many(session_id, [(e.type, e.data) for e in events])
+            if ids != [e.id for e in events]:  # the journal is only written through the bus
+                raise RuntimeError("journal ids diverged from the batched event ids")
+        for session_id, event in pending:
+            self._deliver(session_id, event)
+
+    def _next_id(self, session_id: str) -> int:
+        if self._batch is not None and session_id in self._batch_last:
+            return self._batch_last[session_id] + 1
+        return self.journal.last_id(session_id) + 1
+
     def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
-        """Journal, ring, subscribers, in that order. An event over ``sse_max_event_bytes`` is not
-        journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out instead."""
+        """Journal, ring, subscribers, in that order (deferred to the end of a :meth:`batch`). An
+        event over ``sse_max_event_bytes`` is not journaled: a synthetic ``frame_dropped`` naming
+        its size and the limit goes out instead."""
         payload = orjson.dumps(data)
         limit = self.budget.sse_max_event_bytes
-        if wire_size(self.journal.last_id(session_id) + 1, event_type, len(payload)) > limit:
+        event_id = self._next_id(session_id)
+        if wire_size(event_id, event_type, len(payload)) > limit:
             self.oversize_dropped += 1
             self.publish_synthetic(session_id, "frame_dropped", {
                 "direction": "sse", "bytes": len(payload), "limitBytes": limit,
@@ -218,20 +263,29 @@ class EventBus:
             log.warning("event over the sse event limit dropped",
                         extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
             return None
+        if self._batch is not None:
+            event = Event(event_id, event_type, payload)
+            self._batch_last[session_id] = event_id
+            self._batch.append((session_id, event))
+            return event
         event = Event(self.journal.append(session_id, event_type, payload), event_type, payload)
-        self._ring(session_id).append(event)
+        self._deliver(session_id, event)
+        return event
+
+    def _deliver(self, session_id: str, event: Event) -> None:
+        if event.id is not None:
+            self._ring(session_id).append(event)
         for subscriber in list(self._subscribers.get(session_id, ())):
             subscriber.offer(event)
             if subscriber.evicted:
                 self._drop(subscriber)
-        return event
 
     def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
         event = synthetic(event_type, data)
-        for subscriber in list(self._subscribers.get(session_id, ())):
-            subscriber.offer_synthetic(event)
-            if subscriber.evicted:
-                self._drop(subscriber)
+        if self._batch is not None:
+            self._batch.append((session_id, event))  # in its place among the batched events
+            return
+        self._deliver(session_id, event)
 
     def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
         """Register a subscriber; return it and the last event id at that instant. Events after

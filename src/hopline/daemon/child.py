@@ -87,6 +87,9 @@ class ChildHandler(Protocol):
     def on_request(self, message: dict[str, Any]) -> None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
+    # Wraps the synchronous handling of the frames of one pipe read: what they publish is journaled
+    # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
+    def batch(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 @dataclasses.dataclass
@@ -191,17 +194,29 @@ class AcpChild:
                 chunk = await stdout.read(READ_CHUNK_BYTES)
                 if not chunk:
                     break
-                for item in self.decoder.feed(chunk):
-                    pending = self._dispatch(item)
+                items = self.decoder.feed(chunk)
+                index = 0
+                while index < len(items):
+                    # Frames handled synchronously share one batch (one journal transaction); a
+                    # handler that returns an awaitable ends the batch, and is awaited outside it.
+                    pending: Awaitable[None] | None = None
+                    try:
+                        with self.handler.batch():
+                            while index < len(items) and pending is None:
+                                pending = self._dispatch(items[index])
+                                index += 1
+                    except Exception:
+                        log.exception("pipe message handler failed", extra={"frames": len(items)})
                     if pending is not None:
                         try:
                             await pending
                         except Exception:
-                            log.exception("pipe message handler failed", extra={"bytes": item.size})
-                    # read() does not yield while data is buffered, and one chunk holds many small
-                    # frames: yield after each so the SSE streams move every event to their sockets
-                    # as it comes. A queue then only grows when its client is really not reading.
-                    await asyncio.sleep(0)
+                            log.exception("pipe message handler failed")
+                # read() does not yield while data is buffered: yield once per read chunk (at most
+                # READ_CHUNK_BYTES of frames) so the SSE streams move those events to their sockets.
+                # A subscriber queue bounded at a few chunks then only fills when its client is
+                # really not reading.
+                await asyncio.sleep(0)
             for error in self.decoder.eof():
                 self._frame_error(error, error.size, type(error).__name__)
         except Exception:

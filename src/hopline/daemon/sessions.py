@@ -130,6 +130,9 @@ class _ChildEvents:
         if self._current():
             self.manager._on_exit(self.session, returncode)
 
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        return self.manager.bus.batch()
+
 
 class SessionManager:
     def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
