@@ -83,7 +83,11 @@ def main() -> None:
             self._last[session_id] = seq
             return seq
 
+        def append_many_nothing(self: Any, session_id: str, events: Any) -> list[int]:
+            return [append_nothing(self, session_id, event_type, data) for event_type, data in events]
+
         Journal.append = append_nothing  # type: ignore[method-assign]
+        Journal.append_many = append_many_nothing  # type: ignore[method-assign]
 
     kwargs: dict[str, Any] = {}
     if args.sidecars != "default":

@@ -42,10 +42,6 @@ from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
 
-# FALLBACK (not yet in the budget table): how long a child may take to answer initialize,
-# session/new or session/load before the daemon gives up on it. Read through the manager only.
-AGENT_HANDSHAKE_TIMEOUT_SECONDS = 60.0
-
 # Agent error data echoed to a client is cut here: an error must never carry a payload-sized blob.
 ERROR_DATA_ECHO_MAX_BYTES = 4 * KiB
 PROTOCOL_VERSION = 1
@@ -138,7 +134,6 @@ class SessionManager:
     def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
-                 handshake_timeout: float = AGENT_HANDSHAKE_TIMEOUT_SECONDS,
                  sidecars: SidecarStore | None = None) -> None:
         self.budget = budget
         self.journal = journal
@@ -148,7 +143,7 @@ class SessionManager:
         self.data_dir = data_dir
         self.extra_env = dict(child_env or {})
         self.projector = projector if projector is not None else oversize_replacement(budget)
-        self.handshake_timeout = handshake_timeout
+        self.handshake_timeout = budget.agent_handshake_timeout_seconds
         self.sidecars = sidecars
         self.sessions: dict[str, DaemonSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
