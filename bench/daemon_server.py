@@ -95,7 +95,7 @@ def main() -> None:
             kwargs["sidecars"] = args.sidecars == "on"
         elif args.sidecars == "on":  # an older app without the switch: plug the projector in here
             from hopline.daemon.projection import oversize_replacement
-            from hopline.daemon.sidecars import SidecarStore, sidecar_projector
+            from hopline.sidecars import SidecarStore, sidecar_projector
 
             store = SidecarStore(args.data_dir / "sidecars", budget)
             kwargs["projector"] = sidecar_projector(store, budget, then=oversize_replacement(budget))

@@ -40,7 +40,7 @@ def _distinct_update(index: int, nbytes: int) -> dict[str, Any]:
 
 
 def projection_cost(settings: Settings) -> dict[str, Any]:
-    from hopline.daemon.sidecars import SidecarStore, project_update
+    from hopline.sidecars import SidecarStore, project_update
 
     budget = Budget.defaults()
     count = settings.pick(20, 6)

@@ -25,12 +25,12 @@ from acp.transports import spawn_stdio_transport
 
 from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
 from hopline.budget import Budget
-from hopline.daemon.sidecars.projection import META_KEY, preview_text
-from hopline.daemon.sidecars.store import SidecarStore
-from hopline.daemon.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN, SidecarWriter
 from hopline.harness.acp.agent import tool_result_update_of
 from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, writer_from_env
 from hopline.harness.events import ToolCallFinished
+from hopline.sidecars.projection import META_KEY, preview_text
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN, SidecarWriter
 
 TIMEOUT = 60.0
 KiB = 1024

@@ -15,7 +15,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.store import SidecarStore
+from hopline.sidecars.store import SidecarStore
 
 
 class FakeClock:

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.projection import META_KEY, project_message, project_update
-from hopline.daemon.sidecars.store import SidecarStore
-from hopline.daemon.sidecars.writer import SidecarWriter
 from hopline.harness.acp.agent import tool_result_update_of
 from hopline.harness.acp.sidecars import offload_update
 from hopline.harness.events import ToolCallFinished
+from hopline.sidecars.projection import META_KEY, project_message, project_update
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.writer import SidecarWriter
 
 SESSION = "daemon-session-1"
 BUDGET = Budget.defaults()

@@ -11,7 +11,7 @@ import pytest
 from acp.schema import ToolCallProgress
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.projection import (
+from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
     aproject_message,
@@ -235,7 +235,7 @@ def test_disk_error_falls_back_and_the_update_still_goes_out(make_store: StoreFa
 
 def test_sidecar_projector_plugs_into_the_daemon_hook(make_store: StoreFactory) -> None:
     from hopline.daemon.projection import oversize_replacement
-    from hopline.daemon.sidecars import sidecar_projector
+    from hopline.sidecars import sidecar_projector
 
     store = make_store()
     budget = store.budget.replace(sse_max_event_bytes=512 * 1024)

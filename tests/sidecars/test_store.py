@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.store import (
+from hopline.sidecars.store import (
     SidecarRefused,
     SidecarStore,
     is_valid_sidecar_id,
     new_sidecar_id,
     safe_media_type,
 )
-from hopline.daemon.sidecars.writer import (
+from hopline.sidecars.writer import (
     ENV_SIDECAR_DIR,
     ENV_SIDECAR_WRITE_TOKEN,
     SidecarWriter,
@@ -290,7 +290,7 @@ def test_writer_from_env_absent_or_bad(make_store: StoreFactory, tmp_path: Path)
 
 _AGENT_SCRIPT = """
 import json, sys
-from hopline.daemon.sidecars.writer import SidecarWriter
+from hopline.sidecars.writer import SidecarWriter
 writer = SidecarWriter.from_env()
 preview, entry = writer.offload_text("H" * 100000 + "T" * 100000, "content[0].text")
 print(json.dumps({"preview": preview, "entry": entry, "big": writer.write(b"z" * 70, "text/plain")}))

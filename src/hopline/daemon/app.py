@@ -30,8 +30,8 @@ from hopline.daemon.child import PipeInstruments
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
-from hopline.daemon.sidecars import SidecarStore, sidecar_projector
 from hopline.gateway.auth import BearerTokenMiddleware
+from hopline.sidecars import SidecarStore, sidecar_projector
 
 log = logging.getLogger("hopline.daemon")
 
@@ -383,7 +383,7 @@ def create_daemon_app(
         return {"deleted": True}
 
     if store is not None:
-        from hopline.daemon.sidecars.routes import sidecar_router
+        from hopline.sidecars.routes import sidecar_router
 
         async def sidecar_session(session_id: str) -> None:
             session_of(session_id)  # 404 for a session this daemon does not know (D-7)

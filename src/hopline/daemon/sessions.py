@@ -36,8 +36,8 @@ from hopline.daemon.child import (
 )
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.sidecars.store import SidecarStore
-from hopline.daemon.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")

@@ -44,7 +44,6 @@ from acp.connection import Connection
 from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.writer import SidecarWriter
 from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, tool_meta
 from hopline.harness.context import repair
 from hopline.harness.events import (
@@ -58,6 +57,7 @@ from hopline.harness.events import (
 )
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
+from hopline.sidecars.writer import SidecarWriter
 
 log = logging.getLogger("hopline.agent")
 

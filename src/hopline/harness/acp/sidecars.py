@@ -1,7 +1,7 @@
 """Large tool output written straight to the daemon's sidecar store by `hopline agent` (SPEC S-3).
 
 Under the daemon on the same machine the agent's environment carries ``HOPLINE_SIDECAR_DIR`` and a
-per-session ``HOPLINE_SIDECAR_WRITE_TOKEN`` (:mod:`hopline.daemon.sidecars.writer`). Then every
+per-session ``HOPLINE_SIDECAR_WRITE_TOKEN`` (:mod:`hopline.sidecars.writer`). Then every
 ``tool_call`` / ``tool_call_update`` field the daemon's projection would move (``content[i].text``,
 a string ``rawOutput``, a non-string ``rawOutput`` whose compact JSON is over the threshold) is
 stored here first, and only the stub travels: the same preview text, the same non-string stub and
@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.projection import (
+from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     META_KEY,
     STUB_KEY,
@@ -32,8 +32,8 @@ from hopline.daemon.sidecars.projection import (
     TOOL_UPDATE_KINDS,
     preview_text,
 )
-from hopline.daemon.sidecars.store import REASON_DISK_ERROR
-from hopline.daemon.sidecars.writer import SidecarWriter, SidecarWriterError
+from hopline.sidecars.store import REASON_DISK_ERROR
+from hopline.sidecars.writer import SidecarWriter, SidecarWriterError
 
 log = logging.getLogger("hopline.agent.sidecars")
 

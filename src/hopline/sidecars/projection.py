@@ -30,9 +30,9 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
-from hopline.daemon.sidecars.store import REASON_DISK_ERROR, SidecarRefused, SidecarStore
+from hopline.sidecars.store import REASON_DISK_ERROR, SidecarRefused, SidecarStore
 
-log = logging.getLogger("hopline.daemon.sidecars")
+log = logging.getLogger("hopline.sidecars")
 
 META_KEY = "hopline.sidecar"
 STUB_KEY = "hopline.sidecar"

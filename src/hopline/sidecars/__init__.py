@@ -1,10 +1,13 @@
 """Sidecars for large tool output (SPEC S-1..S-3): store, projection, access route, agent writer.
 
-The route module imports FastAPI; import it as ``hopline.daemon.sidecars.routes`` so the agent
+A package of its own because both the daemon (projection, route) and the agent (direct writes,
+S-3) use it, and nothing below the daemon may import the daemon.
+
+The route module imports FastAPI; import it as ``hopline.sidecars.routes`` so the agent
 side (``.writer``) stays light.
 """
 
-from hopline.daemon.sidecars.projection import (
+from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     META_KEY,
     TEXT_MEDIA_TYPE,
@@ -15,7 +18,7 @@ from hopline.daemon.sidecars.projection import (
     project_update,
     sidecar_projector,
 )
-from hopline.daemon.sidecars.store import (
+from hopline.sidecars.store import (
     FALLBACK_KEYS,
     SidecarEntry,
     SidecarRefused,

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 
 from hopline.budget import HOP_SIDECARS, Budget
 
-log = logging.getLogger("hopline.daemon.sidecars")
+log = logging.getLogger("hopline.sidecars")
 
 SIDECAR_ID_BYTES = 24
 # token_urlsafe(24) -> 32 characters; \Z (not $) so a trailing newline never matches.

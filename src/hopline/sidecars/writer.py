@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from hopline.budget import HOP_SIDECARS, Budget
-from hopline.daemon.sidecars.projection import TEXT_MEDIA_TYPE, preview_text
-from hopline.daemon.sidecars.store import SidecarRefused, SidecarStore
+from hopline.sidecars.projection import TEXT_MEDIA_TYPE, preview_text
+from hopline.sidecars.store import SidecarRefused, SidecarStore
 
 ENV_SIDECAR_DIR = "HOPLINE_SIDECAR_DIR"
 ENV_SIDECAR_WRITE_TOKEN = "HOPLINE_SIDECAR_WRITE_TOKEN"
