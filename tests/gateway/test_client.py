@@ -102,11 +102,24 @@ async def _status(request: Request) -> Response:
     return PlainTextResponse("upstream says no", status_code=code)
 
 
+async def _sized_answer(request: Request) -> Response:
+    await request.body()
+    size = int(request.path_params["size"])
+    # A valid llm-turn answer padded to exactly ``size`` bytes.
+    empty = orjson.dumps({"message": {"role": "assistant", "content": ""}, "provider": "p"})
+    content = "x" * (size - len(empty))
+    body = orjson.dumps({"message": {"role": "assistant", "content": content}, "provider": "p"})
+    assert len(body) == size
+    return Response(body, media_type="application/json")
+
+
 @pytest.fixture
 def plain_server() -> Iterator[ServerThread]:
     """A server that is not our gateway: plain-text errors and a slow route."""
     app = Starlette(routes=[Route("/{code:int}/internal/sessions/{sid}/llm-turn", _status, methods=["POST"]),
-                            Route("/slow/internal/sessions/{sid}/llm-turn", _slow, methods=["POST"])])
+                            Route("/slow/internal/sessions/{sid}/llm-turn", _slow, methods=["POST"]),
+                            Route("/answer/{size:int}/internal/sessions/{sid}/llm-turn", _sized_answer,
+                                  methods=["POST"])])
     with serve(app) as server:
         yield server
 
@@ -132,6 +145,19 @@ async def test_a_timeout_is_a_retryable_model_failure(plain_server: ServerThread
         with pytest.raises(TurnFailure) as caught:
             await model.complete(_encoded(2 * KiB))
     assert caught.value.origin == "model" and caught.value.retryable
+
+
+async def test_the_gateways_answer_is_read_up_to_the_response_ceiling(plain_server: ServerThread) -> None:
+    limit = 64 * KiB
+    budget = Budget.defaults().replace(provider_response_max_bytes=limit)
+    async with HttpModel(f"{plain_server.url}/answer/{limit}", "s", TOKEN, budget) as model:
+        answer = await model.complete(_encoded(2 * KiB))
+    assert len(answer.message["content"]) > limit - 100
+    async with HttpModel(f"{plain_server.url}/answer/{limit + 1}", "s", TOKEN, budget) as model:
+        with pytest.raises(TurnFailure) as caught:
+            await model.complete(_encoded(2 * KiB))
+    assert caught.value.origin == "model" and caught.value.limit_bytes == limit
+    assert caught.value.observed_bytes is not None and caught.value.observed_bytes > limit
 
 
 @contextlib.contextmanager

@@ -97,7 +97,8 @@ class HttpModel:
             "authorization": f"Bearer {self._token}",
         }
         try:
-            response = await self._client.post(self.url, content=upload, headers=headers)
+            async with self._client.stream("POST", self.url, content=upload, headers=headers) as response:
+                raw = await _read_bounded(response, self.budget.provider_response_max_bytes)
         except httpx.TimeoutException as exc:
             raise TurnFailure("model", f"gateway timed out ({type(exc).__name__})", hop=HOP_GATEWAY,
                               retryable=True) from None
@@ -118,8 +119,22 @@ class HttpModel:
             raise TurnFailure("model", f"gateway connection failed ({type(exc).__name__})", hop=HOP_GATEWAY,
                               retryable=True) from None
         if response.status_code == 200:
-            return _parse_answer(response.content)
-        raise failure_from_response(response.status_code, response.content, encoded.size)
+            return _parse_answer(raw)
+        raise failure_from_response(response.status_code, raw, encoded.size)
+
+
+async def _read_bounded(response: httpx.Response, limit: int) -> bytes:
+    """The answer's bytes; past ``limit`` the read stops and the turn fails (origin model)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise TurnFailure("model",
+                              f"gateway answer passed {limit} bytes (HOPLINE_PROVIDER_RESPONSE_MAX_BYTES)",
+                              hop=HOP_GATEWAY, limit_bytes=limit, observed_bytes=size)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _parse_answer(raw: bytes) -> LlmTurnResponse:
