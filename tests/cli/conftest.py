@@ -7,29 +7,12 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-
-import pytest
-
-from hopline.embedded import EmbeddedStack, start_embedded
-from hopline.harness.sample_workspace import make_sample_workspace
 
 HOPLINE = [sys.executable, "-m", "hopline"]
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[EmbeddedStack]:
-    stack = start_embedded()
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_sample_workspace(tmp_path_factory.mktemp("workspace"))
 
 
 def run_cli(args: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,

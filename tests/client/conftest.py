@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 import uvicorn
@@ -21,9 +20,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-
-from hopline.embedded import EmbeddedStack, start_embedded
-from hopline.harness.sample_workspace import make_sample_workspace
 
 TOKEN = "test-token"
 TOTAL_EVENTS = 12
@@ -164,16 +160,3 @@ def sse_server() -> Iterator[RunningServer]:
         sock.close()
 
 
-@pytest.fixture(scope="module")
-def daemon() -> Iterator[EmbeddedStack]:
-    """A real `hopline serve` (daemon, gateway, scripted model) on 127.0.0.1, stopped afterwards."""
-    stack = start_embedded()
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_sample_workspace(tmp_path_factory.mktemp("workspace"))

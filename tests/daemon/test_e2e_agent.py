@@ -3,16 +3,13 @@ offline scripted model. A prompt runs a tool loop whose updates reach the SSE cl
 
 from __future__ import annotations
 
-import asyncio
-import os
 import re
-import signal
 from pathlib import Path
 
 from hopline.harness.sample_workspace import make_sample_workspace
 
 from .support import read_events, running_daemon
-from .test_serve import new_session, prompt, session_status, turns_done
+from .test_serve import kill_child_until_detached, new_session, prompt, turns_done
 
 
 async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp_path: Path) -> None:
@@ -56,13 +53,7 @@ async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp
 
             # the agent process goes away; load restores the session with a paged bulk replay of
             # exactly the updates the agent sent (the journal already holds them: none republished)
-            child_pid = (await session_status(client, sid))["childPid"]
-            assert isinstance(child_pid, int)
-            os.kill(child_pid, signal.SIGKILL)
-            for _ in range(200):
-                if (await session_status(client, sid))["state"] == "detached":
-                    break
-                await asyncio.sleep(0.05)
+            await kill_child_until_detached(client, sid)
             loaded = await client.post(f"/session/{sid}/load")
             assert loaded.status_code == 200, loaded.text
             assert loaded.json()["replayedUpdates"] == len(updates) > 5

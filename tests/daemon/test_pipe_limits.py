@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 from pathlib import Path
 
 from .support import read_events, running_daemon
-from .test_serve import new_session, prompt, session_status, texts, turns_done
+from .test_serve import kill_child_until_detached, new_session, prompt, texts, turns_done
 
 MiB = 1024 * 1024
 
@@ -53,13 +50,7 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
             # D-6 by bytes: a bulk replay response over HOPLINE_BULK_REPLAY_MAX_BYTES is refused
             for count, ok in ((2000, False), (100, True)):
                 replayed = await new_session(client, tmp_path, scripted={"replayUpdates": count})
-                child_pid = (await session_status(client, replayed))["childPid"]
-                assert isinstance(child_pid, int)
-                os.kill(child_pid, signal.SIGKILL)
-                for _ in range(200):
-                    if (await session_status(client, replayed))["state"] == "detached":
-                        break
-                    await asyncio.sleep(0.05)
+                await kill_child_until_detached(client, replayed)
                 response = await client.post(f"/session/{replayed}/load")
                 if ok:
                     assert response.status_code == 200 and response.json()["replayedUpdates"] == 100

@@ -61,6 +61,18 @@ async def session_status(client: httpx.AsyncClient, session_id: str) -> dict[str
     return next(s for s in status["sessions"] if s["sessionId"] == session_id)
 
 
+async def kill_child_until_detached(client: httpx.AsyncClient, session_id: str) -> None:
+    """SIGKILL the session's agent child and wait (bounded) until the daemon marks it detached."""
+    child_pid = (await session_status(client, session_id))["childPid"]
+    assert isinstance(child_pid, int)
+    os.kill(child_pid, signal.SIGKILL)
+    for _ in range(200):
+        if (await session_status(client, session_id))["state"] == "detached":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the daemon did not mark the session detached after its child was killed")
+
+
 async def test_five_mib_tool_call_update_passes_and_is_measured(daemon: Daemon, tmp_path: Path) -> None:
     async with daemon.client() as client:
         sid = await new_session(client, tmp_path)
@@ -161,13 +173,7 @@ async def test_bulk_replay_refused_over_the_count_limit_and_accepted_at_it(daemo
     async with daemon.client() as client:
         for count, ok in ((10_001, False), (10_000, True)):
             sid = await new_session(client, tmp_path, scripted={"replayUpdates": count})
-            child_pid = (await session_status(client, sid))["childPid"]
-            assert isinstance(child_pid, int)
-            os.kill(child_pid, signal.SIGKILL)
-            for _ in range(200):
-                if (await session_status(client, sid))["state"] == "detached":
-                    break
-                await asyncio.sleep(0.05)
+            await kill_child_until_detached(client, sid)
             response = await client.post(f"/session/{sid}/load")
             if ok:
                 assert response.status_code == 200, response.text
