@@ -165,6 +165,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_PROVIDER_READ_TIMEOUT", "provider read timeout", minimum=0.001),
     Ceiling("provider_response_max_bytes", HOP_PROVIDER, Unit.BYTES, 10 * MiB,
             "HOPLINE_PROVIDER_RESPONSE_MAX_BYTES", "one provider answer, read by the gateway"),
+    Ceiling("provider_stream_max_bytes", HOP_PROVIDER, Unit.BYTES, 64 * MiB,
+            "HOPLINE_PROVIDER_STREAM_MAX_BYTES",
+            "raw bytes of one streamed answer, framing included (provider SSE, gateway NDJSON)"),
     Ceiling("model_retry_attempts", HOP_ENGINE, Unit.COUNT, 3, "HOPLINE_MODEL_RETRY_ATTEMPTS",
             "retries of a transient model-origin failure", minimum=0, maximum=10),
     Ceiling("model_retry_backoff_seconds", HOP_ENGINE, Unit.SECONDS, 0.2,
@@ -172,6 +175,8 @@ CEILINGS: tuple[Ceiling, ...] = (
     # --- the context manager ------------------------------------------------------------------
     Ceiling("context_window_tokens", HOP_CONTEXT, Unit.TOKENS, 128_000, None,
             "model context window (declared per agent profile)"),
+    Ceiling("model_context_window_tokens", HOP_CONTEXT, Unit.TOKENS, 128_000, "HOPLINE_MODEL_CONTEXT_WINDOW",
+            "the real model's context window: when set, it overrides the profile's"),
     Ceiling("compaction_threshold", HOP_CONTEXT, Unit.RATIO, 0.7, None,
             "compact when estimate > threshold x effective window (per profile)",
             minimum=0.05, maximum=0.95),
@@ -190,6 +195,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_TOOL_ARGUMENTS_MAX_BYTES", "one tool call's JSON arguments"),
     Ceiling("tool_calls_per_iteration_max", HOP_TOOLS, Unit.COUNT, 8,
             "HOPLINE_TOOL_CALLS_PER_ITERATION", "tool calls executed from one model answer"),
+    Ceiling("plan_max_entries", HOP_TOOLS, Unit.COUNT, 16, "HOPLINE_PLAN_MAX_ENTRIES",
+            "entries of the ACP plan update (older finished iterations fold into one)",
+            minimum=2, maximum=256),
     Ceiling("gate_max_iterations", HOP_TOOLS, Unit.COUNT, 60, None,
             "tool-loop iterations of a gate agent (per profile)"),
     Ceiling("dev_max_iterations", HOP_TOOLS, Unit.COUNT, 40, None,
@@ -286,9 +294,11 @@ class Budget:
     provider_connect_timeout_seconds: float
     provider_read_timeout_seconds: float
     provider_response_max_bytes: int
+    provider_stream_max_bytes: int
     model_retry_attempts: int
     model_retry_backoff_seconds: float
     context_window_tokens: int
+    model_context_window_tokens: int
     compaction_threshold: float
     bytes_per_token: int
     summary_chunk_bytes: int
@@ -297,6 +307,7 @@ class Budget:
     tool_result_max_bytes: int
     tool_arguments_max_bytes: int
     tool_calls_per_iteration_max: int
+    plan_max_entries: int
     gate_max_iterations: int
     dev_max_iterations: int
     command_timeout_seconds: float
@@ -467,6 +478,16 @@ def check_summarization_fits_engine(budget: Budget) -> list[Finding]:
                     f"{_show(budget, keys[1])} does not fit {_show(budget, keys[2])}")]
 
 
+def check_stream_carries_response(budget: Budget) -> list[Finding]:
+    """Error: a streamed answer at the response ceiling must fit the stream's raw ceiling."""
+    keys = ("provider_response_max_bytes", "provider_stream_max_bytes")
+    if budget.provider_stream_max_bytes >= budget.provider_response_max_bytes:
+        return []
+    return [Finding("stream_carries_response", "error", _names(*keys),
+                    f"{_show(budget, keys[1])} is below {_show(budget, keys[0])}: an answer the response "
+                    "ceiling accepts is cut while it streams")]
+
+
 def check_pipe_ends_agree(budget: Budget) -> list[Finding]:
     """Error: both ends of the ACP pipe must read with the same max frame."""
     if budget.pipe_max_frame_bytes == budget.agent_max_frame_bytes:
@@ -516,6 +537,7 @@ COHERENCE_CHECKS = (
     check_sidecar_quotas_nested,
     check_sidecar_under_large_frame,
     check_sidecar_stub_within_sse_event,
+    check_stream_carries_response,
 )
 
 

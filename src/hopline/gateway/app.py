@@ -1,5 +1,7 @@
 """The gateway's ASGI app (SPEC G-1..G-3): ``POST /internal/sessions/{sessionId}/llm-turn``.
 
+With ``Accept: application/x-ndjson`` the answer streams (:mod:`hopline.gateway.streaming`).
+
 Layers, outermost first: metrics (status counter, body-bytes histogram) -> bearer token (401 before
 any body byte is read; ``/health`` is open) -> body limit (413 JSON, enforced while reading) -> routes.
 
@@ -29,8 +31,9 @@ from hopline.budget import HOP_GATEWAY, Budget
 from hopline.gateway.auth import BearerTokenMiddleware
 from hopline.gateway.body_limit import BodyLimitMiddleware, BodyLimitStats
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
-from hopline.gateway.providers import Provider, gateway_status
+from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
+from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
 from hopline.harness.model import LlmTurnRequest, TurnFailure
 
 log = logging.getLogger("hopline.gateway")
@@ -133,14 +136,12 @@ def create_gateway_app(
             purpose=data.get("purpose", "turn"),
         )
         del raw, data
+        if accepts_ndjson(request.headers.get("accept")):  # the streaming form (G-5)
+            return await stream_llm_turn(provider, turn)
         try:
             answer = await provider.complete(turn)
         except TurnFailure as failure:
-            status = gateway_status(failure)
-            log.warning("llm-turn failed", extra={"origin": failure.origin, "status": status,
-                                                  "providerStatus": failure.status})
-            return Response(orjson.dumps(failure.to_json()), status_code=status,
-                            media_type="application/json")
+            return turn_failure_response(failure)
         return Response(orjson.dumps(answer.to_json()), media_type="application/json")
 
     # A body our own engine may build (up to its ceiling, even when misconfigured over this limit)

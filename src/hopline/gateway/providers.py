@@ -1,8 +1,12 @@
-"""Model providers behind the gateway (SPEC G-4) and their error mapping to H-8 origins.
+"""Model providers behind the gateway (SPEC G-4, G-5) and their error mapping to H-8 origins.
 
 ``scripted`` (default) is the offline deterministic model of ``hopline.harness.scripted``;
-``openai`` is any OpenAI-compatible ``POST {base}/chat/completions``. Every failure is a
-:class:`ProviderFailure` (a ``TurnFailure``) that also says which HTTP status the gateway answers:
+``openai`` is any OpenAI-compatible ``POST {base}/chat/completions``, asked with ``stream: true``
+and ``stream_options.include_usage`` (``HOPLINE_PROVIDER_STREAM=0``: one whole answer, for servers
+that lack streaming). Its requests hold only chat-completions fields (:mod:`hopline.gateway.chat`).
+A provider answers :meth:`complete` with the whole answer, and :meth:`stream` with the text deltas
+as they arrive, then the whole answer. Every failure is a :class:`ProviderFailure` (a
+``TurnFailure``) that also says which HTTP status the gateway answers:
 
 ======================================  =========  ===================  =======
 provider outcome                        origin     flags                gateway
@@ -12,7 +16,9 @@ other 4xx (bad request, auth, 404)      code       -                    502
 429, 500, 502, 503, 504, 408            model      retryable            502
 connection error, reset                 model      retryable            502
 connect / read timeout                  model      retryable            504
+stream cut before it finished           model      retryable            502
 malformed answer (not JSON, no choice)  model      -                    502
+answer over the response ceiling        model      -                    502
 ======================================  =========  ===================  =======
 
 The status and exception rules are the harness's (``hopline.harness.failures``): one table.
@@ -20,26 +26,43 @@ The status and exception rules are the harness's (``hopline.harness.failures``):
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import orjson
 
 from hopline.budget import HOP_PROVIDER, Budget
+from hopline.client.sse import SseEventTooLarge, SseParser
+from hopline.gateway.chat import (
+    ChatStreamAssembler,
+    ResponseTooLarge,
+    chat_request,
+    parse_completion,
+    stream_error,
+)
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure, Usage
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure
 
 PROVIDER_ENV = "HOPLINE_PROVIDER"
 OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 MODEL_ENV = "HOPLINE_MODEL"
+STREAM_ENV = "HOPLINE_PROVIDER_STREAM"
+EXTRA_HEADERS_ENV = "HOPLINE_PROVIDER_EXTRA_HEADERS"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
-# Keys of `params` that would replace what the gateway itself sends.
-_RESERVED_PARAMS = frozenset({"model", "messages", "tools", "stream"})
+# Headers the gateway sets itself for the body it sends; an extra header may not replace them.
+_FRAMING_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection",
+                              "accept"})
+_SSE_DONE = "[DONE]"
+
+
+class ProviderSettingError(ValueError):
+    """A provider setting could not be used; the message names the variable, never a value."""
 
 
 class ProviderFailure(TurnFailure):
@@ -60,6 +83,16 @@ def gateway_status(failure: TurnFailure) -> int:
     return 502
 
 
+@dataclasses.dataclass(frozen=True)
+class TextDelta:
+    """A piece of the assistant's text, as the provider streamed it."""
+
+    text: str
+
+
+StreamItem = TextDelta | LlmTurnResponse
+
+
 class Provider(Protocol):
     name: str
 
@@ -70,8 +103,30 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
+@runtime_checkable
+class StreamingProvider(Provider, Protocol):
+    def stream(self, request: LlmTurnRequest) -> AsyncGenerator[StreamItem, None]:
+        """Text deltas as they arrive, then the whole answer (the last item); raises TurnFailure."""
+        ...
+
+
+def text_pieces(text: str) -> list[str]:
+    """``text`` cut after each run of spaces, as a model streams words (joined, they give it back)."""
+    pieces: list[str] = []
+    start = 0
+    for index in range(1, len(text)):
+        if text[index - 1].isspace() and not text[index].isspace():
+            pieces.append(text[start:index])
+            start = index
+    if start < len(text):
+        pieces.append(text[start:])
+    return pieces
+
+
 class ScriptedProvider:
-    """The offline deterministic model (``hopline.harness.scripted.ScriptedModel``), the default."""
+    """The offline deterministic model (``hopline.harness.scripted.ScriptedModel``), the default.
+
+    It streams its text word by word, so the default stack streams like a real model does."""
 
     name = "scripted"
 
@@ -85,6 +140,13 @@ class ScriptedProvider:
     async def complete(self, request: LlmTurnRequest) -> LlmTurnResponse:
         response: LlmTurnResponse = self._model.respond(request)
         return LlmTurnResponse(response.message, response.usage, self.name)
+
+    async def stream(self, request: LlmTurnRequest) -> AsyncGenerator[StreamItem, None]:
+        answer = await self.complete(request)
+        content = answer.message.get("content")
+        for piece in text_pieces(content if isinstance(content, str) else ""):
+            yield TextDelta(piece)
+        yield answer
 
     async def aclose(self) -> None:
         return None
@@ -106,32 +168,32 @@ def failure_for_status(status: int, body_text: str, observed_bytes: int) -> Prov
                                                     body_bytes=observed_bytes))
 
 
-def parse_completion(body: Any, provider: str) -> LlmTurnResponse:
-    """The assistant message and usage of a chat-completions answer; malformed -> model origin."""
+def parse_extra_headers(raw: str | None, *, api_key_set: bool) -> dict[str, str]:
+    """``HOPLINE_PROVIDER_EXTRA_HEADERS``: a JSON object of header names to string values.
+
+    Framing headers are the gateway's; ``Authorization`` is refused when ``OPENAI_API_KEY`` sets it.
+    Errors name the variable and the header, never a value (values may be credentials)."""
+    if raw is None or not raw.strip():
+        return {}
     try:
-        choice = body["choices"][0]
-        message = choice["message"]
-        if not isinstance(message, dict) or message.get("role", "assistant") != "assistant":
-            raise ValueError("choices[0].message is not an assistant message")
-        out: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-        tool_calls = message.get("tool_calls")
-        if tool_calls:
-            calls = []
-            for call in tool_calls:
-                function = call["function"]
-                if not isinstance(function["name"], str) or not isinstance(function["arguments"], str):
-                    raise ValueError("tool call name and arguments must be strings")
-                calls.append({"id": str(call["id"]), "type": "function",
-                              "function": {"name": function["name"], "arguments": function["arguments"]}})
-            out["tool_calls"] = calls
-        usage = body.get("usage") or {}
-        return LlmTurnResponse(
-            out,
-            Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
-            provider,
-        )
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise as_provider_failure(malformed_output(f"{type(exc).__name__}: {exc}")) from None
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise ProviderSettingError(f"{EXTRA_HEADERS_ENV}: not a JSON object of header names to values")
+    headers: dict[str, str] = {}
+    for name, text in value.items():
+        lower = name.strip().lower()
+        if not lower or not isinstance(text, str) or any(c in name + text for c in "\r\n"):
+            raise ProviderSettingError(f"{EXTRA_HEADERS_ENV}: header {name[:64]!r} needs a one-line "
+                                       "string value")
+        if lower in _FRAMING_HEADERS:
+            raise ProviderSettingError(f"{EXTRA_HEADERS_ENV}: {lower} is set by the gateway itself")
+        if lower == "authorization" and api_key_set:
+            raise ProviderSettingError(f"{EXTRA_HEADERS_ENV}: authorization conflicts with "
+                                       f"{OPENAI_API_KEY_ENV}")
+        headers[lower] = text
+    return headers
 
 
 class OpenAIProvider:
@@ -147,11 +209,14 @@ class OpenAIProvider:
         api_key: str | None,
         model: str,
         client: httpx.AsyncClient | None = None,
+        streaming: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> None:
         self.budget = budget
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model = model
-        self._headers = {"content-type": "application/json"}
+        self.streaming = streaming
+        self._headers = {**(extra_headers or {}), "content-type": "application/json"}
         if api_key:
             self._headers["authorization"] = f"Bearer {api_key}"
         self._own_client = client is None
@@ -163,34 +228,117 @@ class OpenAIProvider:
                 pool=budget.provider_connect_timeout_seconds,
             ),
         )
-        # The provider's answer is bounded too.
+        # The provider's answer is bounded too: its deltas (or whole body), and a stream's raw bytes.
         self.response_max_bytes = budget.provider_response_max_bytes
+        self.stream_max_bytes = budget.provider_stream_max_bytes
 
     def request_body(self, request: LlmTurnRequest) -> bytes:
-        body: dict[str, Any] = {k: v for k, v in request.params.items() if k not in _RESERVED_PARAMS}
-        body["model"] = request.model or self.model
-        body["messages"] = request.messages
-        if request.tools:
-            body["tools"] = request.tools
-        return orjson.dumps(body)
+        return orjson.dumps(chat_request(request, self.model, stream=self.streaming))
 
     async def complete(self, request: LlmTurnRequest) -> LlmTurnResponse:
+        answer: LlmTurnResponse | None = None
+        async for item in self.stream(request):
+            if isinstance(item, LlmTurnResponse):
+                answer = item
+        if answer is None:  # pragma: no cover - stream() always ends with the answer or raises
+            raise as_provider_failure(malformed_output("the provider gave no answer"))
+        return answer
+
+    async def stream(self, request: LlmTurnRequest) -> AsyncGenerator[StreamItem, None]:
         payload = self.request_body(request)
+        received = ChatStreamAssembler(self.response_max_bytes)
+        raw_bytes = 0
+        headers = {**self._headers, "accept": "text/event-stream" if self.streaming else "application/json"}
         try:
-            async with self._client.stream("POST", self.url, content=payload, headers=self._headers) as resp:
-                raw = await self._read_bounded(resp)
-                status = resp.status_code
+            async with self._client.stream("POST", self.url, content=payload, headers=headers) as resp:
+                media = resp.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+                if resp.status_code >= 400 or media != "text/event-stream":
+                    # An error, or a server that answers whole even when asked to stream.
+                    raw = await self._read_bounded(resp)
+                    if resp.status_code >= 400:
+                        text = raw.decode("utf-8", "replace")
+                        raise failure_for_status(resp.status_code, text, len(payload))
+                    yield self._whole_answer(raw)
+                    return
+                parser = SseParser(self.stream_max_bytes)
+                done = False
+                async for chunk in resp.aiter_bytes():
+                    raw_bytes += len(chunk)
+                    if raw_bytes > self.stream_max_bytes:
+                        raise ProviderFailure(
+                            "model", f"the provider's stream passed {self.stream_max_bytes} raw bytes "
+                            f"(HOPLINE_PROVIDER_STREAM_MAX_BYTES); cut", gateway_status=502,
+                            limit_bytes=self.stream_max_bytes, observed_bytes=raw_bytes)
+                    for event in parser.feed(chunk):
+                        if event.data.strip() == _SSE_DONE:
+                            done = True
+                            break
+                        text = self._fold(received, event.data)
+                        if text:
+                            yield TextDelta(text)
+                    if done:
+                        break
+                if not done and not received.finished:
+                    raise self._cut(received, raw_bytes, "the connection ended")
         except httpx.TransportError as exc:
-            failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
             timed_out = isinstance(exc, httpx.TimeoutException)
+            if raw_bytes:
+                raise self._cut(received, raw_bytes, type(exc).__name__, timed_out=timed_out) from None
+            failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
             raise as_provider_failure(failure, 504 if timed_out else None) from None
-        if status >= 400:
-            raise failure_for_status(status, raw.decode("utf-8", "replace"), len(payload))
+        except SseEventTooLarge as exc:
+            raise ProviderFailure("model", f"one event of the provider's stream passed {exc.limit} bytes "
+                                  "(HOPLINE_PROVIDER_STREAM_MAX_BYTES); cut", gateway_status=502,
+                                  limit_bytes=exc.limit, observed_bytes=exc.seen) from None
+        except ResponseTooLarge as exc:
+            raise self._too_large(exc.observed, "streamed answer") from None
+        if not received.chunks:
+            raise self._malformed("the stream held no chunk")
+        try:
+            answer = received.response(self.name)
+        except TurnFailure as failure:
+            raise as_provider_failure(failure) from None
+        yield answer
+
+    def _fold(self, received: ChatStreamAssembler, data: str) -> str:
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise self._malformed("a stream event is not JSON") from None
+        reported = stream_error(chunk)
+        if reported is not None:
+            raise as_provider_failure(reported)
+        try:
+            return received.add(chunk)
+        except TurnFailure as failure:
+            raise as_provider_failure(failure) from None
+
+    def _whole_answer(self, raw: bytes) -> LlmTurnResponse:
         try:
             body: Any = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise as_provider_failure(malformed_output("the provider's answer is not JSON")) from None
-        return parse_completion(body, self.name)
+            raise self._malformed("the provider's answer is not JSON") from None
+        try:
+            return parse_completion(body, self.name)
+        except TurnFailure as failure:
+            raise as_provider_failure(failure) from None
+
+    @staticmethod
+    def _malformed(detail: str) -> ProviderFailure:
+        return as_provider_failure(malformed_output(detail))
+
+    @staticmethod
+    def _cut(received: ChatStreamAssembler, raw_bytes: int, why: str, *,
+             timed_out: bool = False) -> ProviderFailure:
+        return ProviderFailure(
+            "model", f"the provider's stream was cut before it finished ({why}) after {received.delta_bytes} "
+            f"bytes of deltas in {received.chunks} chunks ({raw_bytes} bytes read)",
+            gateway_status=504 if timed_out else 502, observed_bytes=received.delta_bytes, retryable=True)
+
+    def _too_large(self, observed: int, what: str) -> ProviderFailure:
+        return ProviderFailure("model", f"the provider's {what} passed {self.response_max_bytes} bytes "
+                               "(HOPLINE_PROVIDER_RESPONSE_MAX_BYTES); cut", gateway_status=502,
+                               limit_bytes=self.response_max_bytes, observed_bytes=observed)
 
     async def _read_bounded(self, resp: httpx.Response) -> bytes:
         chunks: list[bytes] = []
@@ -198,8 +346,7 @@ class OpenAIProvider:
         async for chunk in resp.aiter_bytes():
             total += len(chunk)
             if total > self.response_max_bytes:
-                raise ProviderFailure("model", f"provider answer passed {self.response_max_bytes} bytes",
-                                      gateway_status=502, limit_bytes=self.response_max_bytes)
+                raise self._too_large(total, "answer")
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -208,17 +355,32 @@ class OpenAIProvider:
             await self._client.aclose()
 
 
+def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = (environ.get(name) or "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ProviderSettingError(f"{name}={raw[:16]!r}: expected 1 or 0")
+
+
 def provider_from_env(budget: Budget, environ: Mapping[str, str] | None = None) -> Provider:
-    """``HOPLINE_PROVIDER`` = scripted (default) | openai, with ``OPENAI_*`` and ``HOPLINE_MODEL``."""
+    """``HOPLINE_PROVIDER`` = scripted (default) | openai, with ``OPENAI_*``, ``HOPLINE_MODEL``,
+    ``HOPLINE_PROVIDER_STREAM`` and ``HOPLINE_PROVIDER_EXTRA_HEADERS``."""
     env = os.environ if environ is None else environ
     kind = (env.get(PROVIDER_ENV) or "scripted").strip().lower()
     if kind == "scripted":
         return ScriptedProvider()
     if kind == "openai":
+        api_key = env.get(OPENAI_API_KEY_ENV)
         return OpenAIProvider(
             budget,
             base_url=env.get(OPENAI_BASE_URL_ENV) or DEFAULT_OPENAI_BASE_URL,
-            api_key=env.get(OPENAI_API_KEY_ENV),
+            api_key=api_key,
             model=env.get(MODEL_ENV) or DEFAULT_OPENAI_MODEL,
+            streaming=_flag(env, STREAM_ENV, True),
+            extra_headers=parse_extra_headers(env.get(EXTRA_HEADERS_ENV), api_key_set=bool(api_key)),
         )
-    raise ValueError(f"{PROVIDER_ENV}={kind!r}: expected scripted or openai")
+    raise ProviderSettingError(f"{PROVIDER_ENV}={kind!r}: expected scripted or openai")

@@ -20,7 +20,7 @@ Named invariants (checked by ``violations``, kept by ``repair`` and by compactio
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
@@ -95,10 +95,15 @@ class Bounds:
         return (trigger if trigger is not None else self.ceiling_bytes) // 2
 
     def should_compact(self, estimate_tokens: int, body_bytes: int) -> bool:
+        return self.compaction_trigger(estimate_tokens, body_bytes) is not None
+
+    def compaction_trigger(self, estimate_tokens: int, body_bytes: int) -> Trigger | None:
+        """Which bound asks for a compaction: the token estimate over the effective window's
+        trigger (labelled by the smaller bound), else the exact body over the transport trigger."""
         if estimate_tokens > self.trigger_tokens:
-            return True
+            return self.trigger_kind
         trigger = self.trigger_body_bytes
-        return trigger is not None and body_bytes > trigger
+        return "transport" if trigger is not None and body_bytes > trigger else None
 
 
 # --- groups -------------------------------------------------------------------------------------
@@ -403,6 +408,8 @@ def apply_compaction(
     envelope_bytes: int,
     target_body_bytes: int,
     bytes_before: int | None = None,
+    reactive: bool = False,
+    summarizer_error: dict[str, Any] | None = None,
 ) -> tuple[list[Message], CompactionRecord]:
     """The compacted history and its record (how many messages and bytes the summary replaced)."""
     old_enc = [len(orjson.dumps(m)) for m in plan.old]
@@ -418,5 +425,5 @@ def apply_compaction(
         reason = f"compacted body is {bytes_after} bytes, over the target of {target_body_bytes} bytes"
     record = CompactionRecord(trigger=trigger, messages_replaced=len(plan.old), bytes_replaced=bytes_replaced,
                               bytes_before=bytes_before, bytes_after=bytes_after, summarizer=summarizer,
-                              reason=reason)
+                              reason=reason, reactive=reactive, summarizer_error=summarizer_error)
     return result, record

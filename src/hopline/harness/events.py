@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+EstimateSource = Literal["usage", "bytes", "content"]
 ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"]
 
 
@@ -67,9 +68,12 @@ class CompactionRecord:
     bytes_after: int
     summarizer: Literal["model", "extractive"]
     reason: str = ""  # set when the target could not be reached
+    reactive: bool = False  # after a size failure (a 413 or a reset), not before the send
+    # Why the model's summary was not used ({origin, status, hop}); None when it was.
+    summarizer_error: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "trigger": self.trigger,
             "messagesReplaced": self.messages_replaced,
             "bytesReplaced": self.bytes_replaced,
@@ -77,7 +81,11 @@ class CompactionRecord:
             "bytesAfter": self.bytes_after,
             "summarizer": self.summarizer,
             "reason": self.reason,
+            "reactive": self.reactive,
         }
+        if self.summarizer_error is not None:
+            out["summarizerError"] = self.summarizer_error
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,18 +105,27 @@ class IterationProgress:
     effective_window_tokens: int
     compactions: int
     trigger: Literal["model", "transport"] | None = None
+    # "usage": the provider's last prompt_tokens plus the estimate of what was added since (H-2);
+    # "bytes": the bytes-per-token estimate; "content": the seed's content-only estimate (naive).
+    estimate_source: EstimateSource = "bytes"
+    # Set when this send retries the iteration's llm-turn: {attempt, origin, status, streamedBytes}.
+    retry: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "iteration": self.iteration,
             "maxIterations": self.max_iterations,
             "bodyBytes": self.body_bytes,
             "ceilingBytes": self.ceiling_bytes,
             "estimateTokens": self.estimate_tokens,
+            "estimateSource": self.estimate_source,
             "effectiveWindowTokens": self.effective_window_tokens,
             "compactions": self.compactions,
             "trigger": self.trigger,
         }
+        if self.retry is not None:
+            out["retry"] = self.retry
+        return out
 
 
 LoopEvent = AgentText | PlanUpdated | ToolCallStarted | ToolCallFinished | Compacted | IterationProgress

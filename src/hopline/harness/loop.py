@@ -9,6 +9,12 @@ over the engine ceiling is never sent: compaction runs first, and if even the co
 fit, the turn fails with origin ``code`` naming the ceiling and the size. ``naive=True`` replays the
 seed's old rules (content-only estimate, window = context_window, no transport bound, no pre-send
 refusal, no size retry) so the incident can be reproduced.
+
+A model that streams (:class:`~hopline.harness.model.StreamingModel`) hands its text over as it is
+produced: each delta is an ``AgentText`` event right away. After every answer the token estimate is
+anchored on the provider's ``usage.prompt_tokens`` (H-2); the progress event says which estimate
+the compaction decision used. A compaction after a size failure is labelled ``transport``
+(reactive), and a summarizer failure is carried in the compaction's record.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ import orjson
 
 from hopline.budget import HOP_ENGINE, Budget
 from hopline.harness import failures
-from hopline.harness.context import Bounds, RepairReport, apply_compaction, plan_compaction, repair
+from hopline.harness.context import Bounds, RepairReport, Trigger, apply_compaction, plan_compaction, repair
 from hopline.harness.events import (
     AgentText,
     Compacted,
     CompactionRecord,
+    EstimateSource,
     EventSink,
     IterationProgress,
     LoopEvent,
@@ -36,8 +43,9 @@ from hopline.harness.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Message, Model, TurnFailure
-from hopline.harness.profiles import Profile
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Message, Model, StreamingModel, TurnFailure
+from hopline.harness.plan import PlanTracker
+from hopline.harness.profiles import Profile, model_context_window
 from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
 from hopline.harness.tokens import IncrementalEstimator, bytes_per_token
 from hopline.harness.tools import ToolOutcome, Workspace, tool_schemas
@@ -77,13 +85,6 @@ class TurnResult:
         }
 
 
-_PLAN = [
-    {"content": "Look at the workspace", "priority": "high", "status": "in_progress"},
-    {"content": "Run tools and read their results", "priority": "medium", "status": "pending"},
-    {"content": "Answer with the findings", "priority": "medium", "status": "pending"},
-]
-
-
 class ToolLoop:
     """Runs turns of one agent profile over one workspace; see the module docstring."""
 
@@ -108,14 +109,16 @@ class ToolLoop:
         self.permit = permit
         self.naive = naive
         self.tools = Workspace(workspace, budget, allow_write="write_file" in profile.tools)
-        self.bounds = Bounds(profile.context_window, budget.transport_max_body_bytes, bytes_per_token(budget),
-                             profile.compaction_threshold, naive=naive)
+        self.bounds = Bounds(model_context_window(profile, budget), budget.transport_max_body_bytes,
+                             bytes_per_token(budget), profile.compaction_threshold, naive=naive)
         self.envelope = LlmTurnRequest([], tools=tool_schemas(profile.tools), model=model_name,
                                        params=dict(params or {}))
         self.sizer = IncrementalEstimator(budget, self.envelope)
         self.summarizer = ModelSummarizer(summarizer_model or model, budget)
         self._task: asyncio.Task[Any] | None = None
         self._compacted_in_iteration: CompactionRecord | None = None
+        self._streamed_text = False  # the last answer's text already went out as deltas
+        self._plan = PlanTracker(budget.plan_max_entries)
 
     @property
     def ceiling_bytes(self) -> int:
@@ -164,7 +167,7 @@ class ToolLoop:
         if not conversation or conversation[0].get("role") != "system":
             conversation.insert(0, {"role": "system", "content": self.profile.system_prompt})
         conversation.append({"role": "user", "content": user_text})
-        await self._emit(PlanUpdated([dict(e) for e in _PLAN]))
+        self._plan = PlanTracker(self.budget.plan_max_entries)
         for iteration in range(1, self.profile.max_iterations + 1):
             result.iterations = iteration
             self._compacted_in_iteration = None
@@ -175,14 +178,20 @@ class ToolLoop:
             message = _validated(response)
             conversation.append(message)
             text = message.get("content") or ""
-            if text:
+            if text and not self._streamed_text:
                 await self._emit(AgentText(text))
             calls = message.get("tool_calls")
             if not calls:
+                await self._emit(PlanUpdated(self._plan.answered()))
                 result.stop_reason = "end_turn"
                 result.final_text = text
                 return
+            await self._emit(PlanUpdated(self._plan.iteration_started(
+                iteration, [str(c["function"]["name"]) for c in calls])))
             await self._execute(calls, conversation)
+            finished = self._plan.iteration_finished()
+            if finished is not None:
+                await self._emit(PlanUpdated(finished))
         result.stop_reason = "max_iterations"
         result.final_text = next((m["content"] for m in reversed(conversation)
                                   if m.get("role") == "assistant" and m.get("content")),
@@ -195,13 +204,20 @@ class ToolLoop:
             result.repairs.add(report)
             log.warning("history repaired before send", extra=report.to_json())
 
-    def _estimate_tokens(self) -> int:
-        return self.sizer.naive_estimate_tokens if self.naive else self.sizer.estimate_tokens
+    def _estimate(self) -> tuple[int, EstimateSource]:
+        """The token estimate compaction decides on, and which one it is (H-2)."""
+        if self.naive:
+            return self.sizer.naive_estimate_tokens, "content"
+        anchored = self.sizer.anchored_estimate_tokens
+        if anchored is not None:
+            return anchored, "usage"
+        return self.sizer.estimate_tokens, "bytes"
 
     async def _compaction_check(self, conversation: list[Message], result: TurnResult) -> None:
         self.sizer.sync(conversation)
-        if self.bounds.should_compact(self._estimate_tokens(), self.sizer.body_bytes):
-            await self._compact(conversation, result)
+        trigger = self.bounds.compaction_trigger(self._estimate()[0], self.sizer.body_bytes)
+        if trigger is not None:
+            await self._compact(conversation, result, trigger=trigger)
 
     async def _size_check(self, conversation: list[Message], result: TurnResult) -> None:
         """A body over the engine ceiling is never sent: compact first, else fail with origin code."""
@@ -211,7 +227,7 @@ class ToolLoop:
         size = self.sizer.body_bytes
         if size <= self.ceiling_bytes:
             return
-        record = await self._compact(conversation, result)
+        record = await self._compact(conversation, result, trigger="transport")
         self.sizer.sync(conversation)
         after = self.sizer.body_bytes
         if after > self.ceiling_bytes:
@@ -219,12 +235,18 @@ class ToolLoop:
             raise failures.over_ceiling(after, self.ceiling_bytes,
                                         f"after compaction from {size} bytes; {why}")
 
-    async def _compact(self, conversation: list[Message], result: TurnResult, *,
-                       target_body_bytes: int | None = None) -> CompactionRecord | None:
+    async def _compact(self, conversation: list[Message], result: TurnResult, *, trigger: Trigger,
+                       target_body_bytes: int | None = None,
+                       reactive: bool = False) -> CompactionRecord | None:
         self._repair(conversation, result)  # groups must be whole before a cut
         self.sizer.sync(conversation)
         target_body = target_body_bytes if target_body_bytes is not None else self.bounds.target_body_bytes
         target_tokens = min(self.bounds.target_tokens, target_body // self.bounds.bytes_per_token)
+        tokens, source = self._estimate()
+        if source == "usage" and tokens > self.sizer.estimate_tokens > 0:
+            # The provider counts more tokens than the bytes estimate: the plan (in estimate units)
+            # aims lower by the same ratio, so the next usage lands near the target, not over it.
+            target_tokens = target_tokens * self.sizer.estimate_tokens // tokens
         plan = plan_compaction(
             conversation, target_tokens=target_tokens, target_body_bytes=target_body,
             bytes_per_token=self.bounds.bytes_per_token, envelope_bytes=self.sizer.envelope_bytes,
@@ -232,14 +254,15 @@ class ToolLoop:
         if not plan.possible:
             return None
         outcome = await summarize_with_fallback(self.summarizer, plan.old, plan.summary_max_bytes)
+        summarizer_error: dict[str, Any] | None = None
         if outcome.failure is not None:
             result.summarizer_failures.append(outcome.failure)
-            log.warning("summarizer failed; extractive summary used",
-                        extra={"origin": outcome.failure.origin, "status": outcome.failure.status})
+            summarizer_error = failure_brief(outcome.failure)
+            log.warning("summarizer failed; extractive summary used", extra=summarizer_error)
         compacted, record = apply_compaction(
-            plan, outcome.text, summarizer=outcome.summarizer, trigger=self.bounds.trigger_kind,
+            plan, outcome.text, summarizer=outcome.summarizer, trigger=trigger,
             envelope_bytes=self.sizer.envelope_bytes, target_body_bytes=target_body,
-            bytes_before=self.sizer.body_bytes)
+            bytes_before=self.sizer.body_bytes, reactive=reactive, summarizer_error=summarizer_error)
         conversation[:] = compacted
         result.compactions.append(record)
         self._compacted_in_iteration = record
@@ -249,6 +272,7 @@ class ToolLoop:
     async def _send(self, conversation: list[Message], result: TurnResult, iteration: int) -> LlmTurnResponse:
         size_retried = False
         attempt = 0
+        retry: dict[str, Any] | None = None
         while True:
             self.sizer.sync(conversation)
             encoded = self.sizer.encoded()
@@ -256,22 +280,38 @@ class ToolLoop:
             if not self.naive and encoded.size > self.ceiling_bytes:
                 raise failures.over_ceiling(encoded.size, self.ceiling_bytes)
             record = self._compacted_in_iteration
+            tokens, source = self._estimate()
             await self._emit(IterationProgress(
                 iteration=iteration, max_iterations=self.profile.max_iterations, body_bytes=encoded.size,
-                ceiling_bytes=self.ceiling_bytes, estimate_tokens=self._estimate_tokens(),
+                ceiling_bytes=self.ceiling_bytes, estimate_tokens=tokens,
                 effective_window_tokens=self.bounds.effective_window, compactions=len(result.compactions),
-                trigger=record.trigger if record else None))
+                trigger=record.trigger if record else None, estimate_source=source, retry=retry))
             result.max_body_bytes = max(result.max_body_bytes, encoded.size)
+            streamed = 0
+
+            async def on_text(text: str) -> None:
+                nonlocal streamed
+                streamed += len(text.encode("utf-8"))
+                await self._emit(AgentText(text))
+
             try:
-                return await self.model.complete(encoded)
+                if isinstance(self.model, StreamingModel):
+                    response = await self.model.complete_streaming(encoded, on_text)
+                else:
+                    response = await self.model.complete(encoded)
+                self._streamed_text = streamed > 0
+                if not self.naive:  # the seed's engine had no anchor
+                    self.sizer.anchor(response.usage.prompt_tokens)
+                return response
             except TurnFailure as failure:
+                retry = {**failure_brief(failure), "attempt": attempt + 1, "streamedBytes": streamed}
                 if failure.size_error and not self.naive and not size_retried:
                     # Compact and retry once; never resend the same body.
                     size_retried = True
                     result.size_retries += 1
                     sent = encoded.size
-                    await self._compact(conversation, result, target_body_bytes=min(
-                        self.bounds.target_body_bytes, sent // 2))
+                    await self._compact(conversation, result, trigger="transport", reactive=True,
+                                        target_body_bytes=min(self.bounds.target_body_bytes, sent // 2))
                     self._repair(conversation, result)
                     self.sizer.sync(conversation)
                     if self.sizer.body_bytes >= sent:
@@ -348,6 +388,11 @@ class ToolLoop:
                                               outcome.raw_output))
             if crash is not None:
                 raise failures.tool_crash(name, crash) from crash
+
+
+def failure_brief(failure: TurnFailure) -> dict[str, Any]:
+    """What may be told about a failure anywhere (events, logs): origin, status and hop, no text."""
+    return {"origin": failure.origin, "status": failure.status, "hop": failure.hop}
 
 
 def _validated(response: LlmTurnResponse) -> Message:

@@ -9,7 +9,8 @@ Every failure is a :class:`TurnFailure` carrying its origin.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
@@ -131,4 +132,21 @@ class Model(Protocol):
 
     async def complete(self, encoded: EncodedRequest) -> LlmTurnResponse:
         """Answer the request or raise :class:`TurnFailure`."""
+        ...
+
+
+# Receives each piece of the assistant's text as the model produces it (awaited: a slow consumer
+# slows the stream instead of growing a buffer).
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@runtime_checkable
+class StreamingModel(Protocol):
+    """A model that can also hand over its text while it is produced (SPEC G-5)."""
+
+    async def complete(self, encoded: EncodedRequest) -> LlmTurnResponse: ...
+
+    async def complete_streaming(self, encoded: EncodedRequest, on_text: TextSink) -> LlmTurnResponse:
+        """Answer like :meth:`complete`, awaiting ``on_text`` for each text delta first; the
+        concatenated deltas are the final message's content."""
         ...

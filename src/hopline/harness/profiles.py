@@ -62,3 +62,11 @@ def get_profile(name: str, budget: Budget) -> Profile:
         system_prompt=_PROMPTS[name] + _COMMON,
         gate=gate,
     )
+
+
+def model_context_window(profile: Profile, budget: Budget) -> int:
+    """The window compaction works with: ``HOPLINE_MODEL_CONTEXT_WINDOW`` when the operator set it
+    (they know the real model), else the profile's declared default."""
+    if budget.source("model_context_window_tokens") != "default":
+        return budget.model_context_window_tokens
+    return profile.context_window

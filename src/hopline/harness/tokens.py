@@ -8,6 +8,10 @@ bytes in the HTTP body (the seed's first defect was to count them as zero).
 ``IncrementalEstimator`` keeps per-message sizes and per-message encodings so that appending a
 message costs O(that message), and builds the exact body (same encoder as ``encode_request``) by
 joining cached encodings: the size of what will be sent is known before every send.
+
+Anchoring (H-2, G-5): after an answer, ``anchor(usage.prompt_tokens)`` records what the provider
+counted for the messages just sent; until that prefix changes (a compaction), the estimate is those
+tokens plus the bytes-per-token estimate of the messages added since.
 """
 
 from __future__ import annotations
@@ -95,6 +99,8 @@ class IncrementalEstimator:
         self._sum_encoded = 0
         self._sum_estimate = 0
         self._sum_naive = 0
+        # (prompt tokens the provider reported, messages they covered, estimate bytes at that point)
+        self._anchor: tuple[int, int, int] | None = None
         self.set_envelope(envelope)
 
     def set_envelope(self, envelope: LlmTurnRequest) -> None:
@@ -124,7 +130,23 @@ class IncrementalEstimator:
         for message in messages[len(self._objects):]:
             self._append(message)
 
+    def anchor(self, prompt_tokens: int) -> None:
+        """The provider counted the synced messages (with the envelope) as ``prompt_tokens``;
+        0 (not reported) leaves no anchor."""
+        self._anchor = (prompt_tokens, len(self._objects), self._sum_estimate) if prompt_tokens > 0 else None
+
+    @property
+    def anchored_estimate_tokens(self) -> int | None:
+        """The provider's last prompt tokens plus the estimate of what was added since; None
+        without a valid anchor (no usage reported yet, or the anchored messages changed)."""
+        if self._anchor is None:
+            return None
+        tokens, _, estimate_then = self._anchor
+        return tokens + tokens_for_bytes(self._sum_estimate - estimate_then, self.budget)
+
     def _truncate(self, length: int) -> None:
+        if self._anchor is not None and length < self._anchor[1]:
+            self._anchor = None  # the provider counted messages that are no longer there
         self._sum_encoded -= sum(len(b) for b in self._encoded[length:])
         self._sum_estimate -= sum(self._estimate_bytes[length:])
         self._sum_naive -= sum(self._naive_bytes[length:])
