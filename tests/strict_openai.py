@@ -150,6 +150,7 @@ class StrictOpenAI:
         self.delta_delay = 0.0
         self.first_delta_delay = 0.0
         self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []  # of each accepted request, names lower-cased
         self.rejections: list[dict[str, Any]] = []
         self.summaries = 0
         self.first_delta_at: list[float] = []
@@ -257,6 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
                                        "param": invalid.param, "code": invalid.code}})
             return
         owner.requests.append(body)
+        owner.headers.append({k.lower(): v for k, v in self.headers.items()})
         reply = owner.answer(body)
         if body.get("stream"):
             self._stream(body, reply)

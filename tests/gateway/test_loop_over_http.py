@@ -16,7 +16,7 @@ from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import ScriptedProvider
 from hopline.harness.events import LoopEvent, ToolCallFinished
 from hopline.harness.loop import ToolLoop, TurnResult
-from hopline.harness.model import EncodedRequest, LlmTurnResponse, TurnFailure
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
 from hopline.harness.profiles import get_profile
 from hopline.harness.sample_workspace import make_sample_workspace
 
@@ -38,6 +38,14 @@ class RecordingHttpModel(HttpModel):
         self.sizes.append(encoded.size)
         try:
             return await super().complete(encoded)
+        except TurnFailure as failure:
+            self.failures.append(failure)
+            raise
+
+    async def complete_streaming(self, encoded: EncodedRequest, on_text: TextSink) -> LlmTurnResponse:
+        self.sizes.append(encoded.size)
+        try:
+            return await super().complete_streaming(encoded, on_text)
         except TurnFailure as failure:
             self.failures.append(failure)
             raise

@@ -110,8 +110,10 @@ async def test_success_returns_the_assistant_message_and_usage(fake_openai: tupl
     assert call["function"] == {"name": "read_file", "arguments": '{"path": "a.py"}'}
     sent = fake.seen[0]
     assert sent["authorization"] == "Bearer sk-test"
-    # params pass through, but never replace what the gateway sends itself
-    assert sent["body"]["model"] == "ok" and sent["body"]["temperature"] == 0 and "stream" not in sent["body"]
+    # chat params pass through, but never replace what the gateway sends itself; the answer came
+    # whole although a stream was asked for (a server without streaming), and is read as such
+    assert sent["body"]["model"] == "ok" and sent["body"]["temperature"] == 0
+    assert sent["body"]["stream"] is True and sent["body"]["stream_options"] == {"include_usage": True}
     assert sent["body"]["tools"][0]["function"]["name"] == "read_file"
 
 
@@ -144,19 +146,30 @@ async def test_connection_refused_is_a_retryable_model_failure() -> None:
     assert caught.value.origin == "model" and caught.value.retryable and caught.value.gateway_status == 502
 
 
+async def _ignore(text: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize("form", ["json", "ndjson"])
 @pytest.mark.parametrize("model", ["ok", *sorted(FAILURES)])
 async def test_origins_survive_the_http_hop(fake_openai: tuple[FakeOpenAI, str],
-                                            gateway_factory: GatewayFactory, model: str) -> None:
+                                            gateway_factory: GatewayFactory, model: str, form: str) -> None:
     _, base = fake_openai
     budget = _budget()
     gw = gateway_factory(budget, OpenAIProvider(budget, base_url=base, api_key=None, model="x"))
     async with HttpModel(gw.url, "s-1", TOKEN, Budget.defaults()) as http_model:
+        async def call() -> Any:
+            encoded = encode_request(_request(model))
+            if form == "json":
+                return await http_model.complete(encoded)
+            return await http_model.complete_streaming(encoded, _ignore)
+
         if model == "ok":
-            answer = await http_model.complete(encode_request(_request(model)))
+            answer = await call()
             assert answer.provider == "openai" and answer.usage.prompt_tokens == 17
             return
         with pytest.raises(TurnFailure) as caught:
-            await http_model.complete(encode_request(_request(model)))
+            await call()
     origin, size_error, retryable, _, provider_status = FAILURES[model]
     failure = caught.value
     assert (failure.origin, failure.size_error, failure.retryable) == (origin, size_error, retryable)
@@ -172,5 +185,8 @@ def test_provider_from_env() -> None:
     assert isinstance(provider, OpenAIProvider)
     assert provider.url == "http://127.0.0.1:9/v1/chat/completions" and provider.model == "m"
     asyncio.run(provider.aclose())
+    assert provider.streaming
     with pytest.raises(ValueError, match="HOPLINE_PROVIDER"):
         provider_from_env(budget, {"HOPLINE_PROVIDER": "gpt"})
+    with pytest.raises(ValueError, match="HOPLINE_PROVIDER_STREAM"):
+        provider_from_env(budget, {**env, "HOPLINE_PROVIDER_STREAM": "maybe"})
