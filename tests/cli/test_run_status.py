@@ -27,9 +27,20 @@ def test_run_json_starts_the_embedded_stack_and_ends_with_the_final(workspace: P
     assert ids == sorted(set(ids))
     assert events[-1]["type"] == "turn_complete"
     assert {"session_update", "progress", "turn_complete"} <= {e["type"] for e in events}
-    updates = [e["data"]["update"] for e in events if e["type"] == "session_update"]
-    texts = [u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
-    assert texts[-1] == final["text"]
+    # The final reply streamed (scripted provider -> gateway -> agent -> daemon SSE): more than one
+    # agent_message_chunk, in order, whose concatenation is the reply; its updates are contiguous.
+    kinds = [e["data"]["update"]["sessionUpdate"] if e["type"] == "session_update" else e["type"]
+             for e in events]
+    assert kinds[-2:] == ["plan", "turn_complete"]  # the answer's plan entry, then the end
+    start = len(kinds) - 2
+    while kinds[start - 1] == "agent_message_chunk":
+        start -= 1
+    last_run = [e["data"]["update"]["content"]["text"] for e in events[start:-2]]
+    assert len(last_run) > 1
+    assert "".join(last_run) == final["text"]
+    plans = [e["data"]["update"]["entries"] for e in events
+             if e["type"] == "session_update" and e["data"]["update"]["sessionUpdate"] == "plan"]
+    assert plans[0][-1]["status"] == "in_progress" and plans[-1][-1]["status"] == "completed"
 
 
 def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedStack,
@@ -38,7 +49,8 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
                               cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token})
     text = ANSI.sub("", output)
     assert code == 0, text[-3000:]
-    assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens │ compactions 0", text)
+    assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens \((usage|bytes)\) "
+                     r"│ compactions 0", text)
     assert re.search(r"largest body [\d.]+ KiB / 8 MiB ceiling", text)
     assert "✓ Read " in text or "✓ Run " in text
     # Outputs that went to a sidecar are shown with their size and hash prefix, then a preview.

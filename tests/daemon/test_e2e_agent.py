@@ -30,7 +30,9 @@ async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp
             updates = [e.data["update"] for e in events if e.type == "session_update"]
             kinds = [u["sessionUpdate"] for u in updates]
             assert kinds[0] == "user_message_chunk"
-            assert kinds[-1] == "agent_message_chunk"
+            # the answer streamed as several chunks, then the plan's last step completed
+            assert kinds[-3:] == ["agent_message_chunk", "agent_message_chunk", "plan"]
+            assert updates[-1]["entries"][-1]["status"] == "completed"
             # every tool call starts before its results, and every started call gets a result
             started: list[str] = []
             finished: list[str] = []

@@ -29,6 +29,18 @@ def test_bad_setting_names_the_variable(tmp_path: Path) -> None:
     assert result.returncode == 2 and b"HOPLINE_SSE_QUEUE_MAX_BYTES" in result.stderr
 
 
+def test_bad_provider_settings_name_the_variable_never_the_value(tmp_path: Path) -> None:
+    for extra, needle in (({"HOPLINE_PROVIDER": "gpt"}, b"HOPLINE_PROVIDER='gpt'"),
+                          ({"HOPLINE_PROVIDER": "openai", "OPENAI_API_KEY": "sk-canary-1",
+                            "HOPLINE_PROVIDER_EXTRA_HEADERS": '{"Authorization": "Bearer sk-canary-2"}'},
+                           b"HOPLINE_PROVIDER_EXTRA_HEADERS: authorization conflicts with OPENAI_API_KEY")):
+        result = subprocess.run([sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir",
+                                 str(tmp_path)], env={**os.environ, **extra}, capture_output=True, timeout=60)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr[-2000:]
+        assert b"sk-canary" not in result.stderr + result.stdout
+        assert b"listening" not in result.stdout
+
+
 def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
     daemon = start_daemon(tmp_path, token="")
     try:

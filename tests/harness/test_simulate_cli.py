@@ -19,27 +19,31 @@ def simulate(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[s
     return proc.returncode, json.loads(proc.stdout)
 
 
-def test_naive_dev_passes_the_ceiling_before_any_compaction_default_rules_do_not() -> None:
+def test_naive_dev_is_refused_before_any_compaction_default_rules_are_not() -> None:
     env = {"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "256kb"}
     common = ("--profile", "dev", "--iterations", "12", "--tools-per-iteration", "2",
               "--tool-bytes", str(20 * KiB))
-    _, naive = simulate(*common, "--naive", env=env)
-    ceiling = naive["summary"]["ceilingBytes"]
-    assert ceiling == 256 * KiB
-    over = [r for r in naive["iterations"] if r["bodyBytes"] > ceiling]
-    assert over, naive["iterations"]
-    first_over = over[0]["iteration"]
-    assert not any(r["compacted"] for r in naive["iterations"] if r["iteration"] <= first_over)
-    # the naive estimate saw almost nothing of the arguments
-    assert over[0]["estimateTokens"] * 4 < over[0]["bodyBytes"] // 4
+    code, naive = simulate(*common, "--naive", env=env)
+    assert code == 1
+    summary = naive["summary"]
+    assert summary["gatewayLimitBytes"] == 100 * KiB  # the seed's implicit limit, whatever the env
+    refused = naive["iterations"][-1]
+    assert refused["bodyBytes"] > 100 * KiB
+    assert not any(r["compacted"] for r in naive["iterations"])
+    assert {r["estimateSource"] for r in naive["iterations"]} == {"content"}
+    # the naive estimate saw almost nothing of the write_file arguments
+    assert refused["estimateTokens"] * 4 < refused["bodyBytes"] // 4
 
     code, fixed = simulate(*common, env=env)
     assert code == 0
+    ceiling = fixed["summary"]["ceilingBytes"]
+    assert ceiling == 256 * KiB
     assert all(r["bodyBytes"] <= ceiling for r in fixed["iterations"])
     assert fixed["summary"]["compactions"] > 0
     assert fixed["summary"]["maxBodyBytes"] <= ceiling
     assert fixed["summary"]["orphanToolMessages"] == 0
     assert {r["trigger"] for r in fixed["iterations"] if r["compacted"]} == {"transport"}
+    assert "usage" in {r["estimateSource"] for r in fixed["iterations"]}
 
 
 def test_gate_default_run_reports_rows_and_summary() -> None:
@@ -49,18 +53,20 @@ def test_gate_default_run_reports_rows_and_summary() -> None:
     rows = report["iterations"]
     assert [r["iteration"] for r in rows] == list(range(1, 21))
     assert set(rows[0]) == {"iteration", "bodyBytes", "estimateTokens", "effectiveWindowTokens", "compacted",
-                            "trigger"}
+                            "trigger", "estimateSource"}
+    assert rows[0]["estimateSource"] == "bytes" and rows[-1]["estimateSource"] in ("usage", "bytes")
     assert all(r["effectiveWindowTokens"] == 64 * KiB for r in rows)
     summary = report["summary"]
     assert summary["stopReason"] == "end_turn" and summary["failures"] == []
     assert summary["maxBodyBytes"] == max(r["bodyBytes"] for r in rows) <= 256 * KiB
 
 
-def test_failed_turn_exits_non_zero_with_origin() -> None:
-    # a gateway narrower than the ceiling under naive rules: the seed's 413, origin code
-    code, report = simulate("--profile", "dev", "--iterations", "10", "--naive", "--tools-per-iteration", "2",
-                            env={"API_JSON_BODY_LIMIT": "100kb"})
+def test_naive_on_defaults_fails_like_the_seed_with_origin_code() -> None:
+    # The whole incident, as `demo --naive`: the 100 KB gateway and the content-only estimate.
+    code, report = simulate("--naive")
     assert code == 1
-    assert report["summary"]["stopReason"] == "failed"
-    assert report["summary"]["failures"][-1]["origin"] == "code"
-    assert "413" in report["summary"]["failures"][-1]["message"]
+    summary = report["summary"]
+    assert summary["stopReason"] == "failed" and summary["compactions"] == 0
+    failure = summary["failures"][-1]
+    assert failure["origin"] == "code" and failure["status"] == 413 and failure["hop"] == "gateway.llm_turn"
+    assert failure["limitBytes"] == 100 * KiB < failure["observedBytes"] == summary["maxBodyBytes"]

@@ -24,6 +24,8 @@ def budget_or_exit() -> Budget:
 # estimate, no transport bound, an implicit 100 KB gateway limit). Only then is an incoherent chain
 # reported and run anyway; outside naive mode an incoherent chain refuses to start.
 NAIVE_ENV = "HOPLINE_NAIVE"
+# The seed's gateway limit: Express's implicit `100kb`, part of the incident the naive mode replays.
+NAIVE_GATEWAY_LIMIT = "100kb"
 
 
 def naive_requested(environ: Mapping[str, str] | None = None) -> bool:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import NAIVE_ENV, budget_or_exit
+from hopline.cli._common import NAIVE_ENV, NAIVE_GATEWAY_LIMIT, budget_or_exit
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 DEMO_PROFILE = "qa_automation"
 DEMO_PROMPT = "Gate this change: run the test suite, read the test logs and reports, and report failures."
-# The seed's incident: the gateway's JSON limit was Express's implicit default.
-NAIVE_GATEWAY_LIMIT = "100kb"
 # The naive rules reach the stack through the daemon's environment, inherited by its agents.
 DEMO_TOOLS_PER_ITERATION = 3
 
@@ -105,7 +103,9 @@ def build_summary(*, naive: bool, tracker: TurnTracker, status: dict[str, Any], 
         "stopReason": tracker.stop_reason if error is None else "failed",
         "iterations": tracker.iterations,
         "maxIterations": tracker.progress.get("maxIterations"),
-        "compactions": {"count": len(tracker.compactions), "triggers": triggers, "summarizers": summarizers},
+        "compactions": {"count": len(tracker.compactions), "triggers": triggers, "summarizers": summarizers,
+                        "reactive": sum(1 for r in tracker.compactions if r.get("reactive")),
+                        "summarizerErrors": tracker.summarizer_errors()},
         "largestBodyBytes": tracker.max_body_bytes,
         "engineCeilingBytes": _ceiling(status, "HOPLINE_TRANSPORT_MAX_BODY_BYTES")
         or tracker.ceiling_bytes or budget.transport_max_body_bytes,
@@ -142,6 +142,10 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     summarizers = ", ".join(f"{k}: {v}" for k, v in sorted(comp["summarizers"].items()))
     table.add_row("compactions", f"{comp['count']} (triggers {triggers}"
                   + (f"; summarizer {summarizers})" if summarizers else ")"))
+    errors = comp.get("summarizerErrors") or []
+    if errors:  # a degraded run says so: the model's summary failed, the extractive one was used
+        causes = sorted({f"origin {e.get('origin')}, status {e.get('status')}" for e in errors})
+        table.add_row("  summarizer failures", f"[bold yellow]{len(errors)}[/] ({'; '.join(causes)})")
     table.add_row("largest llm-turn body", size(summary["largestBodyBytes"]))
     table.add_row("  engine ceiling", size(summary["engineCeilingBytes"]))
     table.add_row("  gateway limit", size(summary["gatewayLimitBytes"]))

@@ -42,15 +42,23 @@ def _tokens(n: int) -> str:
 
 
 def progress_line(tracker: TurnTracker) -> str:
-    """The live progress line: iteration, estimate vs window, compactions, body vs ceiling, sidecars."""
+    """The live progress line: iteration, estimate vs window (and which estimate: the provider's
+    usage or bytes), compactions (and any that fell back to the extractive summary), body vs
+    ceiling, sidecars."""
     p = tracker.progress
     parts = [f"iteration {p.get('iteration', tracker.iterations)}/{p.get('maxIterations', '?')}"]
     if p:
+        source = f" ({p['estimateSource']})" if p.get("estimateSource") else ""
         parts.append(f"estimate {_tokens(int(p.get('estimateTokens') or 0))} / "
-                     f"{_tokens(int(p.get('effectiveWindowTokens') or 0))} tokens")
+                     f"{_tokens(int(p.get('effectiveWindowTokens') or 0))} tokens{source}")
     triggers = sorted({str(c.get("trigger")) for c in tracker.compactions})
     shown = f" ({', '.join(triggers)})" if triggers else ""
     parts.append(f"compactions {len(tracker.compactions)}{shown}")
+    failed = tracker.summarizer_errors()
+    if failed:
+        causes = sorted({f"origin {e.get('origin')}" + (f" HTTP {e['status']}" if e.get("status") else "")
+                         for e in failed})
+        parts.append(f"summarizer extractive x{len(failed)} ({', '.join(causes)})")
     if tracker.ceiling_bytes:
         parts.append(f"largest body {_size(tracker.max_body_bytes)} / {_size(tracker.ceiling_bytes)} ceiling")
     parts.append(f"tools {len(tracker.tool_calls)}")
@@ -74,15 +82,22 @@ def tool_line(view: ToolCallView) -> str:
 
 
 def compaction_line(record: dict[str, Any], number: int) -> str:
-    return (f"⟲ compaction {number} (trigger {record.get('trigger')}): replaced "
+    trigger = str(record.get("trigger")) + (", reactive" if record.get("reactive") else "")
+    line = (f"⟲ compaction {number} (trigger {trigger}): replaced "
             f"{record.get('messagesReplaced')} messages / {_size(int(record.get('bytesReplaced') or 0))}, "
             f"body {_size(int(record.get('bytesBefore') or 0))} → {_size(int(record.get('bytesAfter') or 0))}"
             f", summarizer {record.get('summarizer')}")
+    error = record.get("summarizerError")
+    if isinstance(error, dict):
+        line += f" (the model's summary failed: origin {error.get('origin')}, status {error.get('status')})"
+    return line
 
 
 class LiveView:
     """Rich rendering of a turn: a scrolling log of tool calls and compactions above a live
-    progress line; the agent's text is flushed into the log as it arrives."""
+    progress line. The agent's text shows as it streams: on a terminal it grows in the live area
+    above the progress line and goes into the log when the message ends; elsewhere (a pipe) each
+    chunk is written as it arrives."""
 
     def __init__(self, console: Console, *,
                  tool_filter: Callable[[ToolCallView], bool] | None = None) -> None:
@@ -101,7 +116,16 @@ class LiveView:
         if self._tracker is None:
             return Text("starting…", style="dim")
         line = progress_line(self._tracker)
-        return Text(f"{line} │ {self.extra}" if self.extra else line, style="bold cyan")
+        progress = Text(f"{line} │ {self.extra}" if self.extra else line, style="bold cyan")
+        streaming = "".join(self._pending_text).strip()
+        if not streaming or not self.console.is_terminal:
+            return progress
+        from rich.console import Group
+
+        # The tail that fits the screen above the progress line (a display bound only).
+        rows = max(1, self.console.size.height - 3)
+        tail = "\n".join(streaming.splitlines()[-rows:])
+        return Group(Text.assemble(("agent", "green"), ": ", tail), progress)
 
     def __enter__(self) -> LiveView:
         self.live.start()
@@ -117,8 +141,24 @@ class LiveView:
     def flush_text(self) -> None:
         text = "".join(self._pending_text).strip()
         self._pending_text.clear()
-        if text:
+        if not text:
+            return
+        if self.console.is_terminal:
             self.console.print(f"[green]agent[/]: {_escape(text)}", highlight=False)
+        else:  # the chunks were written as they came: end the line
+            self.console.file.write("\n")
+            self.console.file.flush()
+
+    def _stream_chunk(self, chunk: str) -> None:
+        if self.console.is_terminal:
+            self.live.update(self._render(), refresh=True)
+            return
+        started = bool("".join(self._pending_text[:-1]).strip())
+        shown = chunk if started else chunk.lstrip()
+        if not shown:
+            return
+        self.console.file.write(shown if started else f"agent: {shown}")
+        self.console.file.flush()
 
     async def on_event(self, event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
         from hopline.client.events import COMPACTION
@@ -126,6 +166,7 @@ class LiveView:
         self._tracker = tracker
         if event.update_kind == "agent_message_chunk":
             self._pending_text.append(event.message_text())
+            self._stream_chunk(self._pending_text[-1])
             return
         self.flush_text()
         if changed is not None and changed.status in ("completed", "failed"):

@@ -58,8 +58,15 @@ def register(app: typer.Typer) -> None:
         url_host = f"[{host}]" if ":" in host else host
         url = f"http://{url_host}:{bound_port}"
 
-        daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
-                                   internal_token=internal_token, gateway_url=url, allow_incoherent=naive)
+        from hopline.gateway.providers import ProviderSettingError
+
+        try:
+            daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
+                                       internal_token=internal_token, gateway_url=url, allow_incoherent=naive)
+        except ProviderSettingError as exc:
+            sock.close()
+            print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
         class DaemonServer(uvicorn.Server):
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
                 # End the open SSE streams first: uvicorn waits for open responses before the

@@ -1,8 +1,11 @@
 """`hopline simulate`: the real tool loop, in-process, with the scripted model over a generated
 workspace; one row per iteration (body bytes, estimate against the effective window, compactions).
 
-``--naive`` replays the seed's old rules (content-only estimate, window = context_window, no
-transport bound) so the incident can be watched; the exit status is non-zero when the turn failed.
+``--naive`` replays the whole of the seed's incident, as ``hopline demo --naive`` does: the old
+rules (content-only estimate, window = context_window, no transport bound) against the gateway's
+implicit ``100kb`` limit, so it fails with a 413 of origin ``code`` on the default budget. The exit
+status is non-zero when the turn failed. Each row says which estimate decided (``usage``: the
+scripted model's reported prompt tokens plus what was added since; ``content``: the seed's).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit
 
 
 async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_bytes: int,
@@ -48,16 +51,21 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
                 self.orphans += orphan_tool_messages(encoded.request.messages)
             return await super().complete(encoded)
 
-    model = CheckedModel(scripted, max_body_bytes=budget.api_json_body_limit)
+    from hopline.budget import parse_size
+
+    gateway_limit = parse_size(NAIVE_GATEWAY_LIMIT) if naive else budget.api_json_body_limit
+    model = CheckedModel(scripted, max_body_bytes=gateway_limit)
     rows: dict[int, dict[str, Any]] = {}
 
     async def sink(event: LoopEvent) -> None:
         if isinstance(event, IterationProgress):
             row = rows.setdefault(event.iteration, {
                 "iteration": event.iteration, "bodyBytes": 0, "estimateTokens": 0,
-                "effectiveWindowTokens": event.effective_window_tokens, "compacted": False, "trigger": None})
+                "effectiveWindowTokens": event.effective_window_tokens, "compacted": False, "trigger": None,
+                "estimateSource": event.estimate_source})
             row["bodyBytes"] = max(row["bodyBytes"], event.body_bytes)
             row["estimateTokens"] = max(row["estimateTokens"], event.estimate_tokens)
+            row["estimateSource"] = event.estimate_source
             if event.trigger is not None:
                 row["compacted"] = True
                 row["trigger"] = event.trigger
@@ -69,9 +77,13 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
             result = await loop.run([], "Review the change in this workspace and report what you find.")
         finally:
             loop.close()
-    failures = [{"origin": f.origin, "message": f.message} for f in result.summarizer_failures]
+    failures: list[dict[str, Any]] = [{"origin": f.origin, "message": f.message}
+                                      for f in result.summarizer_failures]
     if result.failure is not None:
-        failures.append({"origin": result.failure.origin, "message": result.failure.message})
+        failure = result.failure
+        failures.append({"origin": failure.origin, "message": failure.message, "hop": failure.hop,
+                         "status": failure.status, "limitBytes": failure.limit_bytes,
+                         "observedBytes": failure.observed_bytes})
     return {
         "iterations": [rows[k] for k in sorted(rows)],
         "summary": {
@@ -79,6 +91,7 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
             "naive": naive,
             "maxBodyBytes": result.max_body_bytes,
             "ceilingBytes": budget.transport_max_body_bytes,
+            "gatewayLimitBytes": gateway_limit,
             "compactions": len(result.compactions),
             "orphanToolMessages": model.orphans,
             "stopReason": result.stop_reason,
@@ -91,18 +104,22 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
 def _print_rows(report: dict[str, Any]) -> None:
     summary = report["summary"]
     ceiling = summary["ceilingBytes"]
-    header = f"{'iter':>4}  {'body bytes':>11}  {'of ceiling':>10}  {'estimate/window (tokens)':>26}"
+    header = (f"{'iter':>4}  {'body bytes':>11}  {'of ceiling':>10}  {'estimate/window (tokens)':>26}  "
+              f"{'estimate':>8}")
     typer.echo(header + "  compaction")
     for row in report["iterations"]:
         share = f"{100 * row['bodyBytes'] / ceiling:.1f}%"
         window = f"{row['estimateTokens']}/{row['effectiveWindowTokens']}"
         mark = f"compacted ({row['trigger']})" if row["compacted"] else ""
         over = "  OVER THE CEILING" if row["bodyBytes"] > ceiling else ""
-        typer.echo(f"{row['iteration']:>4}  {row['bodyBytes']:>11}  {share:>10}  {window:>26}  {mark}{over}")
-    typer.echo(f"stop: {summary['stopReason']}; largest body {summary['maxBodyBytes']} of {ceiling} bytes; "
-               f"{summary['compactions']} compactions; {summary['orphanToolMessages']} orphan tool messages")
+        typer.echo(f"{row['iteration']:>4}  {row['bodyBytes']:>11}  {share:>10}  {window:>26}  "
+                   f"{row['estimateSource']:>8}  {mark}{over}")
+    typer.echo(f"stop: {summary['stopReason']}; largest body {summary['maxBodyBytes']} of {ceiling} bytes "
+               f"(gateway limit {summary['gatewayLimitBytes']}); {summary['compactions']} compactions; "
+               f"{summary['orphanToolMessages']} orphan tool messages")
     for failure in summary["failures"]:
-        typer.echo(f"failure (origin {failure['origin']}): {failure['message']}")
+        where = f", hop {failure['hop']}" if failure.get("hop") else ""
+        typer.echo(f"failure (origin {failure['origin']}{where}): {failure['message']}")
 
 
 def register(app: typer.Typer) -> None:

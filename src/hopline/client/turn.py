@@ -78,6 +78,10 @@ class TurnTracker:
     def failed(self) -> bool:
         return self.error is not None
 
+    def summarizer_errors(self) -> list[dict[str, Any]]:
+        """Why each compaction that fell back to the extractive summary did so ({origin, status, hop})."""
+        return [c["summarizerError"] for c in self.compactions if isinstance(c.get("summarizerError"), dict)]
+
     def sidecar_refs(self) -> list[SidecarRef]:
         return [ref for call in self.tool_calls.values() for ref in call.sidecars]
 

@@ -104,6 +104,12 @@ def classify_exception(exc: BaseException, *, during_upload: bool = False, hop: 
     return TurnFailure("model", f"unexpected error on {hop}: {type(exc).__name__}", hop=hop)
 
 
+def failure_brief(failure: TurnFailure) -> dict[str, object]:
+    """What may be told about a failure anywhere (events, logs): origin, status and hop; no text,
+    which can quote a provider's answer."""
+    return {"origin": failure.origin, "status": failure.status, "hop": failure.hop}
+
+
 def malformed_output(detail: str) -> TurnFailure:
     """The model answered something that is not an assistant message we can act on."""
     return TurnFailure("model", f"malformed model output: {detail}")

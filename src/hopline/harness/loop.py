@@ -257,7 +257,7 @@ class ToolLoop:
         summarizer_error: dict[str, Any] | None = None
         if outcome.failure is not None:
             result.summarizer_failures.append(outcome.failure)
-            summarizer_error = failure_brief(outcome.failure)
+            summarizer_error = failures.failure_brief(outcome.failure)
             log.warning("summarizer failed; extractive summary used", extra=summarizer_error)
         compacted, record = apply_compaction(
             plan, outcome.text, summarizer=outcome.summarizer, trigger=trigger,
@@ -304,7 +304,7 @@ class ToolLoop:
                     self.sizer.anchor(response.usage.prompt_tokens)
                 return response
             except TurnFailure as failure:
-                retry = {**failure_brief(failure), "attempt": attempt + 1, "streamedBytes": streamed}
+                retry = {**failures.failure_brief(failure), "attempt": attempt + 1, "streamedBytes": streamed}
                 if failure.size_error and not self.naive and not size_retried:
                     # Compact and retry once; never resend the same body.
                     size_retried = True
@@ -388,11 +388,6 @@ class ToolLoop:
                                               outcome.raw_output))
             if crash is not None:
                 raise failures.tool_crash(name, crash) from crash
-
-
-def failure_brief(failure: TurnFailure) -> dict[str, Any]:
-    """What may be told about a failure anywhere (events, logs): origin, status and hop, no text."""
-    return {"origin": failure.origin, "status": failure.status, "hop": failure.hop}
 
 
 def _validated(response: LlmTurnResponse) -> Message:

@@ -6,8 +6,8 @@ Wire names (relayed by the daemon):
   ``hopline.permissionMode`` (``"auto"`` auto-approves; env ``HOPLINE_PERMISSION_MODE=auto`` too),
   ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``).
 - ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
-  maxBodyBytes, ceilingBytes, stopReason}}}``; a failed turn answers a JSON-RPC error (code
-  ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
+  maxBodyBytes, ceilingBytes, stopReason, repairs, summarizerFailures}}}``; a failed turn answers a
+  JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
 - Progress: notification ``_hopline/progress`` with ``{sessionId, progress}`` before every llm-turn
   and ``{sessionId, compaction}`` per compaction.
 - ``session/load`` ``_meta["hopline.session.loadReplayMode"] = "bulk"`` answers
@@ -17,7 +17,9 @@ Wire names (relayed by the daemon):
   lastUpdated, nextCursor?, partial?, hasMore?}``.
 
 Each prompt's text is echoed first as a ``user_message_chunk`` update, so the persisted log (and
-every replay) holds the whole conversation, user side included.
+every replay) holds the whole conversation, user side included. The agent's text goes out as the
+model streams it, one ``agent_message_chunk`` per delta; the ``plan`` update follows the loop (one
+entry per tool iteration, statuses that advance) and is sent when it changes.
 
 Tool updates carry ``_meta["hopline.tool"] = {name, provenance: "builtin"}``. With a sidecar writer
 (``HOPLINE_SIDECAR_DIR`` + ``HOPLINE_SIDECAR_WRITE_TOKEN``, set by the daemon; SPEC S-3) a tool
@@ -55,6 +57,7 @@ from hopline.harness.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
+from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
 from hopline.sidecars.writer import SidecarWriter
@@ -319,6 +322,7 @@ class HoplineAgent:
 
     def _prompt_answer(self, stop: str, result: Any) -> dict[str, Any]:
         repairs = getattr(result, "repairs", None)
+        summarizer_failures = getattr(result, "summarizer_failures", None) or []
         turn = {
             "iterations": getattr(result, "iterations", 0),
             "compactions": len(getattr(result, "compactions", None) or []),
@@ -326,6 +330,8 @@ class HoplineAgent:
             "ceilingBytes": self.budget.transport_max_body_bytes,
             "stopReason": stop,
             "repairs": repairs.to_json() if repairs is not None else {},
+            # A degraded turn says so: each compaction whose model summary failed (extractive used).
+            "summarizerFailures": [failure_brief(f) for f in summarizer_failures],
         }
         return {"stopReason": stop, "_meta": {META_TURN: turn}}
 
