@@ -21,6 +21,7 @@ from hopline.budget import (
     check_sidecar_stub_within_sse_event,
     check_sidecar_under_large_frame,
     check_sse_event_within_client_reader,
+    check_stream_carries_response,
     check_summarization_fits_engine,
     format_size,
     parse_size,
@@ -219,6 +220,25 @@ def test_sidecar_rules() -> None:
     assert check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse - 1)) == []
     [e] = check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse))
     assert e.severity == "error"
+
+
+def test_stream_carries_response() -> None:
+    response = 10 * 1024 * 1024
+    assert check_stream_carries_response(_with(provider_stream_max_bytes=response)) == []
+    [f] = check_stream_carries_response(_with(provider_stream_max_bytes=response - 1))
+    assert f.severity == "error"
+    assert f.settings == ("HOPLINE_PROVIDER_RESPONSE_MAX_BYTES", "HOPLINE_PROVIDER_STREAM_MAX_BYTES")
+
+
+def test_provider_and_plan_rows() -> None:
+    b = Budget.defaults()
+    assert b.provider_stream_max_bytes == 64 * 1024 * 1024 and b.plan_max_entries == 16
+    assert b.model_context_window_tokens == 128_000 and b.source("model_context_window_tokens") == "default"
+    set_ = Budget.from_env({"HOPLINE_MODEL_CONTEXT_WINDOW": "32000", "HOPLINE_PLAN_MAX_ENTRIES": "2"})
+    assert set_.model_context_window_tokens == 32_000
+    assert set_.source("model_context_window_tokens") == "HOPLINE_MODEL_CONTEXT_WINDOW"
+    with pytest.raises(BudgetError, match="HOPLINE_PLAN_MAX_ENTRIES"):
+        Budget.from_env({"HOPLINE_PLAN_MAX_ENTRIES": "1"})
 
 
 def test_every_check_is_named_and_runs_on_defaults() -> None:

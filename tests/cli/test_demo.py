@@ -6,7 +6,10 @@ import json
 
 from rich.console import Console
 
-from hopline.cli.demo import gateway_statuses, print_summary
+from hopline.budget import Budget
+from hopline.cli.demo import DEMO_TOOLS_PER_ITERATION, gateway_statuses, print_summary
+from hopline.harness.scripted import ScriptedModel
+from strict_openai import StrictOpenAI
 
 from .conftest import run_cli
 
@@ -63,3 +66,28 @@ def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     # The incident: the content-only estimate never asked for a compaction before the 413.
     assert summary["compactions"]["count"] == 0
     assert summary["largestBodyBytes"] == error["observedBytes"]
+
+
+def test_demo_runs_whole_through_a_strict_openai_compatible_provider() -> None:
+    # The provider refuses any field outside the chat-completions schema (400), like the real APIs;
+    # our hints never reach it, so it is told the demo's plan by its own settings.
+    gate = Budget.defaults().gate_max_iterations
+    model = ScriptedModel(seed=0, tools_per_iteration=DEMO_TOOLS_PER_ITERATION, iterations=gate - 1)
+    with StrictOpenAI(model) as server:
+        env = {"HOPLINE_PROVIDER": "openai", "OPENAI_BASE_URL": server.base_url,
+               "OPENAI_API_KEY": "sk-strict", "HOPLINE_MODEL": "strict-model"}
+        result = run_cli(["demo", "--json"], env=env, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert server.rejections == []
+    assert summary["iterations"] == summary["maxIterations"] == gate
+    assert summary["stopReason"] == "end_turn" and summary["turnError"] is None
+    compactions = summary["compactions"]
+    # every compaction's summary came from the model, through the strict endpoint
+    assert compactions["count"] >= 1 and compactions["summarizers"] == {"model": compactions["count"]}
+    assert compactions["summarizerErrors"] == []
+    assert server.summaries >= compactions["count"]
+    assert len(server.requests) == summary["gatewayResponses"]["200"]
+    assert all(body["stream"] is True and body["model"] == "strict-model" for body in server.requests)
+    assert {h["authorization"] for h in server.headers} == {"Bearer sk-strict"}
+    assert summary["gateway413s"] == 0

@@ -1,0 +1,80 @@
+"""`hopline run` / `demo` rendering: text shows as it streams; the progress line names the estimate
+that was used and any compaction whose model summary failed."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+
+from hopline.cli.run import LiveView, compaction_line, progress_line
+from hopline.client import Event
+from hopline.client.turn import TurnTracker
+
+PIECES = ["Looking ", "at ", "the ", "workspace ", "first."]
+
+
+def _chunk(event_id: int, text: str) -> Event:
+    return Event(event_id, "session_update", {"promptId": "p1", "update": {
+        "sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}})
+
+
+def _progress(event_id: int, **extra: Any) -> Event:
+    return Event(event_id, "progress", {"promptId": "p1", "progress": {
+        "iteration": 2, "maxIterations": 60, "bodyBytes": 4096, "ceilingBytes": 8 * 1024 * 1024,
+        "estimateTokens": 41_200, "effectiveWindowTokens": 128_000, "compactions": 0, "trigger": None,
+        **extra}})
+
+
+async def _feed(view: LiveView, tracker: TurnTracker, events: list[Event]) -> None:
+    for event in events:
+        changed = tracker.apply(event)
+        await view.on_event(event, tracker, changed)
+
+
+async def test_off_a_terminal_each_chunk_is_written_as_it_arrives() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=120)
+    tracker = TurnTracker("p1")
+    with LiveView(console) as view:
+        await _feed(view, tracker, [_progress(1), _chunk(2, PIECES[0]), _chunk(3, PIECES[1])])
+        assert out.getvalue().endswith("agent: Looking at ")  # before the message is complete
+        await _feed(view, tracker, [_chunk(4 + i, p) for i, p in enumerate(PIECES[2:])])
+        await _feed(view, tracker, [_progress(10)])
+    text = out.getvalue()
+    assert text.count("agent: Looking at the workspace first.\n") == 1
+
+
+async def test_on_a_terminal_the_text_grows_above_the_progress_line() -> None:
+    console = Console(file=io.StringIO(), force_terminal=True, width=160, height=30)
+    tracker = TurnTracker("p1")
+    with LiveView(console) as view:
+        await _feed(view, tracker, [_progress(1, estimateSource="usage"), _chunk(2, PIECES[0]),
+                                    _chunk(3, PIECES[1])])
+        shown = Console(file=io.StringIO(), width=160)
+        shown.print(view._render())
+        rendered = shown.file.getvalue()  # type: ignore[attr-defined]
+        assert "agent: Looking at" in rendered
+        assert "estimate 41.2k / 128.0k tokens (usage)" in rendered
+        await _feed(view, tracker, [_progress(4)])  # the message ended: it goes into the log
+        again = Console(file=io.StringIO(), width=160)
+        again.print(view._render())
+        assert "agent:" not in again.file.getvalue()  # type: ignore[attr-defined]
+
+
+def test_progress_and_compaction_lines_say_when_the_summarizer_fell_back() -> None:
+    tracker = TurnTracker("p1")
+    tracker.apply(_progress(1, estimateSource="bytes"))
+    error = {"origin": "code", "status": 400, "hop": "gateway.provider"}
+    record = {"trigger": "transport", "reactive": True, "messagesReplaced": 12, "bytesReplaced": 400_000,
+              "bytesBefore": 500_000, "bytesAfter": 90_000, "summarizer": "extractive",
+              "summarizerError": error}
+    tracker.apply(Event(2, "compaction", {"promptId": "p1", "compaction": record}))
+    line = progress_line(tracker)
+    assert "tokens (bytes)" in line
+    assert "compactions 1 (transport) │ summarizer extractive x1 (origin code HTTP 400)" in line
+    assert tracker.summarizer_errors() == [error]
+    shown = compaction_line(record, 1)
+    assert "(trigger transport, reactive)" in shown
+    assert "the model's summary failed: origin code, status 400" in shown
