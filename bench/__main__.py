@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "loop": "bench.loop",
     "gateway": "bench.gateway",
     "sidecars": "bench.sidecars",
+    "streaming": "bench.streaming",
 }
 RESULTS = BENCH_DIR / "results.json"
 

@@ -15,8 +15,8 @@ recognized by hopline's summarizer system prompt, as a real model would simply f
 Knobs for failure tests: ``cut_after`` deltas then the stream stops without finishing (``"close"``:
 the body ends cleanly; ``"reset"``: the connection drops mid-body); ``hold_after`` deltas then
 the server waits for the client to go away and records it in ``disconnected``; ``delta_delay`` and
-``first_delta_delay`` pace the stream (benchmarks). ``first_delta_at`` holds, per streamed answer,
-the ``time.perf_counter()`` right after its first text delta was written.
+``first_delta_delay`` pace the stream (benchmarks). ``text_delta_at`` holds, per streamed answer,
+the ``time.perf_counter()`` right after each of its text deltas was written (flushed).
 
 stdlib only (``http.server``); binds 127.0.0.1 on a free port; ``stop()`` ends it.
 """
@@ -153,7 +153,7 @@ class StrictOpenAI:
         self.headers: list[dict[str, str]] = []  # of each accepted request, names lower-cased
         self.rejections: list[dict[str, Any]] = []
         self.summaries = 0
-        self.first_delta_at: list[float] = []
+        self.text_delta_at: list[list[float]] = []
         self.disconnected = threading.Event()
         self._lock = threading.Lock()
         owner = self
@@ -299,7 +299,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         sent = 0
-        first_text = True
+        written: list[float] = []
+        owner.text_delta_at.append(written)
         try:
             for delta in owner.deltas(reply):
                 counted = "role" not in delta
@@ -325,9 +326,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._event(self._chunk(body, choices=[{"index": 0, "delta": delta, "finish_reason": None}]))
                 if counted:
                     sent += 1
-                    if first_text and "content" in delta:
-                        first_text = False
-                        owner.first_delta_at.append(time.perf_counter())
+                    if "content" in delta:
+                        written.append(time.perf_counter())
             finish = "tool_calls" if reply.tool_calls else "stop"
             self._event(self._chunk(body, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]))
             if (body.get("stream_options") or {}).get("include_usage"):
