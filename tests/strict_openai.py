@@ -76,6 +76,14 @@ def _extra(obj: dict[str, Any], allowed: frozenset[str], where: str) -> None:
                       where)
 
 
+def _function_holder(obj: Any, fields: frozenset[str], function_fields: frozenset[str], where: str) -> None:
+    """A tool call or a tool schema: an object with a ``function`` object, both with known fields."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("function"), dict):
+        raise Invalid(f"Invalid type for '{where}'", where)
+    _extra(obj, fields, where)
+    _extra(obj["function"], function_fields, f"{where}.function")
+
+
 def validate(body: Any) -> None:
     """Raise :class:`Invalid` for anything the chat-completions schema does not hold."""
     if not isinstance(body, dict):
@@ -100,18 +108,11 @@ def validate(body: Any) -> None:
             raise Invalid(f"Missing required parameter: '{where}.tool_call_id'", f"{where}.tool_call_id")
         for j, call in enumerate(message.get("tool_calls") or []):
             call_where = f"{where}.tool_calls.{j}"
-            if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
-                raise Invalid(f"Invalid type for '{call_where}'", call_where)
-            _extra(call, TOOL_CALL_FIELDS, call_where)
-            _extra(call["function"], FUNCTION_CALL_FIELDS, f"{call_where}.function")
+            _function_holder(call, TOOL_CALL_FIELDS, FUNCTION_CALL_FIELDS, call_where)
             if not isinstance(call["function"].get("arguments"), str):
                 raise Invalid(f"Invalid type for '{call_where}.function.arguments'", call_where)
     for i, tool in enumerate(body.get("tools") or []):
-        where = f"tools.{i}"
-        if not isinstance(tool, dict) or not isinstance(tool.get("function"), dict):
-            raise Invalid(f"Invalid type for '{where}'", where)
-        _extra(tool, TOOL_FIELDS, where)
-        _extra(tool["function"], TOOL_FUNCTION_FIELDS, f"{where}.function")
+        _function_holder(tool, TOOL_FIELDS, TOOL_FUNCTION_FIELDS, f"tools.{i}")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise Invalid("Invalid type for 'stream'", "stream")
     options = body.get("stream_options")

@@ -72,3 +72,26 @@ async def test_a_cancel_mid_stream_closes_the_providers_connection(strict: Stric
             # agent -> HttpModel closed -> the gateway saw it and closed the provider's stream
             assert await asyncio.to_thread(strict.disconnected.wait, 10)
             assert texts(seen) == text_pieces(REPLY)[:3]
+
+
+async def test_streamed_text_prompts_and_provider_secrets_never_reach_the_log(strict: StrictOpenAI,
+                                                                              tmp_path: Path) -> None:
+    strict.reply = Reply("the answer is canary-reply-3b9e, streamed", [])
+    env = {**_env(strict), "OPENAI_API_KEY": "sk-canary-key-0d1e", "HOPLINE_MODEL_RETRY_BACKOFF": "0.01",
+           "HOPLINE_PROVIDER_EXTRA_HEADERS": '{"X-Tenant": "canary-header-5c7f"}'}
+    with running_daemon(tmp_path, agent_cmd=None, env=env) as daemon:
+        async with daemon.client(timeout=60) as client:
+            sid = await new_session(client, tmp_path, permissionMode="auto")
+            await prompt(client, sid, "gate canary-prompt-a41b")
+            first = await read_events(client, sid, turns_done(1))
+            assert "canary-reply-3b9e" in "".join(texts(first))
+            strict.cut_after = 2  # every attempt is cut: retried, then the turn fails (origin model)
+            await prompt(client, sid, "again canary-prompt-a41b")
+            second = await read_events(client, sid, turns_done(1), last_event_id=first[-1].id)
+        assert second[-1].type == "turn_error" and second[-1].data["origin"] == "model"
+        log = daemon.log_text()
+    assert "llm-turn stream failed" in log  # the failure was logged, by sizes and origin only
+    assert strict.headers[0]["x-tenant"] == "canary-header-5c7f"
+    for canary in ("canary-reply-3b9e", "canary-prompt-a41b", "sk-canary-key-0d1e", "canary-header-5c7f", sid,
+                   "the answer is"):
+        assert canary not in log

@@ -42,6 +42,13 @@ DELTA_BYTES = len(TEXT.encode()) + sum(
     len(c["id"]) + len(c["function"]["name"]) + len(c["function"]["arguments"]) for c in CALLS)
 
 
+class TextLog(list[str]):
+    """A text sink that keeps every delta it is handed, in order."""
+
+    async def __call__(self, text: str) -> None:
+        self.append(text)
+
+
 @pytest.fixture
 def strict() -> Iterator[StrictOpenAI]:
     with StrictOpenAI(arg_piece_chars=7) as server:
@@ -60,8 +67,10 @@ def _provider(strict: StrictOpenAI, budget: Budget | None = None, **kw: object) 
                           model="strict-model", **kw)  # type: ignore[arg-type]
 
 
-async def _collect(provider: OpenAIProvider, request: LlmTurnRequest) -> tuple[list[str], LlmTurnResponse]:
-    texts: list[str] = []
+async def _collect(provider: OpenAIProvider, request: LlmTurnRequest,
+                   texts: list[str] | None = None) -> tuple[list[str], LlmTurnResponse]:
+    """The text deltas (into ``texts`` when given, so a failure leaves what came) and the answer."""
+    texts = [] if texts is None else texts
     answer: LlmTurnResponse | None = None
     try:
         async for item in provider.stream(request):
@@ -138,12 +147,7 @@ async def test_a_stream_cut_in_the_middle_is_model_origin_with_the_bytes_receive
     received: list[str] = []
     provider = _provider(strict)
     with pytest.raises(ProviderFailure) as caught:
-        try:
-            async for item in provider.stream(_turn()):
-                if isinstance(item, TextDelta):
-                    received.append(item.text)
-        finally:
-            await provider.aclose()
+        await _collect(provider, _turn(), received)
     failure = caught.value
     assert received == text_pieces(TEXT)[:4]
     assert failure.origin == "model" and failure.retryable and failure.hop == HOP_PROVIDER
@@ -163,12 +167,7 @@ async def test_the_response_ceiling_applies_to_the_sum_of_the_deltas(strict: Str
         return
     received: list[str] = []
     with pytest.raises(ProviderFailure) as caught:
-        try:
-            async for item in provider.stream(_turn()):
-                if isinstance(item, TextDelta):
-                    received.append(item.text)
-        finally:
-            await provider.aclose()
+        await _collect(provider, _turn(), received)
     failure = caught.value  # one byte over: cut at the ceiling, the last piece never kept
     assert failure.origin == "model" and not failure.retryable
     assert failure.limit_bytes == limit and failure.observed_bytes == DELTA_BYTES
@@ -223,13 +222,9 @@ async def test_the_gateway_relays_deltas_in_order_and_the_final_message(
     strict.reply = REPLY
     budget = Budget.defaults()
     gw = gateway_factory(budget, _provider(strict, budget))
-    texts: list[str] = []
-
-    async def on_text(text: str) -> None:
-        texts.append(text)
-
+    texts = TextLog()
     async with HttpModel(gw.url, "s-1", TOKEN, budget) as model:
-        answer = await model.complete_streaming(encode_request(_turn()), on_text)
+        answer = await model.complete_streaming(encode_request(_turn()), texts)
     assert texts == text_pieces(TEXT)
     assert "".join(texts) == answer.message["content"] == TEXT
     assert answer.message["tool_calls"] == CALLS and answer.usage.prompt_tokens > 0
@@ -241,14 +236,10 @@ async def test_a_cut_stream_through_the_gateway_is_model_origin_with_the_bytes_r
     strict.cut_after = 3
     budget = Budget.defaults()
     gw = gateway_factory(budget, _provider(strict, budget))
-    texts: list[str] = []
-
-    async def on_text(text: str) -> None:
-        texts.append(text)
-
+    texts = TextLog()
     async with HttpModel(gw.url, "s-1", TOKEN, budget) as model:
         with pytest.raises(TurnFailure) as caught:
-            await model.complete_streaming(encode_request(_turn()), on_text)
+            await model.complete_streaming(encode_request(_turn()), texts)
     failure = caught.value
     assert texts == text_pieces(TEXT)[:3]
     assert failure.origin == "model" and failure.retryable and failure.hop == HOP_PROVIDER

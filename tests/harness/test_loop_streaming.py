@@ -10,7 +10,7 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.gateway.providers import text_pieces
-from hopline.harness.events import AgentText, IterationProgress, LoopEvent, PlanUpdated
+from hopline.harness.events import AgentText, IterationProgress, PlanUpdated
 from hopline.harness.failures import classify_http_status
 from hopline.harness.loop import ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, Usage
@@ -19,18 +19,9 @@ from hopline.harness.profiles import get_profile
 from hopline.harness.scripted import InProcessModel, ScriptedModel
 from hopline.harness.tokens import estimate
 
+from .test_loop import Recorder
+
 DEFAULT = Budget.defaults()
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[LoopEvent] = []
-
-    async def __call__(self, event: LoopEvent) -> None:
-        self.events.append(event)
-
-    def of(self, kind: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, kind)]
 
 
 class StreamingScripted(InProcessModel):
