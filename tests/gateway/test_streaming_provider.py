@@ -246,21 +246,27 @@ async def test_a_cut_stream_through_the_gateway_is_model_origin_with_the_bytes_r
     assert failure.observed_bytes == len("".join(texts).encode())
 
 
+@pytest.mark.parametrize("held_after", [2, 0])
 async def test_a_cancel_mid_stream_closes_the_upstream_connection(strict: StrictOpenAI,
-                                                                  gateway_factory: GatewayFactory) -> None:
+                                                                  gateway_factory: GatewayFactory,
+                                                                  held_after: int) -> None:
+    # 2: two deltas, then the server waits for its client to leave; 0: it waits before the first
+    # delta (a model still thinking), when the gateway has not begun its answer yet
     strict.reply = Reply(TEXT, [])
-    strict.hold_after = 2  # two deltas, then the server waits for the client to leave
+    strict.hold_after = held_after
     budget = Budget.defaults()
     gw = gateway_factory(budget, _provider(strict, budget))
-    first = asyncio.Event()
-
-    async def on_text(text: str) -> None:
-        first.set()
+    texts = TextLog()
 
     async with HttpModel(gw.url, "s-1", TOKEN, budget) as model:
-        task = asyncio.create_task(model.complete_streaming(encode_request(_turn()), on_text))
-        await asyncio.wait_for(first.wait(), 10)
-        assert not strict.disconnected.is_set()
+        task = asyncio.create_task(model.complete_streaming(encode_request(_turn()), texts))
+        async def held() -> None:
+            while len(texts) < held_after or not strict.requests:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(held(), 10)
+        await asyncio.sleep(0.05)
+        assert not strict.disconnected.is_set() and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -137,7 +137,7 @@ def create_gateway_app(
         )
         del raw, data
         if accepts_ndjson(request.headers.get("accept")):  # the streaming form (G-5)
-            return await stream_llm_turn(provider, turn)
+            return stream_llm_turn(provider, turn)
         try:
             answer = await provider.complete(turn)
         except TurnFailure as failure:

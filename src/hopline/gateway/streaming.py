@@ -11,7 +11,8 @@ first item, with ``200`` and one JSON object per line:
   received).
 
 A failure before the first item keeps the JSON form's status and body (413 stays 413). When the
-client goes away the provider's stream is closed, so the upstream connection is closed too.
+client goes away — while the provider thinks or while it streams — the provider's stream is closed,
+so the upstream connection is closed too.
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ NDJSON_MEDIA_TYPE = "application/x-ndjson"
 LINE_DELTA = "delta"
 LINE_MESSAGE = "message"
 LINE_ERROR = "error"
+
+
+def _no_answer() -> TurnFailure:
+    return TurnFailure("model", "the provider's stream ended without an answer")
 
 
 def accepts_ndjson(accept: str | None) -> bool:
@@ -79,8 +84,7 @@ async def _lines(first: StreamItem, items: AsyncGenerator[StreamItem, None]) -> 
             yield _line(item)
             if isinstance(item, LlmTurnResponse):
                 return
-        failure = TurnFailure("model", "the provider's stream ended without an answer")
-        yield encode({"type": LINE_ERROR, **failure.to_json()})
+        yield encode({"type": LINE_ERROR, **_no_answer().to_json()})
     except TurnFailure as failure:
         log.warning("llm-turn stream failed", extra={
             "origin": failure.origin, "status": gateway_status(failure), "providerStatus": failure.status,
@@ -90,39 +94,48 @@ async def _lines(first: StreamItem, items: AsyncGenerator[StreamItem, None]) -> 
         await items.aclose()
 
 
-class NdjsonStream(StreamingResponse):
-    """A streamed answer that stops (and closes its source) as soon as the client disconnects,
-    whether or not a line is being written at that moment."""
+class NdjsonTurnAnswer(Response):
+    """The streaming form's whole answer as one ASGI response. It listens for the client's
+    disconnect from the start, while waiting for the provider's first item too, and then closes the
+    provider's stream (so its upstream connection) at once."""
 
     media_type = NDJSON_MEDIA_TYPE
 
-    def __init__(self, lines: AsyncGenerator[bytes, None]) -> None:
-        super().__init__(lines, media_type=NDJSON_MEDIA_TYPE)
-        self._lines = lines
+    def __init__(self, items: AsyncGenerator[StreamItem, None]) -> None:
+        super().__init__(media_type=NDJSON_MEDIA_TYPE)
+        self._items = items
+        self._lines: AsyncGenerator[bytes, None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             async with anyio.create_task_group() as group:
-                async def write() -> None:
+                async def answer() -> None:
                     with contextlib.suppress(OSError):  # the client went away while a line was sent
-                        await self.stream_response(send)
+                        await self._answer(scope, receive, send)
                     group.cancel_scope.cancel()
 
-                group.start_soon(write)
-                await self.listen_for_disconnect(receive)
+                group.start_soon(answer)
+                while (await receive())["type"] != "http.disconnect":
+                    pass  # the request body was read already: only its end can come
                 group.cancel_scope.cancel()
         finally:
-            await self._lines.aclose()
+            if self._lines is not None:
+                await self._lines.aclose()
+            await self._items.aclose()
+
+    async def _answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            first = await self._items.__anext__()
+        except TurnFailure as failure:  # before the stream began: the JSON form's status and body
+            await turn_failure_response(failure)(scope, receive, send)
+            return
+        except StopAsyncIteration:
+            await turn_failure_response(_no_answer())(scope, receive, send)
+            return
+        self._lines = _lines(first, self._items)
+        await StreamingResponse(self._lines, media_type=NDJSON_MEDIA_TYPE).stream_response(send)
 
 
-async def stream_llm_turn(provider: Provider, turn: LlmTurnRequest) -> Response:
+def stream_llm_turn(provider: Provider, turn: LlmTurnRequest) -> Response:
     """The streaming form's answer (see the module docstring)."""
-    items = _items(provider, turn)
-    try:
-        first = await items.__anext__()
-    except TurnFailure as failure:
-        await items.aclose()
-        return turn_failure_response(failure)
-    except StopAsyncIteration:
-        return turn_failure_response(TurnFailure("model", "the provider gave no answer"))
-    return NdjsonStream(_lines(first, items))
+    return NdjsonTurnAnswer(_items(provider, turn))
