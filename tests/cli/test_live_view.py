@@ -46,6 +46,19 @@ async def test_off_a_terminal_each_chunk_is_written_as_it_arrives() -> None:
     assert text.count("agent: Looking at the workspace first.\n") == 1
 
 
+async def test_a_retry_after_a_cut_stream_is_said() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=160)
+    tracker = TurnTracker("p1")
+    retry = {"origin": "model", "status": 502, "hop": "gateway.provider", "attempt": 1, "streamedBytes": 11}
+    with LiveView(console) as view:
+        await _feed(view, tracker, [_progress(1), _chunk(2, PIECES[0]), _chunk(3, PIECES[1]),
+                                    _progress(4, retry=retry), _chunk(5, "Looking again.")])
+    text = out.getvalue()
+    assert "agent: Looking at \n↻ llm-turn sent again after a failure (origin model, HTTP 502; 11 B of its " \
+           "reply had streamed)\nagent: Looking again." in text
+
+
 async def test_on_a_terminal_the_text_grows_above_the_progress_line() -> None:
     console = Console(file=io.StringIO(), force_terminal=True, width=160, height=30)
     tracker = TurnTracker("p1")

@@ -93,6 +93,14 @@ def compaction_line(record: dict[str, Any], number: int) -> str:
     return line
 
 
+def retry_line(retry: dict[str, Any]) -> str:
+    """Why the llm-turn is sent again (a reply cut mid-stream is shown again whole after this)."""
+    status = f", HTTP {retry['status']}" if retry.get("status") else ""
+    streamed = int(retry.get("streamedBytes") or 0)
+    cut = f"; {_size(streamed)} of its reply had streamed" if streamed else ""
+    return f"↻ llm-turn sent again after a failure (origin {retry.get('origin')}{status}{cut})"
+
+
 class LiveView:
     """Rich rendering of a turn: a scrolling log of tool calls and compactions above a live
     progress line. The agent's text shows as it streams: on a terminal it grows in the live area
@@ -161,7 +169,7 @@ class LiveView:
         self.console.file.flush()
 
     async def on_event(self, event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
-        from hopline.client.events import COMPACTION
+        from hopline.client.events import COMPACTION, PROGRESS
 
         self._tracker = tracker
         if event.update_kind == "agent_message_chunk":
@@ -174,6 +182,9 @@ class LiveView:
                 self.console.print(_escape(tool_line(changed)), highlight=False)
         elif event.type == COMPACTION:
             line = compaction_line(tracker.compactions[-1], len(tracker.compactions))
+            self.console.print(f"[yellow]{_escape(line)}[/]", highlight=False)
+        elif event.type == PROGRESS and isinstance((event.data.get("progress") or {}).get("retry"), dict):
+            line = retry_line(event.data["progress"]["retry"])
             self.console.print(f"[yellow]{_escape(line)}[/]", highlight=False)
         elif event.synthetic and event.type not in ("replay_complete",):
             self.console.print(f"[magenta]{event.type}[/] {_escape(str(event.data)[:200])}", highlight=False)

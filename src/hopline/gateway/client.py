@@ -13,7 +13,7 @@ or breaks before its answer is a ``model`` failure carrying the bytes of text re
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import quote
 
 import httpx
@@ -22,10 +22,10 @@ import orjson
 from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB
 from hopline.gateway.streaming import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.harness.failures import classify_http_status
-from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure, Usage
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
 from hopline.wire.ndjson import Frame, NdjsonDecoder
 
-ORIGINS = ("code", "model", "tool", "cancelled")
+ORIGINS: tuple[str, ...] = get_args(Origin)
 
 # The upload is handed to httpx in slices of this size, so that a failure can tell "during upload"
 # from "after the body was sent" (a framing choice, not a ceiling).

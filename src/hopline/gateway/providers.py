@@ -35,7 +35,7 @@ import httpx
 import orjson
 
 from hopline.budget import HOP_PROVIDER, Budget
-from hopline.client.sse import SseEventTooLarge, SseParser
+from hopline.client.sse import SseEventTooLarge, SseParser  # the project's one bounded, sans-IO SSE parser
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,

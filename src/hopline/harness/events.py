@@ -108,7 +108,8 @@ class IterationProgress:
     # "usage": the provider's last prompt_tokens plus the estimate of what was added since (H-2);
     # "bytes": the bytes-per-token estimate; "content": the seed's content-only estimate (naive).
     estimate_source: EstimateSource = "bytes"
-    # Set when this send retries the iteration's llm-turn: {attempt, origin, status, streamedBytes}.
+    # Set when this send retries the iteration's llm-turn: what failed ({origin, status, hop}), which
+    # send of the iteration it was (``attempt``, from 1) and the bytes of text it had streamed.
     retry: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:

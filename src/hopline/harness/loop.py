@@ -117,7 +117,6 @@ class ToolLoop:
         self.summarizer = ModelSummarizer(summarizer_model or model, budget)
         self._task: asyncio.Task[Any] | None = None
         self._compacted_in_iteration: CompactionRecord | None = None
-        self._streamed_text = False  # the last answer's text already went out as deltas
         self._plan = PlanTracker(budget.plan_max_entries)
 
     @property
@@ -174,11 +173,11 @@ class ToolLoop:
             await self._compaction_check(conversation, result)
             self._repair(conversation, result)
             await self._size_check(conversation, result)
-            response = await self._send(conversation, result, iteration)
+            response, streamed = await self._send(conversation, result, iteration)
             message = _validated(response)
             conversation.append(message)
             text = message.get("content") or ""
-            if text and not self._streamed_text:
+            if text and not streamed:  # a streamed answer's text went out delta by delta already
                 await self._emit(AgentText(text))
             calls = message.get("tool_calls")
             if not calls:
@@ -269,10 +268,13 @@ class ToolLoop:
         await self._emit(Compacted(record))
         return record
 
-    async def _send(self, conversation: list[Message], result: TurnResult, iteration: int) -> LlmTurnResponse:
+    async def _send(self, conversation: list[Message], result: TurnResult,
+                    iteration: int) -> tuple[LlmTurnResponse, bool]:
+        """The answer, and whether its text was streamed (handed out as AgentText deltas)."""
         size_retried = False
-        attempt = 0
-        retry: dict[str, Any] | None = None
+        attempt = 0  # model-origin retries
+        sends = 0
+        retry: dict[str, Any] | None = None  # what the next send retries, for its progress event
         while True:
             self.sizer.sync(conversation)
             encoded = self.sizer.encoded()
@@ -287,6 +289,7 @@ class ToolLoop:
                 effective_window_tokens=self.bounds.effective_window, compactions=len(result.compactions),
                 trigger=record.trigger if record else None, estimate_source=source, retry=retry))
             result.max_body_bytes = max(result.max_body_bytes, encoded.size)
+            sends += 1
             streamed = 0
 
             async def on_text(text: str) -> None:
@@ -299,12 +302,11 @@ class ToolLoop:
                     response = await self.model.complete_streaming(encoded, on_text)
                 else:
                     response = await self.model.complete(encoded)
-                self._streamed_text = streamed > 0
                 if not self.naive:  # the seed's engine had no anchor
                     self.sizer.anchor(response.usage.prompt_tokens)
-                return response
+                return response, streamed > 0
             except TurnFailure as failure:
-                retry = {**failures.failure_brief(failure), "attempt": attempt + 1, "streamedBytes": streamed}
+                retry = {**failures.failure_brief(failure), "attempt": sends, "streamedBytes": streamed}
                 if failure.size_error and not self.naive and not size_retried:
                     # Compact and retry once; never resend the same body.
                     size_retried = True

@@ -127,8 +127,10 @@ class ModelSummarizer:
     async def summarize(self, messages: list[Message], max_bytes: int) -> str:
         summary = ""
         for piece in self.chunks(messages, max_bytes):
-            prompt = (f"Summary so far:\n{summary}\n\nTranscript to fold in:\n{piece}" if summary
-                      else f"Transcript:\n{piece}")
+            # The bound travels in the text: a real model follows it (params are ours, not sent).
+            bound = f"Write the summary in at most {max_bytes} bytes.\n"
+            prompt = bound + (f"Summary so far:\n{summary}\n\nTranscript to fold in:\n{piece}" if summary
+                              else f"Transcript:\n{piece}")
             request = LlmTurnRequest(
                 messages=[{"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
                           {"role": "user", "content": prompt}],
