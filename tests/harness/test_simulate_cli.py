@@ -70,3 +70,11 @@ def test_naive_on_defaults_fails_like_the_seed_with_origin_code() -> None:
     failure = summary["failures"][-1]
     assert failure["origin"] == "code" and failure["status"] == 413 and failure["hop"] == "gateway.llm_turn"
     assert failure["limitBytes"] == 100 * KiB < failure["observedBytes"] == summary["maxBodyBytes"]
+
+
+def test_the_model_window_comes_from_the_env_and_the_flag_wins() -> None:
+    env = {"HOPLINE_MODEL_CONTEXT_WINDOW": "50000"}
+    _, from_env = simulate("--iterations", "2", env=env)
+    assert {r["effectiveWindowTokens"] for r in from_env["iterations"]} == {50_000}
+    _, from_flag = simulate("--iterations", "2", "--context-window", "20000", env=env)
+    assert {r["effectiveWindowTokens"] for r in from_flag["iterations"]} == {20_000}

@@ -33,8 +33,8 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
     from hopline.harness.scripted import InProcessModel, ScriptedModel
 
     profile = get_profile(profile_name, budget).replace(max_iterations=iterations)
-    if context_window is not None:
-        profile = profile.replace(context_window=context_window)
+    if context_window is not None:  # the model's window, like HOPLINE_MODEL_CONTEXT_WINDOW (and over it)
+        budget = budget.replace(model_context_window_tokens=context_window)
     if write_bytes is None:
         write_bytes = 32 * 1024 if "write_file" in profile.tools else 0
     scripted = ScriptedModel(seed=seed, tools_per_iteration=tools_per_iteration,
