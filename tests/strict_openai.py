@@ -13,7 +13,9 @@ recognized by hopline's summarizer system prompt, as a real model would simply f
 ``usage.prompt_tokens`` counts the request's messages and tools JSON at ``bytes_per_token``.
 
 Knobs for failure tests: ``cut_after`` deltas then the stream stops without finishing (``"close"``:
-the body ends cleanly; ``"reset"``: the connection drops mid-body); ``hold_after`` deltas then
+the body ends cleanly; ``"drop"``: the connection closes mid-body; ``"reset"``: it is reset);
+``drop_after_finish`` closes it mid-body right after the ``finish_reason`` chunk (no usage, no
+``[DONE]``); ``hold_after`` deltas then
 the server waits for the client to go away and records it in ``disconnected``; ``delta_delay`` and
 ``first_delta_delay`` pace the stream (benchmarks). ``text_delta_at`` holds, per streamed answer,
 the ``time.perf_counter()`` right after each of its text deltas was written (flushed).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import select
 import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -146,6 +149,7 @@ class StrictOpenAI:
         self.reply: Reply | None = None  # a fixed answer instead of the scripted model's
         self.cut_after: int | None = None
         self.cut_mode = "close"
+        self.drop_after_finish = False  # close the connection mid-body right after the finish chunk
         self.hold_after: int | None = None
         self.hold_seconds = 30.0  # how long a held stream waits for the client to leave
         self.delta_delay = 0.0
@@ -293,6 +297,20 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
+    def _cut(self, mode: str) -> None:
+        """End the stream unfinished: ``close`` ends the body cleanly, ``drop`` closes the connection
+        mid-body (FIN), ``reset`` drops it (RST)."""
+        self.close_connection = True
+        if mode == "drop":
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+        elif mode == "reset":
+            linger_zero = struct.pack("ii", 1, 0)  # close with an RST, as a dropped connection does
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger_zero)
+            self.connection.close()
+        else:
+            self.wfile.write(b"0\r\n\r\n")
+
     def _stream(self, body: dict[str, Any], reply: Reply) -> None:
         owner = self.server_owner
         self.send_response(200)
@@ -306,13 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
             for delta in owner.deltas(reply):
                 counted = "role" not in delta
                 if counted and owner.cut_after is not None and sent >= owner.cut_after:
-                    self.close_connection = True
-                    if owner.cut_mode == "reset":
-                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                                   b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                        self.connection.close()
-                    else:
-                        self.wfile.write(b"0\r\n\r\n")
+                    self._cut(owner.cut_mode)
                     return
                 if counted and owner.hold_after is not None and sent >= owner.hold_after:
                     self.close_connection = True
@@ -331,6 +343,9 @@ class _Handler(BaseHTTPRequestHandler):
                         written.append(time.perf_counter())
             finish = "tool_calls" if reply.tool_calls else "stop"
             self._event(self._chunk(body, choices=[{"index": 0, "delta": {}, "finish_reason": finish}]))
+            if owner.drop_after_finish:
+                self._cut("drop")
+                return
             if (body.get("stream_options") or {}).get("include_usage"):
                 self._event(self._chunk(body, choices=[], usage=owner.usage(body, reply)))
             self._event(b"[DONE]")

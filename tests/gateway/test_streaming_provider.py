@@ -138,7 +138,7 @@ async def test_interleaved_tool_call_deltas_are_assembled(strict: StrictOpenAI) 
     assert order[:3] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("mode", ["close", "reset"])
+@pytest.mark.parametrize("mode", ["close", "drop", "reset"])
 async def test_a_stream_cut_in_the_middle_is_model_origin_with_the_bytes_received(strict: StrictOpenAI,
                                                                                  mode: str) -> None:
     strict.reply = Reply(TEXT, [])
@@ -153,6 +153,14 @@ async def test_a_stream_cut_in_the_middle_is_model_origin_with_the_bytes_receive
     assert failure.origin == "model" and failure.retryable and failure.hop == HOP_PROVIDER
     assert failure.observed_bytes == len("".join(received).encode())
     assert f"after {failure.observed_bytes} bytes of deltas" in failure.message
+
+
+async def test_a_break_after_the_finish_reason_keeps_the_answer(strict: StrictOpenAI) -> None:
+    strict.reply = REPLY
+    strict.drop_after_finish = True  # the connection breaks: the usage chunk and [DONE] never come
+    texts, answer = await _collect(_provider(strict), _turn())
+    assert "".join(texts) == TEXT and answer.message["tool_calls"] == CALLS
+    assert answer.usage.prompt_tokens == 0  # not reported: the loop keeps the bytes estimate
 
 
 @pytest.mark.parametrize("slack", [0, -1])

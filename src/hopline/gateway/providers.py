@@ -282,10 +282,11 @@ class OpenAIProvider:
                     raise self._cut(received, raw_bytes, "the connection ended")
         except httpx.TransportError as exc:
             timed_out = isinstance(exc, httpx.TimeoutException)
-            if raw_bytes:
+            if not raw_bytes:
+                failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
+                raise as_provider_failure(failure, 504 if timed_out else None) from None
+            if not received.finished:  # a break after the finish_reason loses only the usage chunk
                 raise self._cut(received, raw_bytes, type(exc).__name__, timed_out=timed_out) from None
-            failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
-            raise as_provider_failure(failure, 504 if timed_out else None) from None
         except SseEventTooLarge as exc:
             raise ProviderFailure("model", f"one event of the provider's stream passed {exc.limit} bytes "
                                   "(HOPLINE_PROVIDER_STREAM_MAX_BYTES); cut", gateway_status=502,
