@@ -50,6 +50,24 @@ def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]
     return stub
 
 
+def undelivered_bytes(update: dict[str, Any]) -> int:
+    """Bytes of ``update``'s payload a client cannot have: a payload replaced by the oversize note
+    (``_meta["hopline.dropped"]``) and each field the sidecar store refused (its entry in
+    ``_meta["hopline.sidecar"]`` says ``truncated``: only a preview went out)."""
+    meta = update.get("_meta")
+    if not isinstance(meta, dict):
+        return 0
+    lost = 0
+    dropped = meta.get("hopline.dropped")
+    if isinstance(dropped, dict) and isinstance(dropped.get("bytes"), int):
+        lost += dropped["bytes"]
+    entries = meta.get("hopline.sidecar")
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("truncated") and isinstance(entry.get("bytes"), int):
+            lost += entry["bytes"]
+    return lost
+
+
 def oversize_replacement(budget: Budget) -> InboundProjector:
     limit = budget.sse_max_event_bytes
 
