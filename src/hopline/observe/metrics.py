@@ -75,7 +75,6 @@ class PipeMetrics:
         """Per direction: ``counts`` (one per bucket: ``(previous bound, bound]`` for each of
         :attr:`boundaries`, then the overflow bucket), ``count`` and ``sumBytes``, read from the
         same registry ``/metrics`` renders (so the two never disagree)."""
-        bucket_name = EXPORTED_NAME
         cumulative: dict[str, dict[float, float]] = {d: {} for d in DIRECTIONS}
         totals: dict[str, dict[str, float]] = {d: {"count": 0.0, "sum": 0.0} for d in DIRECTIONS}
         for family in self.registry.collect():
@@ -83,11 +82,11 @@ class PipeMetrics:
                 direction = sample.labels.get("direction", "")
                 if direction not in cumulative:
                     continue
-                if sample.name == bucket_name + "_bucket":
+                if sample.name == EXPORTED_NAME + "_bucket":
                     cumulative[direction][float(sample.labels["le"])] = sample.value
-                elif sample.name == bucket_name + "_count":
+                elif sample.name == EXPORTED_NAME + "_count":
                     totals[direction]["count"] = sample.value
-                elif sample.name == bucket_name + "_sum":
+                elif sample.name == EXPORTED_NAME + "_sum":
                     totals[direction]["sum"] = sample.value
         out: dict[str, dict[str, object]] = {}
         for direction in DIRECTIONS:

@@ -36,7 +36,7 @@ export class ApiError extends Error {
 }
 
 /** One line for an error body of any of the daemon's shapes. */
-export function describeError(body, fallback) {
+function describeError(body, fallback) {
   if (!body || typeof body !== 'object') return fallback;
   const error = body.error;
   if (error && typeof error === 'object') {

@@ -1,7 +1,7 @@
 // Live views poll the daemon: each load starts when the previous one has finished, so a slow
 // daemon is never asked twice at once.
 
-export const REFRESH_MS = 2000;
+const REFRESH_MS = 2000;
 
 /** Runs `load` now and REFRESH_MS after each run; `note` (optional) says when, or why not. */
 export function refreshEvery(load, note) {

@@ -38,9 +38,8 @@ function meter(value, max, label) {
 }
 
 class SessionView {
-  constructor(root, ctx, sessionId) {
+  constructor(root, sessionId) {
     this.root = root;
-    this.ctx = ctx;
     this.sessionId = sessionId;
     this.stream = null;
     this.prompts = new Map(); // promptId -> {header, progress, maxBody, compactions, permissions:[]}
@@ -564,7 +563,7 @@ export default {
     return m ? { sessionId: decodeURIComponent(m[1]) } : null;
   },
   mount(root, ctx, { sessionId }) {
-    const view = new SessionView(root, ctx, sessionId);
+    const view = new SessionView(root, sessionId);
     view.start();
     return () => view.stop();
   },
