@@ -223,6 +223,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "large-frame records per sampling window"),
     Ceiling("large_frame_log_window_seconds", HOP_OBSERVE, Unit.SECONDS, 60.0, None,
             "large-frame sampling window"),
+    Ceiling("large_frame_recent_records", HOP_OBSERVE, Unit.COUNT, 50, "HOPLINE_LARGE_FRAME_RECENT_RECORDS",
+            "latest large-frame records kept in memory for GET /daemon/frames (the console)",
+            minimum=0, maximum=1000),
     # --- hop 1: daemon API and SSE ------------------------------------------------------------
     Ceiling("daemon_json_body_limit", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
             "HOPLINE_DAEMON_JSON_BODY_LIMIT", "daemon API JSON body limit (prompts, permissions)"),
@@ -320,6 +323,7 @@ class Budget:
     large_frame_threshold_bytes: int
     large_frame_log_quota: int
     large_frame_log_window_seconds: float
+    large_frame_recent_records: int
     daemon_json_body_limit: int
     sse_max_event_bytes: int
     client_sse_max_event_bytes: int

@@ -31,6 +31,12 @@ class Daemon:
     proc: subprocess.Popen[bytes]
     log_path: Path
     data_dir: Path
+    stdout_lines: list[str] = dataclasses.field(default_factory=list)  # all it printed, so far
+
+    @property
+    def console_url(self) -> str:
+        """The URL of the browser console, as `hopline serve` printed it."""
+        return next(line.split(" ", 1)[1] for line in self.stdout_lines if line.startswith("console: "))
 
     @property
     def headers(self) -> dict[str, str]:
@@ -65,19 +71,17 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
     assert proc.stdout is not None
     found: list[str] = []
     printed: list[str] = []
+    stdout_lines: list[str] = []
 
     def read_url() -> None:
         assert proc.stdout is not None
-        for raw in proc.stdout:
+        for raw in proc.stdout:  # read to the end, so the daemon never blocks on stdout
             line = raw.decode(errors="replace").strip()
+            stdout_lines.append(line)
             if line.startswith("HOPLINE_SERVER_TOKEN="):
                 printed.append(line.split("=", 1)[1])
             if line.startswith("hopline serve listening on "):
                 found.append(line.rsplit(" ", 1)[1])
-                break
-        # keep draining so the daemon never blocks on stdout
-        for _ in proc.stdout:
-            pass
 
     threading.Thread(target=read_url, daemon=True).start()
     deadline = time.monotonic() + START_TIMEOUT
@@ -99,7 +103,7 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
             stop_daemon_proc(proc)
             raise RuntimeError("hopline serve never became healthy")
         time.sleep(0.05)
-    return Daemon(url, token, proc, log_path, data)
+    return Daemon(url, token, proc, log_path, data, stdout_lines)
 
 
 def stop_daemon_proc(proc: subprocess.Popen[bytes]) -> None:

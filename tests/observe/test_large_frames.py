@@ -353,3 +353,27 @@ def test_no_payload_session_id_path_prompt_or_raw_output_is_logged(caplog: pytes
     assert CANARY not in logged
     assert CANARY.lower() not in logged.lower()
     assert CANARY not in orjson.dumps(records).decode()
+
+
+def test_recent_keeps_the_newest_logged_records_up_to_its_ceiling() -> None:
+    """The records ``GET /daemon/frames`` shows: at most ``large_frame_recent_records``, newest
+    first, each the logged record plus its time; suppressed frames are counted, not kept."""
+    msg = {"jsonrpc": "2.0", "id": 1, "result": {}}
+    keep = 3
+    budget = BUDGET.replace(large_frame_recent_records=keep, large_frame_log_quota=keep + 1)
+    clock = FakeClock()
+    obs = LargeFrameObserver(budget, clock=clock, wall_clock_ms=clock.wall)
+    logged = []
+    for i in range(keep):  # exactly at the ceiling: all kept
+        clock.advance(1)
+        logged.append(obs.observe("inbound", THRESHOLD + i, msg))
+    assert [r["bytes"] for r in obs.recent()] == [THRESHOLD + 2, THRESHOLD + 1, THRESHOLD]
+    clock.advance(1)
+    logged.append(obs.observe("inbound", THRESHOLD + keep, msg))  # one over: the oldest goes
+    assert [r["bytes"] for r in obs.recent()] == [THRESHOLD + 3, THRESHOLD + 2, THRESHOLD + 1]
+    assert obs.observe("inbound", 10 * THRESHOLD, msg) is None  # over the log quota: suppressed
+    newest = obs.recent()[0]
+    assert newest["bytes"] == THRESHOLD + 3
+    assert newest == {**logged[-1], "atMs": clock.wall()}
+    none_kept = LargeFrameObserver(BUDGET.replace(large_frame_recent_records=0))
+    assert none_kept.observe("inbound", THRESHOLD, msg) is not None and none_kept.recent() == []

@@ -79,3 +79,28 @@ def test_private_registries_coexist() -> None:
     assert a.registry is not b.registry
     a.shutdown()
     b.shutdown()
+
+
+def test_snapshot_counts_each_frame_in_its_bucket_at_the_bound_and_one_byte_over() -> None:
+    """``PipeMetrics.snapshot`` (what ``GET /daemon/frames`` and the console draw) reads the same
+    registry as ``/metrics``: a bucket is ``(previous bound, bound]``, the last one is overflow."""
+    budget = Budget.defaults()
+    metrics = PipeMetrics(budget)
+    bounds = metrics.boundaries
+    threshold = budget.large_frame_threshold_bytes
+    for size in (0, 256, 257, threshold, threshold + 1, 64 * MiB, 64 * MiB + 1):
+        metrics.record("inbound", size)
+    snapshot = metrics.snapshot()
+    counts = snapshot["inbound"]["counts"]
+    assert isinstance(counts, list) and len(counts) == len(bounds) + 1
+    expected = [0] * (len(bounds) + 1)
+    for size in (0, 256, 257, threshold, threshold + 1, 64 * MiB, 64 * MiB + 1):
+        expected[next((i for i, b in enumerate(bounds) if size <= b), len(bounds))] += 1
+    assert counts == expected
+    assert counts[0] == 2 and counts[-1] == 1  # 0 and 256 in the first bucket; 64 MiB + 1 overflows
+    assert snapshot["inbound"]["count"] == 7
+    assert snapshot["inbound"]["sumBytes"] == 0 + 256 + 257 + 2 * threshold + 1 + 2 * 64 * MiB + 1
+    assert snapshot["outbound"] == {"counts": [0] * (len(bounds) + 1), "count": 0, "sumBytes": 0}
+    cumulative = {float(s[1]["le"]): s[2] for s in _samples(metrics)
+                  if s[0].endswith("_bucket") and s[1]["direction"] == "inbound"}
+    assert [int(cumulative[b]) for b in bounds] == [sum(counts[: i + 1]) for i in range(len(bounds))]

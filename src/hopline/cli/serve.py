@@ -36,6 +36,7 @@ def register(app: typer.Typer) -> None:
 
         import uvicorn
 
+        from hopline.console import CONSOLE_PREFIX
         from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
         from hopline.logs import configure_json_logging
 
@@ -48,7 +49,8 @@ def register(app: typer.Typer) -> None:
         else:
             root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
         server_token = os.environ.get(SERVER_TOKEN_ENV, "")
-        if not server_token:
+        generated_token = not server_token
+        if generated_token:
             server_token = secrets.token_urlsafe(32)
             print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
         internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
@@ -77,6 +79,9 @@ def register(app: typer.Typer) -> None:
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=STOP_GRACE_SECONDS)
         server = DaemonServer(config)
+        # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
+        console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={server_token}" if generated_token else "")
+        print(f"console: {console_url}", flush=True)
         print(f"hopline serve listening on {url}", flush=True)
         logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port})
         asyncio.run(server.serve(sockets=[sock]))

@@ -415,6 +415,11 @@ def create_daemon_app(
             body += gateway.state.metrics.render()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
+    from hopline.console import ConsoleDispatcher, frames_router
+
+    app.include_router(frames_router(budget, instruments))
+
     guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
     authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",))
-    return InternalDispatcher(authed, gateway, app)
+    # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.
+    return InternalDispatcher(ConsoleDispatcher(authed), gateway, app)

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
+from hopline.sidecars.projection import META_KEY as SIDECAR_META_KEY
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
 
@@ -24,6 +25,7 @@ EVENT_ENVELOPE_BYTES = 1 * KiB
 _TITLE_CHARS = 128
 _MESSAGE_KINDS = frozenset({"agent_message_chunk", "user_message_chunk", "agent_thought_chunk"})
 _TOOL_KINDS = frozenset({"tool_call", "tool_call_update"})
+DROPPED_META_KEY = "hopline.dropped"
 
 
 def dropped_note(size: int, limit: int) -> str:
@@ -45,9 +47,27 @@ def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]
         if isinstance(title, str):
             stub["title"] = title[:_TITLE_CHARS]
         stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
-    stub["_meta"] = {"hopline.dropped": {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
+    stub["_meta"] = {DROPPED_META_KEY: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
                                          "reason": "sse_max_event_bytes"}}
     return stub
+
+
+def undelivered_bytes(update: dict[str, Any]) -> int:
+    """Bytes of ``update``'s payload a client cannot have: a payload replaced by the oversize note
+    (``_meta["hopline.dropped"]``) and each field the sidecar store refused (its entry in
+    ``_meta["hopline.sidecar"]`` says ``truncated``: only a preview went out)."""
+    meta = update.get("_meta")
+    if not isinstance(meta, dict):
+        return 0
+    lost = 0
+    dropped = meta.get(DROPPED_META_KEY)
+    if isinstance(dropped, dict) and isinstance(dropped.get("bytes"), int):
+        lost += dropped["bytes"]
+    entries = meta.get(SIDECAR_META_KEY)
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("truncated") and isinstance(entry.get("bytes"), int):
+            lost += entry["bytes"]
+    return lost
 
 
 def oversize_replacement(budget: Budget) -> InboundProjector:

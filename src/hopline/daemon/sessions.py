@@ -35,7 +35,7 @@ from hopline.daemon.child import (
     child_environment,
 )
 from hopline.daemon.journal import Journal
-from hopline.daemon.projection import InboundProjector, oversize_replacement
+from hopline.daemon.projection import InboundProjector, oversize_replacement, undelivered_bytes
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
 from hopline.wire.ndjson import FrameError, FrameTooLarge
@@ -93,6 +93,9 @@ class DaemonSession:
         self.permissions: dict[str, PendingPermission] = {}
         self.loading: LoadState | None = None
         self.frames_dropped = 0
+        # Bytes the client cannot have: dropped frames, and payloads that went out as a note or a
+        # truncated preview (counted when published; shown in /daemon/status and the console).
+        self.lost_bytes = 0
 
     @property
     def cwd(self) -> str:
@@ -372,8 +375,7 @@ class SessionManager:
             if size > self.budget.sidecar_threshold_bytes and update.get("sessionUpdate") in OFFLOADED_KINDS:
                 # A large tool update may be written to the sidecar store (files, fsync): off the loop.
                 return self._project_and_publish(session, prompt_id, update)
-            self.bus.publish(session.id, "session_update",
-                             {"promptId": prompt_id, "update": self.projector(session.id, update)})
+            self._publish_update(session, prompt_id, self.projector(session.id, update))
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -385,7 +387,12 @@ class SessionManager:
                                    update: dict[str, Any]) -> None:
         projected = await asyncio.to_thread(self.projector, session.id, update)
         if session.id in self.sessions:  # not deleted meanwhile
-            self.bus.publish(session.id, "session_update", {"promptId": prompt_id, "update": projected})
+            self._publish_update(session, prompt_id, projected)
+
+    def _publish_update(self, session: DaemonSession, prompt_id: str | None,
+                        projected: dict[str, Any]) -> None:
+        session.lost_bytes += undelivered_bytes(projected)
+        self.bus.publish(session.id, "session_update", {"promptId": prompt_id, "update": projected})
 
     def _on_request(self, session: DaemonSession, child: AcpChild, message: dict[str, Any]) -> None:
         method = message.get("method")
@@ -405,6 +412,7 @@ class SessionManager:
     def _on_frame_error(self, session: DaemonSession, error: FrameError | None, size: int,
                         reason: str) -> None:
         session.frames_dropped += 1
+        session.lost_bytes += size
         limit = error.limit if isinstance(error, FrameTooLarge) else None
         reason_name = {"FrameTooLarge": "frame_too_large", "IncompleteFrame": "incomplete_frame",
                        "InvalidFrame": getattr(error, "reason", "invalid")}.get(reason, reason)
@@ -482,8 +490,7 @@ class SessionManager:
         if not loading.suppress:
             for update in updates:
                 if isinstance(update, dict):
-                    self.bus.publish(session.id, "session_update",
-                                     {"promptId": None, "update": self.projector(session.id, update)})
+                    self._publish_update(session, None, self.projector(session.id, update))
                     published += 1
         session.loading = None
         session.state = "ready"
@@ -570,6 +577,7 @@ class SessionManager:
                 "subscribers": self.bus.subscriber_count(session.id),
                 "lastEventId": self.journal.last_id(session.id),
                 "framesDropped": session.frames_dropped,
+                "lostBytes": session.lost_bytes,
                 "stderr": dataclasses.asdict(child.stderr) if child is not None else None,
             })
         return out

@@ -19,6 +19,7 @@ object as a small constant without calling its ``__str__``, ``__repr__``, ``__le
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import time
@@ -343,6 +344,9 @@ class LargeFrameObserver:
         self.logged_count = 0
         self.suppressed_count = 0
         self.failed_count = 0  # attribution or logging raised (swallowed)
+        # The latest logged records, for GET /daemon/frames; they hold what the log line holds.
+        self._recent: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=budget.large_frame_recent_records)
 
     def observe(self, direction: str, nbytes: int, message: Any) -> dict[str, Any] | None:
         """Attribute and log ``message`` if it is large and within the quota; return the record."""
@@ -374,6 +378,7 @@ class LargeFrameObserver:
             self._pending_suppressed_since_ms = None
         self.logged_count += 1
         self._emit(record)
+        self._recent.append({**record, "atMs": self._wall_clock_ms()})
         return record
 
     def _emit(self, record: dict[str, Any]) -> None:
@@ -386,3 +391,8 @@ class LargeFrameObserver:
     def snapshot(self) -> dict[str, int]:
         return {"logged": self.logged_count, "suppressed": self.suppressed_count,
                 "thresholdBytes": self.threshold_bytes}
+
+    def recent(self) -> list[dict[str, Any]]:
+        """The latest logged records (at most ``budget.large_frame_recent_records``), newest first,
+        each with ``atMs``, the wall-clock time it was logged."""
+        return list(reversed(self._recent))

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 HISTOGRAM_NAME = "hopline.daemon.pipe.message_bytes"
 HISTOGRAM_UNIT = "By"
 METER_NAME = "hopline.daemon.pipe"
+EXPORTED_NAME = HISTOGRAM_NAME.replace(".", "_")  # its Prometheus spelling (the name ends in _bytes)
 
 # Shape of the histogram, not a ceiling: the budget's pipe ceilings are merged in below.
 _BASE_BOUNDARIES: tuple[int, ...] = (
@@ -69,6 +70,35 @@ class PipeMetrics:
 
     def record(self, direction: Direction, nbytes: int) -> None:
         self._histogram.record(nbytes, attributes=self._attributes[direction])
+
+    def snapshot(self) -> dict[str, dict[str, object]]:
+        """Per direction: ``counts`` (one per bucket: ``(previous bound, bound]`` for each of
+        :attr:`boundaries`, then the overflow bucket), ``count`` and ``sumBytes``, read from the
+        same registry ``/metrics`` renders (so the two never disagree)."""
+        cumulative: dict[str, dict[float, float]] = {d: {} for d in DIRECTIONS}
+        totals: dict[str, dict[str, float]] = {d: {"count": 0.0, "sum": 0.0} for d in DIRECTIONS}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                direction = sample.labels.get("direction", "")
+                if direction not in cumulative:
+                    continue
+                if sample.name == EXPORTED_NAME + "_bucket":
+                    cumulative[direction][float(sample.labels["le"])] = sample.value
+                elif sample.name == EXPORTED_NAME + "_count":
+                    totals[direction]["count"] = sample.value
+                elif sample.name == EXPORTED_NAME + "_sum":
+                    totals[direction]["sum"] = sample.value
+        out: dict[str, dict[str, object]] = {}
+        for direction in DIRECTIONS:
+            previous = 0.0
+            counts: list[int] = []
+            for bound in [*self.boundaries, float("inf")]:
+                running = cumulative[direction].get(bound, previous)
+                counts.append(int(running - previous))
+                previous = running
+            out[direction] = {"counts": counts, "count": int(totals[direction]["count"]),
+                              "sumBytes": int(totals[direction]["sum"])}
+        return out
 
     def render(self) -> bytes:
         """Prometheus text exposition of the private registry (for ``GET /metrics``)."""
