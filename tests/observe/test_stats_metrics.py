@@ -12,15 +12,18 @@ from hopline.observe.stats import PipeStats
 def test_stats_snapshot_shape_and_values() -> None:
     stats = PipeStats()
     assert stats.snapshot() == {
-        "inbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
-        "outbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
+        "inbound": {"count": 0, "totalBytes": 0, "maxBytes": 0, "dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0},
+        "outbound": {"count": 0, "totalBytes": 0, "maxBytes": 0, "dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0},
     }
     for n in (10, 300, 20):
         stats.record("inbound", n)
     stats.record("outbound", 7)
+    stats.record_dropped("inbound", 500)
+    stats.record_dropped("inbound", 40)
     assert stats.snapshot() == {
-        "inbound": {"count": 3, "totalBytes": 330, "maxBytes": 300},
-        "outbound": {"count": 1, "totalBytes": 7, "maxBytes": 7},
+        "inbound": {"count": 3, "totalBytes": 330, "maxBytes": 300,
+                    "dropped": 2, "droppedBytes": 540, "maxDroppedBytes": 500},
+        "outbound": {"count": 1, "totalBytes": 7, "maxBytes": 7, "dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0},
     }
 
 

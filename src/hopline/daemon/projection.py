@@ -5,6 +5,9 @@ The default projector keeps every event under ``sse_max_event_bytes``: an update
 make a larger event is replaced by a small stub of the same ``sessionUpdate`` kind (tool call id and
 status kept, so the client's state machine goes on) carrying ``_meta["hopline.dropped"]`` with the
 size and the limit. The sidecar store (S-1) plugs in here instead and keeps the payload.
+
+:func:`losses` reads what an update says it lost (D-8): the ``lostBytes`` of its truncated sidecar
+entries and of a ``hopline.dropped`` stub; the daemon counts them per turn and in its status.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
+from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, META_KEY, TOOL_UPDATE_KINDS
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
 
@@ -22,8 +26,9 @@ InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session i
 # the id/event lines); derived from the shape, not a ceiling.
 EVENT_ENVELOPE_BYTES = 1 * KiB
 _TITLE_CHARS = 128
-_MESSAGE_KINDS = frozenset({"agent_message_chunk", "user_message_chunk", "agent_thought_chunk"})
-_TOOL_KINDS = frozenset({"tool_call", "tool_call_update"})
+_MESSAGE_KINDS = MESSAGE_UPDATE_KINDS
+_TOOL_KINDS = TOOL_UPDATE_KINDS
+DROPPED_META_KEY = "hopline.dropped"
 
 
 def dropped_note(size: int, limit: int) -> str:
@@ -45,9 +50,33 @@ def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]
         if isinstance(title, str):
             stub["title"] = title[:_TITLE_CHARS]
         stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
-    stub["_meta"] = {"hopline.dropped": {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
-                                         "reason": "sse_max_event_bytes"}}
+    stub["_meta"] = {DROPPED_META_KEY: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
+                                        "reason": "sse_max_event_bytes", "lostBytes": size}}
     return stub
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def losses(update: Any) -> tuple[int, list[str]]:
+    """(bytes lost, their reasons) as the update's ``_meta`` declares them; (0, []) for a whole one."""
+    meta = update.get("_meta") if isinstance(update, dict) else None
+    if not isinstance(meta, dict):
+        return 0, []
+    lost = 0
+    reasons: list[str] = []
+    entries = meta.get(META_KEY)
+    for entry in entries if isinstance(entries, list) else ():
+        if isinstance(entry, dict) and entry.get("truncated"):
+            # An entry from an older agent has no lostBytes: the whole field counts.
+            lost += _count(entry.get("lostBytes", entry.get("bytes")))
+            reasons.append(str(entry.get("reason"))[:64])
+    dropped = meta.get(DROPPED_META_KEY)
+    if isinstance(dropped, dict):
+        lost += _count(dropped.get("lostBytes", dropped.get("bytes")))
+        reasons.append(str(dropped.get("reason"))[:64])
+    return lost, reasons
 
 
 def oversize_replacement(budget: Budget) -> InboundProjector:
