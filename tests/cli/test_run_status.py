@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from hopline.embedded import EmbeddedStack
 
-from .conftest import run_cli, run_in_pty
+from .conftest import HOPLINE, run_cli, run_in_pty
 
 SCRIPT = '{"iterations": 3, "toolsPerIteration": 2}'
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
@@ -41,8 +44,22 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
     assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens │ compactions 0", text)
     assert re.search(r"largest body [\d.]+ KiB / 8 MiB ceiling", text)
     assert "✓ Read " in text or "✓ Run " in text
-    # Outputs that went to a sidecar are shown with their size and hash prefix, then a preview.
-    assert re.search(r"content\[0\]\.text: [\d.]+ KiB in sidecar [0-9a-f]{12}", text)
+    # Outputs that went to a sidecar are shown with their path, size, hash prefix and how to fetch
+    # them whole; then a preview of their head and tail.
+    moved = re.search(r"content\[0\]\.content\.text: [\d.]+ KiB in sidecar ([0-9a-f]{12}) — "
+                      r"hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) > file", text)
+    assert moved, text[-3000:]
+    sha_prefix, session_id, sidecar_id = moved.groups()
+    fetched = subprocess.run([*HOPLINE, "sidecar", session_id, sidecar_id, "--url", daemon.url],
+                             env={**os.environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
+                             timeout=60)
+    assert fetched.returncode == 0, fetched.stderr
+    assert hashlib.sha256(fetched.stdout).hexdigest().startswith(sha_prefix)
+    assert len(fetched.stdout) > 64 * 1024
+    wrong = subprocess.run([*HOPLINE, "sidecar", session_id, "x" * 32, "--url", daemon.url],
+                           env={**os.environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
+                           timeout=60)
+    assert wrong.returncode == 1 and b"404" in wrong.stderr and wrong.stdout == b""
     assert re.search(r"sidecars \d+ \([\d.]+ KiB off the wire\)", text)
     assert "final answer · end_turn" in text
     assert "Done after 3 tool iterations" in text

@@ -6,8 +6,9 @@ out of the pool by exactly one session and never comes back: children are never 
 refills the pool in the background; a warm child that exits is dropped and replaced. A warm child
 gets nothing per session in its environment (credentials travel in ``session/new``).
 
-A start that fails is logged (the exception type only) and not retried until the next take, so a
-broken agent command cannot spin.
+A start that fails is logged (the exception type only) and not retried until the next take, and a
+pool whose warm children keep exiting replaces at most ``size`` of them between two takes: a broken
+agent command cannot spin.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class WarmPool:
         self.taken = 0
         self.replaced = 0  # warm children that exited and were replaced
         self.failures = 0
+        self._replaced_since_take = 0
 
     def take(self) -> tuple[AcpChild, dict[str, Any]] | None:
         """A live warm child, out of the pool for good; ``None`` when none is ready. Refills."""
@@ -48,6 +50,7 @@ class WarmPool:
                 child = candidate
         if child is not None:
             self.taken += 1
+        self._replaced_since_take = 0
         self.fill()
         return child
 
@@ -83,9 +86,11 @@ class WarmPool:
         before = len(self._ready)
         self._ready = [(c, i) for c, i in self._ready if c is not child]
         if len(self._ready) < before:
-            self.replaced += 1
-            log.info("warm child exited; replacing it", extra={"exitCode": child.returncode})
-            self.fill()
+            log.info("warm child exited", extra={"exitCode": child.returncode})
+            if self._replaced_since_take < self.size:
+                self._replaced_since_take += 1
+                self.replaced += 1
+                self.fill()
 
     async def close(self) -> None:
         self._closed = True
