@@ -180,7 +180,8 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
     data = tmp_path / "data"
-    session_id, updates, sizes = await run_turn(data, workspace, token, **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
+    session_id, updates, sizes = await run_turn(data, workspace, token,
+                                                **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
 
     # Every frame on the pipe is far under the large-frame threshold: only stubs travelled.
     assert max(sizes) < BUDGET.large_frame_threshold_bytes
@@ -331,7 +332,8 @@ def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer
     assert stubbed["rawOutput"] == {"hopline.sidecar": entry["id"], "bytes": len(encoded), "preview": preview}
 
 
-def test_message_and_plan_updates_are_projected_too(writer: SidecarWriter, sidecar_store: SidecarStore) -> None:
+def test_message_and_plan_updates_are_projected_too(writer: SidecarWriter,
+                                                    sidecar_store: SidecarStore) -> None:
     """S-4 on the agent side: the same projection as the daemon's, for every kind."""
     text = big_text("msg", 3 * BUDGET.sidecar_threshold_bytes)
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}

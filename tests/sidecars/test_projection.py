@@ -104,17 +104,23 @@ def test_exactly_at_threshold_passes_one_byte_over_moves(make_store: StoreFactor
     assert project_update(euro_over, "s1", store, store.budget) is not euro_over
 
 
+def _chunk(kind: str) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": kind[0] * 5000}}
+
+
 @pytest.mark.parametrize(("update", "field"), [
-    ({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "m" * 5000}}, "content.text"),
-    ({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "t" * 5000}}, "content.text"),
-    ({"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": "u" * 5000}}, "content.text"),
+    (_chunk("agent_message_chunk"), "content.text"),
+    (_chunk("agent_thought_chunk"), "content.text"),
+    (_chunk("user_message_chunk"), "content.text"),
     ({"sessionUpdate": "plan", "entries": [{"content": f"step {i}", "priority": "high", "status": "pending"}
                                            for i in range(200)]}, "entries"),
     ({"sessionUpdate": "available_commands_update",
-      "availableCommands": [{"name": f"cmd{i}", "description": "d" * 40} for i in range(200)]}, "availableCommands"),
+      "availableCommands": [{"name": f"cmd{i}", "description": "d" * 40} for i in range(200)]},
+     "availableCommands"),
     ({"sessionUpdate": "x_vendor_kind", "small": "s", "data": {"blob": "b" * 5000, "n": 1}}, "data.blob"),
     ({"sessionUpdate": "x_vendor_kind", "rows": [[i, "r" * 20] for i in range(300)]}, "rows"),
-    ({"sessionUpdate": "tool_call", "toolCallId": "c", "rawInput": {"command": "k" * 5000}}, "rawInput.command"),
+    ({"sessionUpdate": "tool_call", "toolCallId": "c", "rawInput": {"command": "k" * 5000}},
+     "rawInput.command"),
 ])
 def test_every_kind_is_projected_and_restores_exactly(make_store: StoreFactory, update: dict[str, Any],
                                                       field: str) -> None:

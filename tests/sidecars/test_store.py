@@ -290,10 +290,11 @@ def test_store_from_env_and_credentials_absent_or_bad(make_store: StoreFactory, 
         open_store(store.budget, {ENV_SIDECAR_DIR: str(tmp_path / "missing")})
     with pytest.raises(SidecarWriterError, match="write token"):
         SidecarWriter(store, "nope")
-    assert credential({}, CREDENTIAL_SIDECAR_WRITE_TOKEN) is None
-    assert credential({META_CREDENTIALS: "not a dict"}, CREDENTIAL_SIDECAR_WRITE_TOKEN) is None
-    assert credential({META_CREDENTIALS: {CREDENTIAL_SIDECAR_WRITE_TOKEN: ""}}, CREDENTIAL_SIDECAR_WRITE_TOKEN) is None
-    assert credential({META_CREDENTIALS: {CREDENTIAL_SIDECAR_WRITE_TOKEN: "t"}}, CREDENTIAL_SIDECAR_WRITE_TOKEN) == "t"
+    name = CREDENTIAL_SIDECAR_WRITE_TOKEN
+    assert credential({}, name) is None
+    assert credential({META_CREDENTIALS: "not a dict"}, name) is None
+    assert credential({META_CREDENTIALS: {name: ""}}, name) is None
+    assert credential({META_CREDENTIALS: {name: "t"}}, name) == "t"
 
 
 _AGENT_SCRIPT = """
@@ -302,8 +303,9 @@ from hopline.budget import Budget
 from hopline.sidecars.projection import project_fields
 from hopline.sidecars.writer import SidecarWriter, open_store
 writer = SidecarWriter(open_store(Budget.from_env()), sys.stdin.read().strip())
-update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "H" * 100000 + "T" * 100000}}
-big = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "z" * 70000}}
+def chunk(text):
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+update, big = chunk("H" * 100000 + "T" * 100000), chunk("z" * 70000)
 print(json.dumps({"first": project_fields(update, writer, Budget.from_env()).update,
                   "second": project_fields(big, writer, Budget.from_env()).update}))
 """
