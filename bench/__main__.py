@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, str] = {
     "loop": "bench.loop",
     "gateway": "bench.gateway",
     "sidecars": "bench.sidecars",
+    "warm_pool": "bench.warm_pool",
 }
 RESULTS = BENCH_DIR / "results.json"
 

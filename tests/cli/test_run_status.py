@@ -80,7 +80,8 @@ def test_status_json_and_tables(daemon: EmbeddedStack) -> None:
     tables = run_cli(["status", "--url", daemon.url], env=env)
     assert tables.returncode == 0, tables.stderr
     for title in ("ACP pipe", "inbound", "outbound", "largeFrames.logged", "budget (hopline limits)",
-                  "API_JSON_BODY_LIMIT", "10485760 (10 MiB)"):
+                  "API_JSON_BODY_LIMIT", "10485760 (10 MiB)", "maxDroppedBytes", "delivery.lostBytes",
+                  "warmChildren.ready"):
         assert title in tables.stdout
     refused = run_cli(["status", "--url", daemon.url, "--token", "wrong"])
     assert refused.returncode == 1 and "401" in refused.stderr
