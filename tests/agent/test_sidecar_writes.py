@@ -221,6 +221,10 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
     assert max(len(b) for b in persisted) <= BUDGET.sidecar_threshold_bytes + ENVELOPE_BYTES
     assert as_client_sees(persisted, session_id) == updates
     assert sidecar_store.stats()["count"] >= 2  # alpha and beta (repeats of the same bytes dedupe)
+    # the token came in the request and stayed in memory: nothing the agent wrote holds it
+    for path in data.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path.name
 
 
 async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Path,

@@ -192,6 +192,48 @@ async def test_foreign_and_malformed_updates_are_counted_not_relayed(tmp_path: P
     assert "FOREIGN-CANARY" not in daemon.log_text()
 
 
+async def test_updates_before_session_new_are_held_within_the_ring_bounds(tmp_path: Path) -> None:
+    """Updates sent before session/new answers wait for its sessionId; more than the ring holds
+    are dropped and counted, not kept without bound."""
+    with running_daemon(tmp_path, env={"HOPLINE_RING_MAX_EVENTS": "64"}) as daemon:
+        async with sdk(daemon) as client:
+            sid = await client.create_session(cwd=str(tmp_path), scripted={"early": 70})
+            _, events = await turn(client, sid, "echo after")
+            early = [e.message_text() for e in events if e.update_kind == "agent_message_chunk"
+                     and e.prompt_id is None]
+            assert early == [f"early {i}" for i in range(64)]  # in order, the first 64
+            status = await client.status()
+            assert status["delivery"]["droppedFrames"] == {"held_updates_full": 7}  # 6 + "session ready"
+            [mine] = [s for s in status["sessions"] if s["sessionId"] == sid]
+            assert mine["framesDropped"] == 7 and mine["lostBytes"] > 0
+
+
+async def test_the_write_token_travels_in_the_request_never_in_the_env(tmp_path: Path) -> None:
+    canaries = tmp_path / "canaries"
+    canaries.mkdir()
+    with running_daemon(tmp_path, env={"BIG_AGENT_CANARY_DIR": str(canaries)}) as daemon:
+        async with sdk(daemon) as client:
+            sid = await client.create_session(cwd=str(tmp_path))
+            _, events = await turn(client, sid, "creds")
+            [said] = [e.message_text() for e in events if e.message_text().startswith("creds:")]
+            assert said.startswith("creds: env=absent meta=present sha256=")
+            digest = said.rsplit("=", 1)[1]
+            # a real token, minted for this session only
+            import sqlite3
+
+            with sqlite3.connect(daemon.data_dir / "sidecars" / "sidecars.sqlite3") as db:
+                rows = db.execute("SELECT session_id FROM write_tokens WHERE token_sha256 = ?",
+                                  (digest,)).fetchall()
+            assert rows == [(sid,)]
+            [canary] = list(canaries.iterdir())
+            token = canary.read_text()
+            # the canary never reaches the daemon's log or its journal
+            journal = (daemon.data_dir / "journal.sqlite3").read_bytes()
+            assert token.encode() not in journal
+            await client.delete_session(sid)
+    assert token not in daemon.log_text()
+
+
 async def _status_until(client: DaemonClient, check: Any, what: str) -> dict[str, Any]:
     for _ in range(400):
         status = await client.status()

@@ -12,12 +12,15 @@ Prompt commands (one per prompt):
   ``kinds``            the large updates of every kind (:func:`kind_updates`), one after the other
   ``message N``        one agent_message_chunk of N bytes of distinct text
   ``foreign``          a session/update for another session id and two malformed ones, then a chunk
+  ``creds``            says where this session's sidecar write token came (env or request _meta),
+                       its sha256, and leaves the token itself in ``$BIG_AGENT_CANARY_DIR`` (a canary)
   anything else        echoed back as one chunk
 
 session/new sends one update before answering. ``_meta["hopline.scripted"] = {"replayUpdates": N}``
 makes a later session/load (bulk mode) answer N updates in one response (default 3);
 ``"replayKinds": true`` adds the :func:`kind_updates` to that replay, ``"quiet": true`` skips the
-update before the answer. ``BIG_AGENT_START_DELAY`` (seconds) delays the start (a slow agent).
+update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
+(seconds) delays the start (a slow agent).
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class BigUpdateAgent(Agent):
     def __init__(self) -> None:
         self.conn: Client | None = None
         self.cancelled: dict[str, asyncio.Event] = {}
+        self.tokens: dict[str, str | None] = {}  # session -> sidecar write token from session/new
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -121,6 +125,10 @@ class BigUpdateAgent(Agent):
         scripted = kwargs.get("hopline.scripted") or {}
         replay = int(scripted.get("replayUpdates", 3))
         session_id = f"s-{uuid.uuid4().hex}-{'k' if scripted.get('replayKinds') else ''}r{replay}"
+        credentials = kwargs.get("hopline.credentials") or {}
+        self.tokens[session_id] = credentials.get("sidecarWriteToken")
+        for i in range(int(scripted.get("early", 0))):
+            await self._say(session_id, f"early {i}")
         if not scripted.get("quiet"):
             await self._say(session_id, "session ready")  # before the answer: the daemon must keep it
         return NewSessionResponse(session_id=session_id)
@@ -167,6 +175,16 @@ class BigUpdateAgent(Agent):
             await raw.send_notification("session/update", {"sessionId": session_id})
             await raw.send_notification("session/update", {"sessionId": session_id, "update": "odd"})
             await self._say(session_id, "foreign done")
+        elif command == "creds":
+            token = self.tokens.get(session_id)
+            canary_dir = os.environ.get("BIG_AGENT_CANARY_DIR")
+            if token and canary_dir:
+                with open(os.path.join(canary_dir, f"{os.getpid()}.token"), "w") as handle:
+                    handle.write(token)
+            in_env = "present" if os.environ.get("HOPLINE_SIDECAR_WRITE_TOKEN") else "absent"
+            in_meta = "present" if token else "absent"
+            digest = hashlib.sha256(token.encode()).hexdigest() if token else "-"
+            await self._say(session_id, f"creds: env={in_env} meta={in_meta} sha256={digest}")
         elif command == "chunks":
             count, size = int(words[1]), int(words[2])
             for i in range(count):
