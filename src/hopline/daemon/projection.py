@@ -1,5 +1,7 @@
-"""The inbound projection point (SPEC D-3, S-1): every ``session/update`` from a child passes one
-``InboundProjector`` before it is journaled, put in the ring or sent on SSE.
+"""The inbound projection point (SPEC D-3, S-1, S-4): every ``session/update`` from a child whose
+frame is over the sidecar threshold passes one ``InboundProjector`` before it is journaled, put in
+the ring or sent on SSE (a smaller frame holds a smaller update: nothing to move, and under the SSE
+event limit by the budget's coherence rules); so does every update of a bulk replay.
 
 The default projector keeps every event under ``sse_max_event_bytes``: an update whose JSON would
 make a larger event is replaced by a small stub of the same ``sessionUpdate`` kind (tool call id and
@@ -19,6 +21,7 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
 from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, META_KEY, TOOL_UPDATE_KINDS
+from hopline.sidecars.store import FALLBACK_KEYS
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
 
@@ -29,6 +32,9 @@ _TITLE_CHARS = 128
 _MESSAGE_KINDS = MESSAGE_UPDATE_KINDS
 _TOOL_KINDS = TOOL_UPDATE_KINDS
 DROPPED_META_KEY = "hopline.dropped"
+# Reasons a loss may name; anything else an agent wrote there is reported as "other" (it is the
+# agent's text, and reasons are logged).
+LOSS_REASONS = frozenset({*FALLBACK_KEYS, "sse_max_event_bytes"})
 
 
 def dropped_note(size: int, limit: int) -> str:
@@ -71,12 +77,16 @@ def losses(update: Any) -> tuple[int, list[str]]:
         if isinstance(entry, dict) and entry.get("truncated"):
             # An entry from an older agent has no lostBytes: the whole field counts.
             lost += _count(entry.get("lostBytes", entry.get("bytes")))
-            reasons.append(str(entry.get("reason"))[:64])
+            reasons.append(_reason(entry.get("reason")))
     dropped = meta.get(DROPPED_META_KEY)
     if isinstance(dropped, dict):
         lost += _count(dropped.get("lostBytes", dropped.get("bytes")))
-        reasons.append(str(dropped.get("reason"))[:64])
+        reasons.append(_reason(dropped.get("reason")))
     return lost, reasons
+
+
+def _reason(value: Any) -> str:
+    return value if isinstance(value, str) and value in LOSS_REASONS else "other"
 
 
 def oversize_replacement(budget: Budget) -> InboundProjector:

@@ -64,6 +64,7 @@ PERMISSION_METHOD = "session/request_permission"
 # frame_dropped reasons of frames that decoded but are not relayed (D-8)
 DROP_FOREIGN_SESSION = "foreign_session"
 DROP_INVALID_UPDATE = "invalid_update"
+DROP_HELD_FULL = "held_updates_full"  # more updates before session/new answered than the ring holds
 REASON_DAEMON_RESTARTED = "daemon_restarted"
 # Update kinds named in the degradation log line; any other kind is logged as "other" (it is the
 # agent's free text).
@@ -475,7 +476,9 @@ class SessionManager:
             if size > self.budget.sidecar_threshold_bytes:
                 # A large update may be written to the sidecar store (files, fsync): off the loop.
                 return self._project_and_deliver(session, prompt_id, sender, update)
-            self._deliver_update(session, prompt_id, sender, self.projector(session.id, update))
+            # Its frame is under the threshold, so is its JSON: nothing to project (and under the
+            # threshold it is under the SSE event limit, a coherence rule).
+            self._deliver_update(session, prompt_id, sender, update)
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -491,18 +494,19 @@ class SessionManager:
 
     def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
                         update: dict[str, Any]) -> None:
-        """Publish a projected update, or hold it while session/new has not answered."""
+        """Publish a projected update, or hold it while session/new has not answered. A load's
+        replayed updates are not counted again: their losses were counted when they were live."""
         early = session.early
         if session.agent_session_id is None and early is not None:
             size = len(orjson.dumps(update))
             if (len(early) >= self.budget.ring_max_events
                     or session.early_bytes + size > self.budget.ring_max_bytes):
-                self._drop_frame(session, size, "held_updates_full")
+                self._drop_frame(session, size, DROP_HELD_FULL)
                 return
             early.append((sender, update))
             session.early_bytes += size
             return
-        self._publish_update(session, prompt_id, update)
+        self._publish_update(session, prompt_id, update, count=session.loading is None)
 
     def _release_early(self, session: DaemonSession) -> None:
         """session/new answered: publish the held updates that are this session's, drop the rest."""
@@ -541,16 +545,21 @@ class SessionManager:
         log.warning("payload not delivered whole",
                     extra={"lostBytes": lost, "reasons": reasons, "kind": kind})
 
-    def _drop_frame(self, session: DaemonSession | None, size: int, reason: str) -> None:
-        """A decoded frame that is not relayed (D-8): counted, said on the stream, logged by size."""
-        self.instruments.record_dropped("inbound", size, observed=True)
+    def _drop_frame(self, session: DaemonSession | None, size: int, reason: str, *, decoded: bool = True,
+                    **details: Any) -> None:
+        """A frame that is not relayed (D-8): counted, said on the session's stream (``frame_dropped``),
+        logged by size. ``decoded`` frames were already measured as read frames; the others were
+        measured by the child's reader."""
+        if decoded:
+            self.instruments.record_dropped("inbound", size, observed=True)
         self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1
-        log.warning("pipe frame dropped", extra={"direction": "inbound", "bytes": size, "reason": reason})
-        if session is None:
+        log.warning("pipe frame dropped", extra={"direction": "inbound", "bytes": size, "reason": reason,
+                                                 **details})
+        if session is None:  # a warm child's: no session to tell
             return
         session.frames_dropped += 1
         self.bus.publish_synthetic(session.id, "frame_dropped", {
-            "direction": "inbound", "bytes": size, "reason": reason, "hop": HOP_PIPE,
+            "direction": "inbound", "bytes": size, **details, "reason": reason, "hop": HOP_PIPE,
             "promptId": session.current_prompt})
         if reason != DROP_FOREIGN_SESSION:  # another session's bytes are not this session's loss
             self._count_lost(session, session.current_prompt, size, [reason], "other")
@@ -575,19 +584,11 @@ class SessionManager:
         limit = error.limit if isinstance(error, FrameTooLarge) else None
         reason_name = {"FrameTooLarge": "frame_too_large", "IncompleteFrame": "incomplete_frame",
                        "InvalidFrame": getattr(error, "reason", "invalid")}.get(reason, reason)
-        log.warning("pipe frame dropped", extra={"direction": "inbound", "bytes": size, "reason": reason_name,
-                                                 "limitBytes": limit})
-        self.dropped_by_reason[reason_name] = self.dropped_by_reason.get(reason_name, 0) + 1
-        if session is None:  # a warm child's: no session to tell
-            return
-        session.frames_dropped += 1
-        data: dict[str, Any] = {"direction": "inbound", "bytes": size, "limitBytes": limit,
-                                "reason": reason_name, "hop": HOP_PIPE, "promptId": session.current_prompt}
+        details: dict[str, Any] = {"limitBytes": limit}
         if limit is not None:
-            data["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
-        self.bus.publish_synthetic(session.id, "frame_dropped", data)
-        self._count_lost(session, session.current_prompt, size, [reason_name], "other")
-        if session.loading is not None and limit is not None:
+            details["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+        self._drop_frame(session, size, reason_name, decoded=False, **details)
+        if session is not None and session.loading is not None and limit is not None:
             session.loading.frame_error_size = size
             session.loading.frame_error.set()
 
