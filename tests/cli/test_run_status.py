@@ -65,6 +65,32 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
     assert "Done after 3 tool iterations" in text
 
 
+def test_run_on_the_embedded_stack_keeps_its_sidecars_for_hopline_sidecar(workspace: Path) -> None:
+    """Without --url the stack stops with the run; its data dir stays when a field went to a sidecar,
+    and the printed command fetches it from there."""
+    code, output = run_in_pty(["run", "review the test logs", "--scripted", SCRIPT], cwd=workspace)
+    text = ANSI.sub("", output)
+    assert code == 0, text[-3000:]
+    moved = re.search(r"in sidecar ([0-9a-f]{12}) — hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) "
+                      r"--data-dir (\S+) > file", text)
+    assert moved, text[-3000:]
+    sha_prefix, session_id, sidecar_id, data_dir = moved.groups()
+    kept = Path(data_dir)
+    assert f"sidecars kept in {data_dir}" in " ".join(text.split())
+    try:
+        fetched = subprocess.run([*HOPLINE, "sidecar", session_id, sidecar_id, "--data-dir", data_dir],
+                                 capture_output=True, timeout=60)
+        assert fetched.returncode == 0, fetched.stderr
+        assert hashlib.sha256(fetched.stdout).hexdigest().startswith(sha_prefix)
+        other = subprocess.run([*HOPLINE, "sidecar", "0" * 32, sidecar_id, "--data-dir", data_dir],
+                               capture_output=True, timeout=60)
+        assert other.returncode == 1 and other.stdout == b""  # only the owning session reads it
+    finally:
+        import shutil
+
+        shutil.rmtree(kept.parent, ignore_errors=True)  # the stack's temporary root
+
+
 def test_run_without_a_token_is_refused_with_the_hop(daemon: EmbeddedStack, workspace: Path) -> None:
     result = run_cli(["run", "hi", "--url", daemon.url, "--token", "wrong"], cwd=workspace)
     assert result.returncode == 2
