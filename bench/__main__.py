@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, str] = {
     "gateway": "bench.gateway",
     "sidecars": "bench.sidecars",
     "streaming": "bench.streaming",
+    "warm_pool": "bench.warm_pool",
 }
 RESULTS = BENCH_DIR / "results.json"
 

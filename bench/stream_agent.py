@@ -9,18 +9,23 @@ benchmark measures the relay, not the agent.
     python bench/stream_agent.py STREAM_FILE [SESSION_ID]
 
 A prompt whose text is ``stream PATH`` streams ``PATH`` instead of ``STREAM_FILE``.
+``STREAM_AGENT_START_DELAY`` (seconds) delays the start, like an agent that loads a lot first
+(the warm-pool benchmark).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 
 PROTOCOL_VERSION = 1
 CHUNK = 1 << 20
 
 
 def main() -> int:
+    time.sleep(float(os.environ.get("STREAM_AGENT_START_DELAY", "0")))
     stream_file = sys.argv[1]
     session_id = sys.argv[2] if len(sys.argv) > 2 else "bench-session-0001"
     out = sys.stdout.buffer

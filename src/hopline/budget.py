@@ -244,6 +244,9 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("agent_handshake_timeout_seconds", HOP_PIPE, Unit.SECONDS, 60.0,
             "HOPLINE_AGENT_HANDSHAKE_TIMEOUT", "a child's answer to initialize, session/new, load",
             minimum=0.01),
+    Ceiling("warm_children", HOP_PIPE, Unit.COUNT, 1, "HOPLINE_WARM_CHILDREN",
+            "started and initialized agent children kept ready per agent command (0: off)",
+            minimum=0, maximum=16),
     Ceiling("sse_queue_max_events", HOP_DAEMON_SSE, Unit.COUNT, 256, "HOPLINE_SSE_QUEUE_MAX_EVENTS",
             "per-subscriber queue (clients may choose maxQueued in [16, 2048])",
             minimum=16, maximum=2048),
@@ -346,6 +349,7 @@ class Budget:
     sidecar_max_store_bytes: int
     sidecar_ttl_seconds: float
     sidecar_reap_interval_seconds: float
+    warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 

@@ -26,11 +26,16 @@ from acp.transports import spawn_stdio_transport
 from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
 from hopline.budget import Budget
 from hopline.harness.acp.agent import tool_result_update_of
-from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, writer_from_env
+from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, store_from_env, writer_for
 from hopline.harness.events import ToolCallFinished
 from hopline.sidecars.projection import META_KEY, preview_text
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN, SidecarWriter
+from hopline.sidecars.writer import (
+    CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    ENV_SIDECAR_DIR,
+    META_CREDENTIALS,
+    SidecarWriter,
+)
 
 TIMEOUT = 60.0
 KiB = 1024
@@ -111,13 +116,17 @@ async def counting_agent(data_dir: Path, **env: str) -> AsyncIterator[
                 await process.wait()
 
 
-async def run_turn(data: Path, workspace: Path, **env: str) -> tuple[str, list[dict[str, Any]], list[int]]:
-    """Three tool iterations (list, then read_file / run_command cat / search on the 200 KiB files)."""
+async def run_turn(data: Path, workspace: Path, token: str | None = None,
+                   **env: str) -> tuple[str, list[dict[str, Any]], list[int]]:
+    """Three tool iterations (list, then read_file / run_command cat / search on the 200 KiB files).
+
+    ``token`` travels as the daemon sends it: in session/new ``_meta["hopline.credentials"]``."""
+    meta: dict[str, Any] = {"hopline.permissionMode": "auto",
+                            "hopline.scripted": {"iterations": 3, "toolsPerIteration": 3}}
+    if token is not None:
+        meta[META_CREDENTIALS] = {CREDENTIAL_SIDECAR_WRITE_TOKEN: token}
     async with counting_agent(data, **env) as (conn, client, sizes):
-        session = await conn.new_session(
-            cwd=str(workspace), mcp_servers=[],
-            **{"hopline.permissionMode": "auto",
-               "hopline.scripted": {"iterations": 3, "toolsPerIteration": 3}})
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[], **meta)
         answer = await asyncio.wait_for(
             conn.prompt(session_id=session.session_id, prompt=[text_block("review the logs")]), TIMEOUT)
         assert answer.stop_reason == "end_turn"
@@ -171,8 +180,8 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
     data = tmp_path / "data"
-    session_id, updates, sizes = await run_turn(
-        data, workspace, **{ENV_SIDECAR_DIR: str(sidecar_store.root), ENV_SIDECAR_WRITE_TOKEN: token})
+    session_id, updates, sizes = await run_turn(data, workspace, token,
+                                                **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
 
     # Every frame on the pipe is far under the large-frame threshold: only stubs travelled.
     assert max(sizes) < BUDGET.large_frame_threshold_bytes
@@ -190,8 +199,8 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
             continue
         assert entries is not None and len(entries) == 1
         entry = entries[0]
-        assert set(entry) == {"field", "id", "bytes", "sha256", "mediaType"}
-        assert entry["field"] == "content[0].text"
+        assert set(entry) == {"field", "path", "id", "bytes", "sha256", "mediaType"}
+        assert entry["field"] == "content[0].content.text"
         assert entry["mediaType"] == "text/plain; charset=utf-8"
         stored = sidecar_store.get(DAEMON_SESSION, entry["id"])
         assert stored is not None
@@ -212,10 +221,16 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
     assert max(len(b) for b in persisted) <= BUDGET.sidecar_threshold_bytes + ENVELOPE_BYTES
     assert as_client_sees(persisted, session_id) == updates
     assert sidecar_store.stats()["count"] >= 2  # alpha and beta (repeats of the same bytes dedupe)
+    # the token came in the request and stayed in memory: nothing the agent wrote holds it
+    for path in data.rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path.name
 
 
-async def test_without_the_env_vars_output_goes_inline(tmp_path: Path, workspace: Path) -> None:
-    _, updates, sizes = await run_turn(tmp_path / "data", workspace)
+async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Path,
+                                                  sidecar_store: SidecarStore) -> None:
+    _, updates, sizes = await run_turn(tmp_path / "data", workspace,
+                                       **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
     assert max(sizes) > 200 * KiB  # the same run, whole outputs in the frames
     calls = calls_by_id(updates)
     whole = 0
@@ -234,8 +249,8 @@ async def test_over_quota_sends_flagged_truncated_previews(
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
     limit = 100 * KiB  # one sidecar object: under the 200 KiB outputs
     _, updates, sizes = await run_turn(
-        tmp_path / "data", workspace, HOPLINE_SIDECAR_MAX_OBJECT_BYTES=str(limit),
-        **{ENV_SIDECAR_DIR: str(sidecar_store.root), ENV_SIDECAR_WRITE_TOKEN: token})
+        tmp_path / "data", workspace, token, HOPLINE_SIDECAR_MAX_OBJECT_BYTES=str(limit),
+        **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
     assert max(sizes) <= BUDGET.sidecar_threshold_bytes + ENVELOPE_BYTES
     calls = calls_by_id(updates)
     flagged = 0
@@ -245,8 +260,10 @@ async def test_over_quota_sends_flagged_truncated_previews(
             continue
         data = expected.encode("utf-8")
         [entry] = update["_meta"][META_KEY]
-        assert entry == {"field": "content[0].text", "truncated": True, "reason": "over_object_quota",
-                         "bytes": len(data), "mediaType": "text/plain; charset=utf-8"}
+        assert entry == {"field": "content[0].content.text", "path": ["content", 0, "content", "text"],
+                         "truncated": True, "reason": "over_object_quota", "bytes": len(data),
+                         "mediaType": "text/plain; charset=utf-8",
+                         "lostBytes": len(data) - BUDGET.sidecar_preview_bytes}
         wire = update["content"][0]["content"]["text"]
         assert wire == preview_text(data, BUDGET.sidecar_preview_bytes, None, "over_object_quota")
         assert "truncated (over_object_quota)" in wire
@@ -273,20 +290,31 @@ def result_update(text: str, raw_output: Any = None) -> dict[str, Any]:
 
 
 def test_threshold_is_exact_in_utf8_bytes(writer: SidecarWriter, sidecar_store: SidecarStore) -> None:
+    """The threshold applies to the update's compact JSON (S-4), counted in UTF-8 bytes."""
     threshold = BUDGET.sidecar_threshold_bytes
-    at_limit = result_update("é" * (threshold // 2))  # exactly the threshold, in half as many chars
+
+    def text_update(text: str) -> dict[str, Any]:
+        return {"sessionUpdate": "tool_call_update", "toolCallId": "call_1_1_0", "status": "completed",
+                "content": [{"type": "content", "content": {"type": "text", "text": text}}],
+                "_meta": {META_TOOL: {"name": "read_file", "provenance": "builtin"}}}
+
+    room = threshold - len(orjson.dumps(text_update("")))
+    text = "é" * (room // 2) + "a" * (room % 2)  # "é" is 2 bytes in UTF-8
+    at_limit = text_update(text)
+    assert len(orjson.dumps(at_limit)) == threshold
     assert not needs_offload(at_limit, BUDGET)
     assert offload_update(at_limit, writer, BUDGET) is at_limit
 
-    over = result_update("é" * (threshold // 2) + "a")
+    over = text_update(text + "a")
+    assert len(orjson.dumps(over)) == threshold + 1
     assert needs_offload(over, BUDGET)
     stubbed = offload_update(over, writer, BUDGET)
     [entry] = stubbed["_meta"][META_KEY]
-    assert entry["bytes"] == threshold + 1 and entry["field"] == "content[0].text"
+    assert entry["bytes"] == len((text + "a").encode()) and entry["field"] == "content[0].content.text"
     assert stubbed["_meta"][META_TOOL] == {"name": "read_file", "provenance": "builtin"}
-    assert over["content"][0]["content"]["text"] == "é" * (threshold // 2) + "a"  # not mutated
+    assert over["content"][0]["content"]["text"] == text + "a"  # not mutated
     stored = sidecar_store.get(DAEMON_SESSION, entry["id"])
-    assert stored is not None and sidecar_store.read_bytes(stored) == ("é" * (threshold // 2) + "a").encode()
+    assert stored is not None and sidecar_store.read_bytes(stored) == (text + "a").encode()
 
 
 def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer: SidecarWriter) -> None:
@@ -308,6 +336,24 @@ def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer
     assert stubbed["rawOutput"] == {"hopline.sidecar": entry["id"], "bytes": len(encoded), "preview": preview}
 
 
+def test_message_and_plan_updates_are_projected_too(writer: SidecarWriter,
+                                                    sidecar_store: SidecarStore) -> None:
+    """S-4 on the agent side: the same projection as the daemon's, for every kind."""
+    text = big_text("msg", 3 * BUDGET.sidecar_threshold_bytes)
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    stubbed = offload_update(chunk, writer, BUDGET)
+    [entry] = stubbed["_meta"][META_KEY]
+    assert entry["field"] == "content.text" and entry["path"] == ["content", "text"]
+    stored = sidecar_store.get(DAEMON_SESSION, entry["id"])
+    assert stored is not None and sidecar_store.read_bytes(stored) == text.encode()
+    plan = {"sessionUpdate": "plan", "entries": [{"content": f"step {i} " + "p" * 60, "priority": "medium",
+                                                   "status": "pending"} for i in range(2000)]}
+    stubbed = offload_update(plan, writer, BUDGET)
+    [entry] = stubbed["_meta"][META_KEY]
+    assert entry["field"] == "entries" and entry["items"] == 2000
+    assert stubbed["entries"] == plan["entries"][:entry["itemsShown"]]
+
+
 def test_existing_meta_entries_are_kept_and_new_ones_appended(writer: SidecarWriter) -> None:
     earlier = {"field": "rawOutput", "id": "x" * 32, "bytes": 1, "sha256": "0" * 64,
                "mediaType": "text/plain"}
@@ -315,7 +361,7 @@ def test_existing_meta_entries_are_kept_and_new_ones_appended(writer: SidecarWri
     update["_meta"][META_KEY] = [earlier]
     stubbed = offload_update(update, writer, BUDGET)
     entries = stubbed["_meta"][META_KEY]
-    assert entries[0] == earlier and entries[1]["field"] == "content[0].text" and len(entries) == 2
+    assert entries[0] == earlier and entries[1]["field"] == "content[0].content.text" and len(entries) == 2
     assert update["_meta"][META_KEY] == [earlier]  # the input is not mutated
 
 
@@ -337,22 +383,24 @@ def test_a_failing_store_still_sends_the_update(sidecar_store: SidecarStore) -> 
     text = big_text("zeta", BUDGET.sidecar_threshold_bytes + 1)
     stubbed = offload_update(result_update(text), broken, BUDGET)
     [entry] = stubbed["_meta"][META_KEY]
-    assert entry == {"field": "content[0].text", "truncated": True, "reason": "disk_error",
-                     "bytes": len(text.encode()), "mediaType": "text/plain; charset=utf-8"}
+    assert entry == {"field": "content[0].content.text", "path": ["content", 0, "content", "text"],
+                     "truncated": True, "reason": "disk_error", "bytes": len(text.encode()),
+                     "mediaType": "text/plain; charset=utf-8",
+                     "lostBytes": len(text.encode()) - BUDGET.sidecar_preview_bytes}
     assert "truncated (disk_error)" in stubbed["content"][0]["content"]["text"]
 
 
-def test_writer_from_env(sidecar_store: SidecarStore, caplog: pytest.LogCaptureFixture) -> None:
-    assert writer_from_env(BUDGET, {}) is None
-    assert writer_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root)}) is None
+def test_store_from_env_and_writer_for(sidecar_store: SidecarStore, caplog: pytest.LogCaptureFixture) -> None:
+    assert store_from_env(BUDGET, {}) is None
     with caplog.at_level(logging.ERROR, logger="hopline.agent.sidecars"):
-        bad = writer_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root),
-                                       ENV_SIDECAR_WRITE_TOKEN: "not-a-minted-token"})
-    assert bad is None
-    [record] = caplog.records
-    assert "inline" in record.getMessage()
+        assert store_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root / "missing")}) is None
+        store = store_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root)})
+        assert store is not None
+        assert writer_for(store, None) is None
+        assert writer_for(None, "token") is None
+        assert writer_for(store, "not-a-minted-token") is None
+    assert len(caplog.records) == 2 and all("inline" in r.getMessage() for r in caplog.records)
     assert "not-a-minted-token" not in caplog.text and str(sidecar_store.root) not in caplog.text
-    token = sidecar_store.mint_write_token(DAEMON_SESSION)
-    good = writer_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root), ENV_SIDECAR_WRITE_TOKEN: token})
+    good = writer_for(store, sidecar_store.mint_write_token(DAEMON_SESSION))
     assert good is not None
-    good.close()
+    store.close()

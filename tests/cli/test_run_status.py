@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 from hopline.embedded import EmbeddedStack
 
-from .conftest import run_cli, run_in_pty
+from .conftest import HOPLINE, run_cli, run_in_pty
 
 SCRIPT = '{"iterations": 3, "toolsPerIteration": 2}'
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
@@ -53,11 +56,51 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
                      r"│ compactions 0", text)
     assert re.search(r"largest body [\d.]+ KiB / 8 MiB ceiling", text)
     assert "✓ Read " in text or "✓ Run " in text
-    # Outputs that went to a sidecar are shown with their size and hash prefix, then a preview.
-    assert re.search(r"content\[0\]\.text: [\d.]+ KiB in sidecar [0-9a-f]{12}", text)
+    # Outputs that went to a sidecar are shown with their path, size, hash prefix and how to fetch
+    # them whole; then a preview of their head and tail.
+    moved = re.search(r"content\[0\]\.content\.text: [\d.]+ KiB in sidecar ([0-9a-f]{12}) — "
+                      r"hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) > file", text)
+    assert moved, text[-3000:]
+    sha_prefix, session_id, sidecar_id = moved.groups()
+    fetched = subprocess.run([*HOPLINE, "sidecar", session_id, sidecar_id, "--url", daemon.url],
+                             env={**os.environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
+                             timeout=60)
+    assert fetched.returncode == 0, fetched.stderr
+    assert hashlib.sha256(fetched.stdout).hexdigest().startswith(sha_prefix)
+    assert len(fetched.stdout) > 64 * 1024
+    wrong = subprocess.run([*HOPLINE, "sidecar", session_id, "x" * 32, "--url", daemon.url],
+                           env={**os.environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
+                           timeout=60)
+    assert wrong.returncode == 1 and b"404" in wrong.stderr and wrong.stdout == b""
     assert re.search(r"sidecars \d+ \([\d.]+ KiB off the wire\)", text)
     assert "final answer · end_turn" in text
     assert "Done after 3 tool iterations" in text
+
+
+def test_run_on_the_embedded_stack_keeps_its_sidecars_for_hopline_sidecar(workspace: Path) -> None:
+    """Without --url the stack stops with the run; its data dir stays when a field went to a sidecar,
+    and the printed command fetches it from there."""
+    code, output = run_in_pty(["run", "review the test logs", "--scripted", SCRIPT], cwd=workspace)
+    text = ANSI.sub("", output)
+    assert code == 0, text[-3000:]
+    moved = re.search(r"in sidecar ([0-9a-f]{12}) — hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) "
+                      r"--data-dir (\S+) > file", text)
+    assert moved, text[-3000:]
+    sha_prefix, session_id, sidecar_id, data_dir = moved.groups()
+    kept = Path(data_dir)
+    assert f"sidecars kept in {data_dir}" in " ".join(text.split())
+    try:
+        fetched = subprocess.run([*HOPLINE, "sidecar", session_id, sidecar_id, "--data-dir", data_dir],
+                                 capture_output=True, timeout=60)
+        assert fetched.returncode == 0, fetched.stderr
+        assert hashlib.sha256(fetched.stdout).hexdigest().startswith(sha_prefix)
+        other = subprocess.run([*HOPLINE, "sidecar", "0" * 32, sidecar_id, "--data-dir", data_dir],
+                               capture_output=True, timeout=60)
+        assert other.returncode == 1 and other.stdout == b""  # only the owning session reads it
+    finally:
+        import shutil
+
+        shutil.rmtree(kept.parent, ignore_errors=True)  # the stack's temporary root
 
 
 def test_run_without_a_token_is_refused_with_the_hop(daemon: EmbeddedStack, workspace: Path) -> None:
@@ -75,7 +118,8 @@ def test_status_json_and_tables(daemon: EmbeddedStack) -> None:
     tables = run_cli(["status", "--url", daemon.url], env=env)
     assert tables.returncode == 0, tables.stderr
     for title in ("ACP pipe", "inbound", "outbound", "largeFrames.logged", "budget (hopline limits)",
-                  "API_JSON_BODY_LIMIT", "10485760 (10 MiB)"):
+                  "API_JSON_BODY_LIMIT", "10485760 (10 MiB)", "maxDroppedBytes", "delivery.lostBytes",
+                  "warmChildren.ready"):
         assert title in tables.stdout
     refused = run_cli(["status", "--url", daemon.url, "--token", "wrong"])
     assert refused.returncode == 1 and "401" in refused.stderr

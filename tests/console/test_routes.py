@@ -182,7 +182,8 @@ async def test_daemon_frames_has_the_histogram_the_lines_and_the_large_frame_rec
 
 async def test_lost_bytes_count_what_a_client_cannot_have(tmp_path: Path) -> None:
     """A zero is honest: with a sidecar object quota under the output, the preview goes out
-    flagged as truncated and the session's lostBytes moves by exactly the field's size."""
+    flagged as truncated and the session's lostBytes moves by exactly the bytes the preview does not
+    carry (the field's size minus its head and tail, D-8)."""
     env = {"HOPLINE_SIDECAR_MAX_OBJECT_BYTES": "128kb", "HOPLINE_SIDECAR_MAX_SESSION_BYTES": "128kb"}
     with running_daemon(tmp_path, agent_cmd=BIG_AGENT_CMD, token=TOKEN, env=env) as daemon:
         async with DaemonClient(daemon.url, TOKEN) as client:
@@ -195,5 +196,5 @@ async def test_lost_bytes_count_what_a_client_cannot_have(tmp_path: Path) -> Non
             await _run_turn(client, session_id, "big 100000")  # fits the quota: kept whole
             assert await lost() == 0
             await _run_turn(client, session_id, "big 200000")  # over it: only a preview
-            assert await lost() == 200_000
+            assert await lost() == 200_000 - Budget.defaults().sidecar_preview_bytes
 

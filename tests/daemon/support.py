@@ -55,14 +55,14 @@ def _repo_root() -> Path:
 
 def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | None = BIG_AGENT_CMD,
                  env: dict[str, str] | None = None, token: str = "test-server-token",
-                 log_name: str = "daemon.log") -> Daemon:
+                 log_name: str = "daemon.log", port: int = 0) -> Daemon:
     data = data_dir or tmp / "data"
     log_path = tmp / log_name
     full_env = {**os.environ, "HOPLINE_SERVER_TOKEN": token, **(env or {})}
     if not token:
         full_env.pop("HOPLINE_SERVER_TOKEN")
     full_env.pop("HOPLINE_INTERNAL_TOKEN", None)
-    argv = [sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir", str(data)]
+    argv = [sys.executable, "-m", "hopline", "serve", "--port", str(port), "--data-dir", str(data)]
     if agent_cmd is not None:
         argv += ["--agent-cmd", agent_cmd]
     log_file = open(log_path, "ab")  # noqa: SIM115 - closed with the process
@@ -104,6 +104,16 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
             raise RuntimeError("hopline serve never became healthy")
         time.sleep(0.05)
     return Daemon(url, token, proc, log_path, data, stdout_lines)
+
+
+def free_port() -> int:
+    """A loopback port free right now (for a daemon restarted on the same address)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def stop_daemon_proc(proc: subprocess.Popen[bytes]) -> None:

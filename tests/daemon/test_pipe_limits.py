@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from .support import read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, texts, turns_done
 
@@ -46,6 +48,17 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
             assert texts(after) == ["echo: echo after"] and after[-1].type == "turn_complete"
             status = (await client.get("/daemon/status")).json()
             assert status["framesDropped"] == 1
+            # D-8: the dropped frame is measured, and its turn says what it lost
+            inbound = status["runtime"]["perf"]["pipe"]["inbound"]
+            assert (inbound["dropped"], inbound["droppedBytes"], inbound["maxDroppedBytes"]) == \
+                (1, data["bytes"], data["bytes"])
+            assert status["runtime"]["perf"]["pipe"]["outbound"]["dropped"] == 0
+            assert events[-1].data["lostBytes"] == data["bytes"] and events[-1].data["degraded"] is True
+            assert status["delivery"]["lostByReason"] == {"frame_too_large": 1}
+            records = [orjson.loads(line) for line in daemon.log_text().splitlines()
+                       if "hopline.daemon.pipe.large_frame" in line]
+            [unknown] = [r["record"] for r in records if r["record"]["sourceClass"] == "unknown"]
+            assert unknown["bytes"] == data["bytes"] and unknown["sourceClass"] == "unknown"
 
             # D-6 by bytes: a bulk replay response over HOPLINE_BULK_REPLAY_MAX_BYTES is refused
             for count, ok in ((2000, False), (100, True)):

@@ -27,7 +27,7 @@ def test_at_the_limit_passes_one_byte_over_is_stubbed() -> None:
     assert stub["toolCallId"] == "c1" and stub["status"] == "completed"
     dropped = stub["_meta"]["hopline.dropped"]
     assert dropped == {"bytes": len(orjson.dumps(over)), "limitBytes": limit, "hop": "daemon.sse",
-                       "reason": "sse_max_event_bytes"}
+                       "reason": "sse_max_event_bytes", "lostBytes": len(orjson.dumps(over))}
     assert str(limit) in stub["content"][0]["content"]["text"]
     assert len(orjson.dumps(stub)) < 1024
 

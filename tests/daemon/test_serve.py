@@ -92,7 +92,7 @@ async def test_five_mib_tool_call_update_passes_and_is_measured(daemon: Daemon, 
         preview = big.data["update"]["content"][0]["content"]["text"]
         assert len(preview) < 16 * 1024
         (sidecar,) = big.data["update"]["_meta"]["hopline.sidecar"]
-        assert sidecar["bytes"] == 5 * MiB and sidecar["field"] == "content[0].text"
+        assert sidecar["bytes"] == 5 * MiB and sidecar["field"] == "content[0].content.text"
         body = await client.get(f"/session/{sid}/sidecars/{sidecar['id']}")
         assert body.status_code == 200 and body.content == b"x" * (5 * MiB)
         assert hashlib.sha256(body.content).hexdigest() == sidecar["sha256"]
@@ -101,7 +101,8 @@ async def test_five_mib_tool_call_update_passes_and_is_measured(daemon: Daemon, 
         assert (await client.get(f"/session/{other}/sidecars/{sidecar['id']}")).status_code == 404
         assert (await client.get(f"/session/nope/sidecars/{sidecar['id']}")).status_code == 404
         assert events[-1].type == "turn_complete"
-        assert events[-1].data == {"promptId": pid, "stopReason": "end_turn", "turn": None}
+        assert events[-1].data == {"promptId": pid, "stopReason": "end_turn", "turn": None,
+                                   "lostBytes": 0, "degraded": False}
 
         status = (await client.get("/daemon/status")).json()
         assert status["runtime"]["perf"]["pipe"]["inbound"]["maxBytes"] >= 5 * MiB
@@ -320,7 +321,12 @@ async def test_clients_cannot_raise_a_ceiling(daemon: Daemon, tmp_path: Path) ->
         assert cut.status_code == 413 and cut.json()["error"]["hop"] == "daemon.api"
         assert cut.json()["error"]["receivedBytes"] == limit + 1
         events = await read_events(client, sid, turns_done(1))
-        assert texts(events)[-1] == "echo: echo " + "a" * (limit - len(prefix) - len(suffix))
+        # the 1 MiB echo is over the sidecar threshold: its text is in a sidecar, whole (S-4)
+        echo = next(e for e in reversed(events) if e.type == "session_update"
+                    and e.data["update"]["sessionUpdate"] == "agent_message_chunk")
+        [moved] = echo.data["update"]["_meta"]["hopline.sidecar"]
+        body = await client.get(f"/session/{sid}/sidecars/{moved['id']}")
+        assert body.text == "echo: echo " + "a" * (limit - len(prefix) - len(suffix))
         # nothing a client sent changed the budget
         again = (await client.get("/daemon/status")).json()["budget"]
         assert again == status["budget"]
@@ -352,4 +358,5 @@ async def test_cancel_stops_the_running_turn(daemon: Daemon, tmp_path: Path) -> 
         assert response.status_code == 200 and response.json() == {"cancelled": True}
         done = await read_events(client, sid, turns_done(1), last_event_id=events[-1].id)
         assert done[-1].type == "turn_complete"
-        assert done[-1].data == {"promptId": pid, "stopReason": "cancelled", "turn": None}
+        assert done[-1].data == {"promptId": pid, "stopReason": "cancelled", "turn": None,
+                                 "lostBytes": 0, "degraded": False}

@@ -13,6 +13,8 @@ from hopline.wire.ndjson import encode
 
 THRESHOLD = Budget.defaults().large_frame_threshold_bytes
 
+NO_DROPS = {"dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0}
+
 
 def _capture(path: Path) -> None:
     big_update = {"sessionUpdate": "tool_call_update", "toolCallId": "c", "kind": "execute",
@@ -52,7 +54,8 @@ def test_frames_prints_records_and_a_summary(tmp_path: Path) -> None:
     assert summary["errors"] == {"frameTooLarge": 0, "invalidFrame": 1, "incompleteFrame": 1}
     assert summary["stats"]["inbound"]["count"] == 3
     assert summary["stats"]["inbound"]["maxBytes"] == record["bytes"]
-    assert summary["stats"]["outbound"] == {"count": 0, "totalBytes": 0, "maxBytes": 0}
+    assert summary["stats"]["outbound"] == {"count": 0, "totalBytes": 0, "maxBytes": 0, **NO_DROPS}
+    assert summary["stats"]["inbound"]["dropped"] == 2  # the invalid frame and the incomplete one
     assert summary["largeFrames"] == {"logged": 1, "suppressed": 0, "thresholdBytes": THRESHOLD}
     assert b"invalid_json" in done.stderr and b"not json" not in done.stderr
 

@@ -10,6 +10,8 @@ from hopline.budget import Budget
 from hopline.observe.pipe import PipeObservability
 from hopline.wire.ndjson import Frame, NdjsonDecoder, encode
 
+NO_DROPS = {"dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0}
+
 
 async def test_taps_feed_stats_histogram_and_large_frames(caplog: pytest.LogCaptureFixture) -> None:
     budget = Budget.defaults()
@@ -31,8 +33,9 @@ async def test_taps_feed_stats_histogram_and_large_frames(caplog: pytest.LogCapt
     status = pipe.status()
     big_size = len(encode(big)) - 1
     small_size = len(b'{"jsonrpc":"2.0","id":1,"result":{}}')
-    assert status["inbound"] == {"count": 2, "totalBytes": big_size + small_size, "maxBytes": big_size}
-    assert status["outbound"] == {"count": 1, "totalBytes": size, "maxBytes": size}
+    assert status["inbound"] == {"count": 2, "totalBytes": big_size + small_size, "maxBytes": big_size,
+                                 **NO_DROPS}
+    assert status["outbound"] == {"count": 1, "totalBytes": size, "maxBytes": size, **NO_DROPS}
     assert status["largeFrames"] == {"logged": 1, "suppressed": 0,
                                      "thresholdBytes": budget.large_frame_threshold_bytes}
     assert b'hopline_daemon_pipe_message_bytes_count{direction="inbound"} 2.0' in pipe.metrics.render()

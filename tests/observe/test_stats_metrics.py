@@ -8,19 +8,24 @@ from hopline.budget import Budget, KiB, MiB
 from hopline.observe.metrics import PipeMetrics, bucket_boundaries
 from hopline.observe.stats import PipeStats
 
+NO_DROPS = {"dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0}
+
 
 def test_stats_snapshot_shape_and_values() -> None:
     stats = PipeStats()
     assert stats.snapshot() == {
-        "inbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
-        "outbound": {"count": 0, "totalBytes": 0, "maxBytes": 0},
+        "inbound": {"count": 0, "totalBytes": 0, "maxBytes": 0, **NO_DROPS},
+        "outbound": {"count": 0, "totalBytes": 0, "maxBytes": 0, **NO_DROPS},
     }
     for n in (10, 300, 20):
         stats.record("inbound", n)
     stats.record("outbound", 7)
+    stats.record_dropped("inbound", 500)
+    stats.record_dropped("inbound", 40)
     assert stats.snapshot() == {
-        "inbound": {"count": 3, "totalBytes": 330, "maxBytes": 300},
-        "outbound": {"count": 1, "totalBytes": 7, "maxBytes": 7},
+        "inbound": {"count": 3, "totalBytes": 330, "maxBytes": 300,
+                    "dropped": 2, "droppedBytes": 540, "maxDroppedBytes": 500},
+        "outbound": {"count": 1, "totalBytes": 7, "maxBytes": 7, **NO_DROPS},
     }
 
 

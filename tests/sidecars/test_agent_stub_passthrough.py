@@ -65,7 +65,7 @@ def test_structured_and_string_raw_output_stubs_pass_unchanged(store: SidecarSto
                                                                writer: SidecarWriter) -> None:
     text = big("b", BUDGET.sidecar_threshold_bytes + 1)
     stubbed = offload_update({**full_update(text), "rawOutput": text}, writer, BUDGET)
-    assert [e["field"] for e in stubbed["_meta"][META_KEY]] == ["content[0].text", "rawOutput"]
+    assert sorted(e["field"] for e in stubbed["_meta"][META_KEY]) == ["content[0].content.text", "rawOutput"]
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
 
     structured = {"chunks": [text[:4096]] * 20}
@@ -110,5 +110,6 @@ def test_projection_keeps_agent_entries_when_it_moves_another_field(store: Sidec
     projected = project_update(mixed, SESSION, store, BUDGET)
     entries = projected["_meta"][META_KEY]
     assert entries[0] == agent_entry
-    assert [e["field"] for e in entries] == ["content[0].text", "content[1].text"]
+    assert [e["field"] for e in entries] == ["content[0].content.text", "content[1].content.text"]
+    assert entries[1]["path"] == ["content", 1, "content", "text"]
     assert projected["_meta"]["hopline.tool"] == {"name": "run_command", "provenance": "builtin"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from hopline.sidecars.projection import (
     preview_text,
     project_message,
     project_update,
+    restore_update,
 )
 
 from .conftest import CountingStore
@@ -54,7 +56,7 @@ def test_five_mib_update_is_projected_under_the_threshold(make_store: StoreFacto
     meta = projected["_meta"]["hopline.sidecar"]
     assert len(meta) == 1
     entry = meta[0]
-    assert entry["field"] == "content[0].text"
+    assert entry["field"] == "content[0].content.text" and entry["path"] == ["content", 0, "content", "text"]
     assert entry["bytes"] == 5 * MiB and entry["mediaType"] == TEXT_MEDIA_TYPE
     stored = store.get("s1", entry["id"])
     assert stored is not None and stored.sha256 == entry["sha256"]
@@ -63,53 +65,118 @@ def test_five_mib_update_is_projected_under_the_threshold(make_store: StoreFacto
     assert preview.startswith("HEAD-") and preview.endswith("-TAIL")
     assert f"[hopline: {5 * MiB} bytes in sidecar {entry['id']}; 2048 shown]" in preview
     stats = store.stats()
-    assert stats["bytesKeptOffWire"] == 5 * MiB - len(preview.encode())
+    assert stats["bytesKeptOffWire"] == 5 * MiB - len(orjson.dumps(preview))  # the preview's JSON
+
+
+def _sized(update: dict[str, Any], target: int, field: str = "rawOutput", char: str = "a") -> dict[str, Any]:
+    """``update`` with ``field`` a string of ``char`` that makes its compact JSON exactly ``target`` bytes."""
+    base = len(orjson.dumps({**update, field: ""}))
+    room = target - base
+    count = room // len(char.encode())
+    assert count * len(char.encode()) == room, "target not reachable with this character"
+    sized = {**update, field: char * count}
+    assert len(orjson.dumps(sized)) == target
+    return sized
+
+
+SMALL = Budget.defaults().replace(sidecar_threshold_bytes=1000, sidecar_preview_bytes=100)
 
 
 def test_exactly_at_threshold_passes_one_byte_over_moves(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=1000))
-    at_limit = tool_update("a" * 1000, raw="b" * 1000)
+    """The threshold applies to the whole update's compact JSON, in UTF-8 bytes (S-4)."""
+    store = make_store(SMALL)
+    head = tool_update("c" * 300)
+    at_limit = _sized(head, 1000)
     assert project_update(at_limit, "s1", store, store.budget) is at_limit
-    over = tool_update("a" * 1001, raw="b" * 1001)
+    over = _sized(head, 1001)
     projected = project_update(over, "s1", store, store.budget)
-    fields = [e["field"] for e in projected["_meta"]["hopline.sidecar"]]
-    assert fields == ["content[0].text", "rawOutput"]
-    assert "1001 bytes in sidecar" in projected["rawOutput"]
-    # multi-byte characters are counted in UTF-8 bytes, not characters
-    euro = tool_update("€" * 334)  # 1002 bytes, 334 characters
-    assert project_update(euro, "s1", store, store.budget) is not euro
+    assert len(orjson.dumps(projected)) <= 1000
+    [entry] = projected["_meta"]["hopline.sidecar"]  # the largest field is enough
+    assert entry["field"] == "rawOutput" and entry["path"] == ["rawOutput"]
+    assert f"{len(over['rawOutput'])} bytes in sidecar" in projected["rawOutput"]
+    assert projected["content"] == head["content"]
+    # multi-byte characters count in UTF-8 bytes, not characters: 3 bytes for one "€"
+    base = len(orjson.dumps({**head, "rawOutput": ""}))
+    euro_at = {**head, "rawOutput": "€" * ((1000 - base) // 3)}
+    assert 998 <= len(orjson.dumps(euro_at)) <= 1000 < len(orjson.dumps(euro_at)) + 3
+    assert project_update(euro_at, "s1", store, store.budget) is euro_at
+    euro_over = {**head, "rawOutput": euro_at["rawOutput"] + "€"}
+    assert project_update(euro_over, "s1", store, store.budget) is not euro_over
 
 
-def test_only_tool_updates_and_never_raises_on_odd_shapes(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
-    big = "x" * 500
+def _chunk(kind: str) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": kind[0] * 5000}}
+
+
+@pytest.mark.parametrize(("update", "field"), [
+    (_chunk("agent_message_chunk"), "content.text"),
+    (_chunk("agent_thought_chunk"), "content.text"),
+    (_chunk("user_message_chunk"), "content.text"),
+    ({"sessionUpdate": "plan", "entries": [{"content": f"step {i}", "priority": "high", "status": "pending"}
+                                           for i in range(200)]}, "entries"),
+    ({"sessionUpdate": "available_commands_update",
+      "availableCommands": [{"name": f"cmd{i}", "description": "d" * 40} for i in range(200)]},
+     "availableCommands"),
+    ({"sessionUpdate": "x_vendor_kind", "small": "s", "data": {"blob": "b" * 5000, "n": 1}}, "data.blob"),
+    ({"sessionUpdate": "x_vendor_kind", "rows": [[i, "r" * 20] for i in range(300)]}, "rows"),
+    ({"sessionUpdate": "tool_call", "toolCallId": "c", "rawInput": {"command": "k" * 5000}},
+     "rawInput.command"),
+])
+def test_every_kind_is_projected_and_restores_exactly(make_store: StoreFactory, update: dict[str, Any],
+                                                      field: str) -> None:
+    store = make_store(SMALL)
+    original = copy.deepcopy(update)
+    projected = project_update(update, "s1", store, store.budget)
+    assert update == original
+    assert len(orjson.dumps(projected)) <= 1000
+    [entry] = projected["_meta"]["hopline.sidecar"]
+    assert entry["field"] == field
+    value = update
+    for part in entry["path"]:
+        value = value[part]
+    assert entry["mediaType"] == (TEXT_MEDIA_TYPE if isinstance(value, str) else JSON_MEDIA_TYPE)
+    if isinstance(value, list):  # an array keeps its leading items: still an array on the wire
+        shown = projected
+        for part in entry["path"]:
+            shown = shown[part]
+        assert entry["items"] == len(value) and entry["itemsShown"] == len(shown) > 0
+        assert shown == value[:len(shown)] and len(orjson.dumps(shown)) <= 100
+
+    def body(e: dict[str, Any]) -> bytes:
+        stored = store.get("s1", e["id"])
+        assert stored is not None
+        data = store.read_bytes(stored)
+        assert data is not None and hashlib.sha256(data).hexdigest() == e["sha256"]
+        return data
+
+    assert restore_update(projected, body) == original
+
+
+def test_odd_shapes_never_raise(make_store: StoreFactory) -> None:
+    store = make_store(SMALL)
+    big = "x" * 5000
     untouched: list[Any] = [
         None, 42, "text", [big],
-        {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": big}},
-        {"sessionUpdate": "tool_call_update", "content": "not a list", "rawOutput": None},
-        {"sessionUpdate": "tool_call_update", "content": [None, 3, big, {"type": "content"},
-                                                          {"type": "content", "content": big},
-                                                          {"type": "content", "content": {"type": "image",
-                                                                                          "data": big}},
-                                                          {"type": "diff", "path": "p", "newText": big},
-                                                          {"type": "content",
-                                                           "content": {"type": "text", "text": 5}}]},
-        {"sessionUpdate": "tool_call", "rawOutput": 12345},
         {"sessionUpdate": "tool_call", "rawOutput": {"n": 2**70, "pad": big}},  # orjson cannot encode it
         {"sessionUpdate": "tool_call", "rawOutput": {"small": True}},
         {"sessionUpdate": ["tool_call"]},
+        {"sessionUpdate": "x", **{f"k{i}": i for i in range(300)}},  # nothing worth moving: only numbers
     ]
     for update in untouched:
         assert project_update(update, "s1", store, store.budget) is update
     odd_meta = {"sessionUpdate": "tool_call", "rawOutput": big, "_meta": "not a dict"}
     projected = project_update(odd_meta, "s1", store, store.budget)
     assert projected["_meta"]["hopline.sidecar"][0]["field"] == "rawOutput"
+    odd = {"sessionUpdate": "tool_call_update", "content": [None, 3, big, {"type": "content"},
+                                                            {"type": "content", "content": big}]}
+    projected = project_update(odd, "s1", store, store.budget)
+    assert [e["field"] for e in projected["_meta"]["hopline.sidecar"]] == ["content"]
 
 
 def test_existing_meta_is_kept_and_extended(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    store = make_store(SMALL)
     agent_entry = {"field": "content[1].text", "id": "x" * 32, "bytes": 9, "sha256": "0", "mediaType": "t/p"}
-    update = {**tool_update(raw="r" * 200), "_meta": {"other": 1, "hopline.sidecar": [agent_entry]}}
+    update = {**tool_update(raw="r" * 2000), "_meta": {"other": 1, "hopline.sidecar": [agent_entry]}}
     projected = project_update(update, "s1", store, store.budget)
     assert projected["_meta"]["other"] == 1
     assert projected["_meta"]["hopline.sidecar"][0] == agent_entry
@@ -162,6 +229,7 @@ def test_quota_fallback_is_a_flagged_truncated_preview(make_store: StoreFactory,
     entry = projected["_meta"]["hopline.sidecar"][0]
     assert entry["truncated"] is True and entry["reason"] == reason and "id" not in entry
     assert entry["field"] == "rawOutput" and entry["bytes"] == len(over["rawOutput"])
+    assert entry["lostBytes"] == len(over["rawOutput"]) - store.budget.sidecar_preview_bytes
     assert f"bytes, truncated ({reason});" in projected["rawOutput"]
     assert projected["rawOutput"].startswith("b" * 1024) and len(projected["rawOutput"]) < 2200
     assert store.stats()["fallbacks"][key] == 1
@@ -186,7 +254,7 @@ def test_client_ignoring_meta_reads_the_preview_through_the_acp_sdk(make_store: 
 
 
 def test_notifications_and_replays_are_projected(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100, sidecar_preview_bytes=50))
     big = tool_update(raw="r" * 500)
     note = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "child", "update": big}}
     out = project_message(note, "daemon-s", store, store.budget)
@@ -210,9 +278,9 @@ def test_notifications_and_replays_are_projected(make_store: StoreFactory) -> No
         assert project_message(message, "daemon-s", store, store.budget) is message
 
 
-async def test_async_projection_skips_messages_without_tool_output(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
-    chunk = {"method": "session/update", "params": {"update": {"sessionUpdate": "agent_message_chunk"}}}
+async def test_async_projection_skips_messages_without_an_update(make_store: StoreFactory) -> None:
+    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100, sidecar_preview_bytes=50))
+    chunk = {"method": "session/update", "params": {"update": "not an update"}}
     assert not needs_projection(chunk)
     assert await aproject_message(chunk, "s", store, store.budget) is chunk
     note = {"method": "session/update", "params": {"update": tool_update(raw="r" * 500)}}
@@ -222,13 +290,14 @@ async def test_async_projection_skips_messages_without_tool_output(make_store: S
 
 
 def test_disk_error_falls_back_and_the_update_still_goes_out(make_store: StoreFactory) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_threshold_bytes=100))
+    store = make_store(SMALL)
     store.tmp_dir.rmdir()
     store.tmp_dir.write_bytes(b"not a directory")  # a real failing write, no patching
     projected = project_update(tool_update("z" * 5000), "s1", store, store.budget)
     entry = projected["_meta"]["hopline.sidecar"][0]
-    assert entry == {"field": "content[0].text", "truncated": True, "reason": "disk_error", "bytes": 5000,
-                     "mediaType": TEXT_MEDIA_TYPE}
+    assert entry == {"field": "content[0].content.text", "path": ["content", 0, "content", "text"],
+                     "truncated": True, "reason": "disk_error", "bytes": 5000, "mediaType": TEXT_MEDIA_TYPE,
+                     "lostBytes": 5000 - 100}
     assert "5000 bytes, truncated (disk_error)" in projected["content"][0]["content"]["text"]
     assert store.stats()["fallbacks"]["diskError"] == 1
 
@@ -246,6 +315,11 @@ def test_sidecar_projector_plugs_into_the_daemon_hook(make_store: StoreFactory) 
     assert "hopline.dropped" not in projected["_meta"]
     stored = store.get("daemon-s", entry["id"])
     assert stored is not None and store.read_bytes(stored) == text.encode()
-    # what a sidecar does not cover (a huge message chunk) is still guarded by the next projector
+    # a huge message chunk goes to a sidecar too (S-4), not to the SSE guard
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "c" * MiB}}
-    assert "hopline.dropped" in projector("daemon-s", chunk)["_meta"]
+    assert "hopline.dropped" not in projector("daemon-s", chunk)["_meta"]
+    # what no sidecar can shrink (nothing but numbers) is still guarded by the next projector
+    numbers = {"sessionUpdate": "x", **{f"k{i:06d}": i for i in range(60_000)}}
+    assert len(orjson.dumps(numbers)) > 512 * 1024
+    dropped = projector("daemon-s", numbers)["_meta"]["hopline.dropped"]
+    assert dropped["lostBytes"] == len(orjson.dumps(numbers))

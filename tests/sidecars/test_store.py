@@ -22,10 +22,13 @@ from hopline.sidecars.store import (
     safe_media_type,
 )
 from hopline.sidecars.writer import (
+    CREDENTIAL_SIDECAR_WRITE_TOKEN,
     ENV_SIDECAR_DIR,
-    ENV_SIDECAR_WRITE_TOKEN,
+    META_CREDENTIALS,
     SidecarWriter,
     SidecarWriterError,
+    credential,
+    open_store,
 )
 
 from .conftest import CountingStore, FakeClock
@@ -124,7 +127,7 @@ def test_store_quota_exact(make_store: StoreFactory) -> None:
     assert (info.value.reason, info.value.limit, info.value.observed) == ("over_store_quota", 300, 301)
     stats = store.stats()
     assert stats["fallbacks"] == {"overObjectQuota": 0, "overSessionQuota": 0, "overStoreQuota": 1,
-                                  "diskError": 0}
+                                  "diskError": 0, "writeTokenRevoked": 0}
     assert (stats["count"], stats["bytes"]) == (2, 300)
 
 
@@ -249,7 +252,7 @@ def test_stats_shape_and_counters_survive_restart(make_store: StoreFactory) -> N
     store.count_kept_off_wire(1234)
     expected = {"count": 1, "bytes": 5, "bytesKeptOffWire": 1234,
                 "fallbacks": {"overObjectQuota": 1, "overSessionQuota": 0, "overStoreQuota": 0,
-                              "diskError": 0}}
+                              "diskError": 0, "writeTokenRevoked": 0}}
     assert store.stats() == expected
     store.close()
     assert make_store(root=store.root).stats() == expected
@@ -258,61 +261,75 @@ def test_stats_shape_and_counters_survive_restart(make_store: StoreFactory) -> N
 # --- S-3: our agent's direct writes -----------------------------------------------------------
 
 
-def test_writer_from_env_binds_to_the_token_session(make_store: StoreFactory) -> None:
+def test_writer_binds_to_the_token_session(make_store: StoreFactory) -> None:
     store = make_store()
     token = store.mint_write_token("daemon-session-1")
-    env = {ENV_SIDECAR_DIR: str(store.root), ENV_SIDECAR_WRITE_TOKEN: token}
-    writer = SidecarWriter.from_env(environ=env)
-    assert writer is not None
+    opened = open_store(store.budget, {ENV_SIDECAR_DIR: str(store.root)})
+    assert opened is not None
+    writer = SidecarWriter(opened, token)
     try:
-        entry = writer.write(b"tool output", "text/plain; charset=utf-8")
-        assert entry["field"] == "rawOutput" and entry["bytes"] == 11
-        assert entry["sha256"] == hashlib.sha256(b"tool output").hexdigest()
-        found = store.get("daemon-session-1", entry["id"])
+        entry = writer.put(b"tool output", "text/plain; charset=utf-8")
+        assert entry.size == 11 and entry.session_id == "daemon-session-1"
+        assert entry.sha256 == hashlib.sha256(b"tool output").hexdigest()
+        found = store.get("daemon-session-1", entry.id)
         assert found is not None and store.read_bytes(found) == b"tool output"
-        assert store.get("other", entry["id"]) is None
+        assert store.get("other", entry.id) is None
         store.delete_session("daemon-session-1")  # revokes the token
-        assert writer.write(b"more", "text/plain")["reason"] == "write_token_revoked"
+        with pytest.raises(SidecarRefused) as refused:
+            writer.put(b"more", "text/plain")
+        assert refused.value.reason == "write_token_revoked"
+        assert store.stats()["fallbacks"]["writeTokenRevoked"] == 1
     finally:
         writer.close()
 
 
-def test_writer_from_env_absent_or_bad(make_store: StoreFactory, tmp_path: Path) -> None:
+def test_store_from_env_and_credentials_absent_or_bad(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store()
-    assert SidecarWriter.from_env(environ={}) is None
-    assert SidecarWriter.from_env(environ={ENV_SIDECAR_DIR: str(store.root)}) is None
-    with pytest.raises(SidecarWriterError, match="HOPLINE_SIDECAR_WRITE_TOKEN"):
-        SidecarWriter.from_env(environ={ENV_SIDECAR_DIR: str(store.root), ENV_SIDECAR_WRITE_TOKEN: "nope"})
+    assert open_store(store.budget, {}) is None
     with pytest.raises(SidecarWriterError, match="HOPLINE_SIDECAR_DIR"):
-        SidecarWriter.from_env(environ={ENV_SIDECAR_DIR: str(tmp_path / "missing"),
-                                        ENV_SIDECAR_WRITE_TOKEN: "x"})
+        open_store(store.budget, {ENV_SIDECAR_DIR: str(tmp_path / "missing")})
+    with pytest.raises(SidecarWriterError, match="write token"):
+        SidecarWriter(store, "nope")
+    name = CREDENTIAL_SIDECAR_WRITE_TOKEN
+    assert credential({}, name) is None
+    assert credential({META_CREDENTIALS: "not a dict"}, name) is None
+    assert credential({META_CREDENTIALS: {name: ""}}, name) is None
+    assert credential({META_CREDENTIALS: {name: "t"}}, name) == "t"
 
 
 _AGENT_SCRIPT = """
 import json, sys
-from hopline.sidecars.writer import SidecarWriter
-writer = SidecarWriter.from_env()
-preview, entry = writer.offload_text("H" * 100000 + "T" * 100000, "content[0].text")
-print(json.dumps({"preview": preview, "entry": entry, "big": writer.write(b"z" * 70, "text/plain")}))
+from hopline.budget import Budget
+from hopline.sidecars.projection import project_fields
+from hopline.sidecars.writer import SidecarWriter, open_store
+writer = SidecarWriter(open_store(Budget.from_env()), sys.stdin.read().strip())
+def chunk(text):
+    return {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+update, big = chunk("H" * 100000 + "T" * 100000), chunk("z" * 70000)
+print(json.dumps({"first": project_fields(update, writer, Budget.from_env()).update,
+                  "second": project_fields(big, writer, Budget.from_env()).update}))
 """
 
 
 def test_writer_in_a_separate_agent_process_shares_quotas(make_store: StoreFactory) -> None:
-    budget = Budget.defaults().replace(sidecar_max_session_bytes=200_050)
+    budget = Budget.defaults().replace(sidecar_max_session_bytes=250_000)
     store = make_store(budget)
     token = store.mint_write_token("sess")
-    env = {**os.environ, **budget.to_env(), ENV_SIDECAR_DIR: str(store.root),
-           ENV_SIDECAR_WRITE_TOKEN: token}
+    # The token travels like the daemon sends it (in the request, here stdin), never in the env.
+    env = {**os.environ, **budget.to_env(), ENV_SIDECAR_DIR: str(store.root)}
     done = subprocess.run([sys.executable, "-c", _AGENT_SCRIPT], env=env, capture_output=True, timeout=60,
-                          check=True)
+                          check=True, input=token.encode())
     import json
 
     out = json.loads(done.stdout)
-    entry = out["entry"]
+    [entry] = out["first"]["_meta"]["hopline.sidecar"]
     stored = store.get("sess", entry["id"])
     assert stored is not None and store.read_bytes(stored) == b"H" * 100000 + b"T" * 100000
-    assert out["preview"].startswith("H" * 1024) and out["preview"].endswith("T" * 1024)
-    assert f"200000 bytes in sidecar {entry['id']}" in out["preview"]
-    # 200,000 + 70 is over the session quota the agent read from its env
-    assert out["big"]["truncated"] is True and out["big"]["reason"] == "over_session_quota"
+    preview = out["first"]["content"]["text"]
+    assert preview.startswith("H" * 1024) and preview.endswith("T" * 1024)
+    assert f"200000 bytes in sidecar {entry['id']}" in preview
+    # 200,000 + 70,000 is over the session quota the agent read from its env
+    [refused] = out["second"]["_meta"]["hopline.sidecar"]
+    assert refused["truncated"] is True and refused["reason"] == "over_session_quota"
+    assert refused["lostBytes"] == 70_000 - 2048
     assert store.stats()["fallbacks"]["overSessionQuota"] == 1

@@ -36,6 +36,8 @@ def analyze(stream: Any, *, direction: str, budget: Any, threshold: int | None,
     stats = PipeStats()
     decoder = NdjsonDecoder.for_budget(budget)
     errors = {"frameTooLarge": 0, "invalidFrame": 0, "incompleteFrame": 0}
+    error_keys = {FrameTooLarge: "frameTooLarge", InvalidFrame: "invalidFrame",
+                  IncompleteFrame: "incompleteFrame"}
 
     def handle(items: list[Any]) -> None:
         for item in items:
@@ -44,14 +46,9 @@ def analyze(stream: Any, *, direction: str, budget: Any, threshold: int | None,
                 record = observer.observe(direction, item.size, item.message)
                 if record is not None:
                     emit(record)
-            elif isinstance(item, FrameTooLarge):
-                errors["frameTooLarge"] += 1
-                print(f"hopline frames: {item.describe()}", file=sys.stderr)
-            elif isinstance(item, InvalidFrame):
-                errors["invalidFrame"] += 1
-                print(f"hopline frames: {item.describe()}", file=sys.stderr)
-            elif isinstance(item, IncompleteFrame):
-                errors["incompleteFrame"] += 1
+            else:
+                errors[error_keys[type(item)]] += 1
+                stats.record_dropped(direction, item.size)  # type: ignore[arg-type]
                 print(f"hopline frames: {item.describe()}", file=sys.stderr)
 
     while True:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from hopline.budget import Budget
-    from hopline.client import DaemonClient, Event
+    from hopline.client import DaemonClient, Event, SidecarRef
     from hopline.client.turn import ToolCallView, TurnTracker
 
 EventHook = Callable[["Event", "TurnTracker", "ToolCallView | None"], Awaitable[None]]
@@ -68,16 +68,28 @@ def progress_line(tracker: TurnTracker) -> str:
     return " │ ".join(parts)
 
 
-def tool_line(view: ToolCallView) -> str:
+FetchHint = Callable[[str], str]  # sidecar id -> the command line that fetches it
+
+
+def sidecar_line(ref: SidecarRef, fetch: FetchHint | None = None) -> str:
+    """One moved field: its path and size, and how to fetch the whole of it (or what was lost)."""
+    items = f", {ref.items_shown} of {ref.items} items shown" if ref.items is not None else ""
+    if ref.truncated:
+        return (f"{ref.field}: {_size(ref.bytes)}, truncated ({ref.reason}): "
+                f"{_size(ref.lost_bytes)} lost{items}")
+    line = f"{ref.field}: {_size(ref.bytes)} in sidecar {str(ref.sha256)[:12]}{items}"
+    if fetch is not None and ref.id is not None:
+        line += f" — {fetch(ref.id)}"
+    return line
+
+
+def tool_line(view: ToolCallView, fetch: FetchHint | None = None) -> str:
     mark = {"completed": "✓", "failed": "✗", "in_progress": "…", "pending": "·"}.get(view.status, "·")
     line = f"{mark} {view.title or view.call_id} [{view.status}]"
     for ref in view.sidecars:
-        if ref.truncated:
-            line += f" — {ref.field}: {_size(ref.bytes)}, truncated ({ref.reason})"
-        else:
-            line += f" — {ref.field}: {_size(ref.bytes)} in sidecar {str(ref.sha256)[:12]}"
+        line += f"\n    ↳ {sidecar_line(ref, fetch)}"
     if view.preview:
-        line += f"\n    {view.preview[:100]}"
+        line += f"\n    {view.preview}"
     return line
 
 
@@ -108,11 +120,13 @@ class LiveView:
     chunk is written as it arrives."""
 
     def __init__(self, console: Console, *,
-                 tool_filter: Callable[[ToolCallView], bool] | None = None) -> None:
+                 tool_filter: Callable[[ToolCallView], bool] | None = None,
+                 fetch: FetchHint | None = None) -> None:
         from rich.live import Live
 
         self.console = console
         self.tool_filter = tool_filter  # which finished tool calls get a log line (default: all)
+        self.fetch = fetch  # how a moved field is fetched whole (hopline sidecar ...)
         self.extra = ""  # appended to the progress line (the demo shows the daemon's frame stats)
         self._pending_text: list[str] = []
         self._tracker: TurnTracker | None = None
@@ -172,14 +186,26 @@ class LiveView:
         from hopline.client.events import COMPACTION, PROGRESS
 
         self._tracker = tracker
+        moved = event.sidecars() if event.update_kind not in (None, "tool_call", "tool_call_update") else []
         if event.update_kind == "agent_message_chunk":
             self._pending_text.append(event.message_text())
             self._stream_chunk(self._pending_text[-1])
-            return
+            if not moved and not event.lost_bytes:
+                return
         self.flush_text()
+        for ref in moved:
+            style = "bold red" if ref.truncated else "dim"
+            self.console.print(f"[{style}]↳ {_escape(str(event.update_kind))} "
+                               f"{_escape(sidecar_line(ref, self.fetch))}[/]", highlight=False)
+        if event.lost_bytes and not moved:
+            self.console.print(f"[bold red]✗ {_size(event.lost_bytes)} of this update could not be "
+                               f"delivered[/]", highlight=False)
         if changed is not None and changed.status in ("completed", "failed"):
             if self.tool_filter is None or self.tool_filter(changed):
-                self.console.print(_escape(tool_line(changed)), highlight=False)
+                line = _escape(tool_line(changed, self.fetch))
+                if any(ref.truncated for ref in changed.sidecars):
+                    line = f"[bold red]{line}[/]"
+                self.console.print(line, highlight=False)
         elif event.type == COMPACTION:
             line = compaction_line(tracker.compactions[-1], len(tracker.compactions))
             self.console.print(f"[yellow]{_escape(line)}[/]", highlight=False)
@@ -255,6 +281,13 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
     from hopline.embedded import embedded_stack
 
     console = Console(stderr=as_json, highlight=False)
+    kept: dict[str, str] = {}  # the embedded stack's data dir, kept when a sidecar is worth fetching
+    last_refs: list[SidecarRef] = []  # the turn's moved fields
+
+    def fetch_command(session_id: str) -> FetchHint:
+        from hopline.cli.sidecar import fetch_hint
+
+        return lambda sidecar_id: fetch_hint(session_id, sidecar_id, data_dir=kept.get("dir"))
 
     async def session(client: DaemonClient) -> int:
         session_id = await client.create_session(cwd=cwd, profile=profile,
@@ -271,9 +304,12 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
                 final["error"] = tracker.error
             _json_line(final)
         else:
-            with LiveView(console) as view:
+            with LiveView(console, fetch=fetch_command(session_id)) as view:
                 tracker = await drive_turn(client, session_id, prompt, on_event=view.on_event,
                                            ask=_ask_terminal if ask else None)
+            if tracker.degraded:
+                console.print(f"[bold red]degraded turn: {_size(tracker.lost_bytes)} the agent sent "
+                              "could not be delivered (see the lines above)[/]")
             if tracker.failed:
                 console.print(f"[bold red]{_escape(tracker.error_summary())}[/]")
             else:
@@ -281,6 +317,7 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
 
                 console.print(Panel(_escape(tracker.final_text.strip() or "(no text)"),
                                     title=f"final answer · {tracker.stop_reason}", expand=False))
+        last_refs[:] = tracker.sidecar_refs()
         return 1 if tracker.failed else 0
 
     if url is not None:
@@ -289,7 +326,14 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
     if not as_json:
         console.print("[dim]starting the embedded stack (hopline serve on 127.0.0.1)…[/]")
     async with embedded_stack() as stack, DaemonClient(stack.url, stack.token, budget=budget) as client:
-        return await session(client)
+        # The stack's data dir goes with it, unless this turn moved fields to sidecars: then it is
+        # kept so that `hopline sidecar ... --data-dir` can still fetch them.
+        kept["dir"] = str(stack.data_dir / "data")
+        code = await session(client)
+        if any(ref.resolvable for ref in last_refs):
+            stack.owns_data_dir = False
+            console.print(f"[dim]sidecars kept in {_escape(kept['dir'])} (remove it when done)[/]")
+        return code
 
 
 def parse_scripted(raw: str | None) -> dict[str, Any] | None:

@@ -71,16 +71,18 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     table = Table(title="ACP pipe (inbound = agent → daemon, outbound = daemon → agent)",
                   title_justify="left")
-    for column in ("direction", "count", "totalBytes", "maxBytes"):
+    for column in ("direction", "count", "totalBytes", "maxBytes", "dropped", "droppedBytes",
+                   "maxDroppedBytes"):
         table.add_column(column, justify="right" if column != "direction" else "left")
     for direction in ("inbound", "outbound"):
         d = pipe.get(direction) or {}
         table.add_row(direction, str(d.get("count", 0)), exact_size(d.get("totalBytes", 0)),
-                      exact_size(d.get("maxBytes", 0)))
+                      exact_size(d.get("maxBytes", 0)), str(d.get("dropped", 0)),
+                      exact_size(d.get("droppedBytes", 0)), exact_size(d.get("maxDroppedBytes", 0)))
     console.print(table)
 
     other: dict[str, Any] = {}
-    for key in ("largeFrames", "sidecars", "sse"):
+    for key in ("largeFrames", "sidecars", "sse", "delivery", "warmChildren"):
         value = status.get(key)
         if isinstance(value, dict):
             for k, v in value.items():
@@ -88,7 +90,7 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     if "framesDropped" in status:
         other["framesDropped"] = status["framesDropped"]
     if other:
-        console.print(_kv_table("large frames, sidecars, SSE", other))
+        console.print(_kv_table("large frames, sidecars, SSE, delivery, warm children", other))
 
     budget = status.get("budget") or {}
     ceilings = budget.get("ceilings") or []

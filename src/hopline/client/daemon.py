@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import httpx
@@ -19,6 +19,7 @@ import orjson
 from hopline.budget import HOP_CLIENT_SSE, HOP_DAEMON_API, HOP_SIDECARS, Budget
 from hopline.client.events import Event, SidecarRef
 from hopline.client.sse import SseMessage, SseParser
+from hopline.sidecars.projection import META_KEY, restore_update
 
 log = logging.getLogger("hopline.client")
 
@@ -301,38 +302,76 @@ class DaemonClient:
 
     # --- sidecars -----------------------------------------------------------------------------
 
+    async def download_sidecar(self, session_id: str, sidecar_id: str, write: Callable[[bytes], Any], *,
+                               max_bytes: int | None = None, sha256: str | None = None) -> tuple[int, str]:
+        """Stream one sidecar's bytes to ``write``; return ``(size, sha256)``. The body is checked
+        against its ETag (the sha256 the daemon stored), its ``Content-Length``, ``max_bytes`` (default:
+        the object quota) and ``sha256`` when given (:class:`SidecarIntegrityError` if not)."""
+        limit = self.budget.sidecar_max_object_bytes if max_bytes is None else max_bytes
+        digest = hashlib.sha256()
+        size = 0
+        route = f"/session/{session_id}/sidecars/{sidecar_id}"
+        async with self._http.stream("GET", self.base_url + route, headers=self._headers) as response:
+            if response.status_code != 200:
+                body = await _read_error_body(response, self.budget.daemon_json_body_limit)
+                raise DaemonError(response.status_code, body, "GET", "/session/{id}/sidecars/{sidecarId}")
+            etag = response.headers.get("etag")
+            expected = sha256 if sha256 is not None else (etag.strip('W/"') if etag else None)
+            if etag is not None and expected is not None and etag.strip('W/"') != expected:
+                raise SidecarIntegrityError(sidecar_id,
+                                            "the server's ETag does not match the declared sha256")
+            async for chunk in response.aiter_bytes():
+                if size + len(chunk) > limit:
+                    raise SidecarIntegrityError(sidecar_id, f"body exceeds its declared {limit} bytes "
+                                                            f"(read {size + len(chunk)} so far)")
+                size += len(chunk)
+                digest.update(chunk)
+                write(chunk)
+            length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) != size:
+            raise SidecarIntegrityError(sidecar_id, f"body is {size} bytes, Content-Length said {length}")
+        if expected is not None and digest.hexdigest() != expected:
+            raise SidecarIntegrityError(sidecar_id, "sha256 mismatch: the body is not the one declared")
+        return size, digest.hexdigest()
+
     async def resolve_sidecar(self, session_id: str, entry: SidecarRef | dict[str, Any]) -> bytes:
         """Fetch a sidecar and verify its size and sha256 (:class:`SidecarIntegrityError` if not)."""
         ref = entry if isinstance(entry, SidecarRef) else SidecarRef.from_json(entry)
         if not ref.resolvable or ref.id is None or ref.sha256 is None:
             raise SidecarIntegrityError(str(ref.id), f"not resolvable (truncated={ref.truncated}, "
                                                      f"reason={ref.reason})")
-        limit = min(ref.bytes, self.budget.sidecar_max_object_bytes)
         if ref.bytes > self.budget.sidecar_max_object_bytes:
             raise SidecarIntegrityError(ref.id, f"declares {ref.bytes} bytes, over the object limit "
                                                 f"{self.budget.sidecar_max_object_bytes}")
-        digest = hashlib.sha256()
         body = bytearray()
-        route = f"/session/{session_id}/sidecars/{ref.id}"
-        async with self._http.stream("GET", self.base_url + route, headers=self._headers) as response:
-            if response.status_code != 200:
-                body = await _read_error_body(response, self.budget.daemon_json_body_limit)
-                raise DaemonError(response.status_code, body, "GET", "/session/{id}/sidecars/{sidecarId}")
-            etag = response.headers.get("etag")
-            if etag is not None and etag.strip('W/"') != ref.sha256:
-                raise SidecarIntegrityError(ref.id, "the server's ETag does not match the declared sha256")
-            async for chunk in response.aiter_bytes():
-                if len(body) + len(chunk) > limit:
-                    raise SidecarIntegrityError(
-                        ref.id, f"body exceeds its declared {ref.bytes} bytes "
-                                f"(read {len(body) + len(chunk)} so far)")
-                body += chunk
-                digest.update(chunk)
-        if len(body) != ref.bytes:
-            raise SidecarIntegrityError(ref.id, f"body is {len(body)} bytes, declared {ref.bytes}")
-        if digest.hexdigest() != ref.sha256:
-            raise SidecarIntegrityError(ref.id, "sha256 mismatch: the body is not the one declared")
+        size, _ = await self.download_sidecar(session_id, ref.id, body.extend, max_bytes=ref.bytes,
+                                              sha256=ref.sha256)
+        if size != ref.bytes:
+            raise SidecarIntegrityError(ref.id, f"body is {size} bytes, declared {ref.bytes}")
         return bytes(body)
+
+    async def resolve_update(self, session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+        """The original of a projected update: every sidecar fetched (size and sha256 verified) and
+        set back at its path. Raises :class:`SidecarIntegrityError` for a truncated field (its
+        bytes were lost: the entry says how many) or a body that does not match its entry."""
+        meta = update.get("_meta")
+        entries = meta.get(META_KEY) if isinstance(meta, dict) else None
+        if not isinstance(entries, list) or not entries:
+            return update
+        bodies: dict[str, bytes] = {}
+        for entry in entries:
+            ref = SidecarRef.from_json(entry) if isinstance(entry, dict) else None
+            if ref is None or not ref.resolvable or ref.id is None:
+                raise SidecarIntegrityError(str(getattr(ref, "id", None)),
+                                            f"field {getattr(ref, 'field', '?')} is truncated "
+                                            f"({getattr(ref, 'reason', None)}): "
+                                            f"{getattr(ref, 'lost_bytes', 0)} bytes were lost")
+            if ref.id not in bodies:
+                bodies[ref.id] = await self.resolve_sidecar(session_id, ref)
+        try:
+            return restore_update(update, lambda entry: bodies[str(entry["id"])])
+        except (ValueError, KeyError) as exc:
+            raise SidecarIntegrityError("-", f"cannot restore the update: {exc}") from None
 
 
 async def _read_error_body(response: httpx.Response, limit: int) -> Any:

@@ -22,7 +22,10 @@ SIDECAR_META_KEY = "hopline.sidecar"
 
 @dataclasses.dataclass(frozen=True)
 class SidecarRef:
-    """One ``_meta["hopline.sidecar"]`` entry: a field moved off the wire, or a truncated one."""
+    """One ``_meta["hopline.sidecar"]`` entry: a field moved off the wire, or a truncated one.
+
+    ``field`` is the JSON path (dotted), ``path`` the same as keys and indices; ``lost_bytes`` is
+    what a truncated field lost; ``items`` / ``items_shown`` count an array and its preview."""
 
     field: str
     bytes: int
@@ -31,9 +34,14 @@ class SidecarRef:
     media_type: str | None = None
     truncated: bool = False
     reason: str | None = None
+    path: tuple[str | int, ...] = ()
+    lost_bytes: int = 0
+    items: int | None = None
+    items_shown: int | None = None
 
     @classmethod
     def from_json(cls, entry: dict[str, Any]) -> SidecarRef:
+        path = entry.get("path")
         return cls(
             field=str(entry.get("field", "")),
             bytes=int(entry.get("bytes") or 0),
@@ -42,6 +50,10 @@ class SidecarRef:
             media_type=entry.get("mediaType"),
             truncated=bool(entry.get("truncated", False)),
             reason=entry.get("reason"),
+            path=tuple(p for p in path if isinstance(p, (str, int))) if isinstance(path, list) else (),
+            lost_bytes=int(entry.get("lostBytes") or 0),
+            items=entry.get("items") if isinstance(entry.get("items"), int) else None,
+            items_shown=entry.get("itemsShown") if isinstance(entry.get("itemsShown"), int) else None,
         )
 
     @property
@@ -82,6 +94,12 @@ class Event:
     def is_turn_end(self) -> bool:
         return self.type in TURN_END_TYPES
 
+    @property
+    def lost_bytes(self) -> int:
+        """Bytes this event says could not be delivered (D-8): an update's, or a whole turn's."""
+        value = self.data.get("lostBytes")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
     def message_text(self) -> str:
         """The text of an ``agent_message_chunk`` update ("" otherwise)."""
         if self.update_kind != "agent_message_chunk":
@@ -89,7 +107,7 @@ class Event:
         return content_text(self.update.get("content"))
 
     def sidecars(self) -> list[SidecarRef]:
-        """The sidecar entries of a ``tool_call`` / ``tool_call_update`` update."""
+        """The sidecar entries of a ``session_update`` (any update kind, S-4)."""
         meta = self.update.get("_meta")
         if not isinstance(meta, dict):
             return []

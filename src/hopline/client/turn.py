@@ -8,6 +8,7 @@ llm-turn body seen against its ceiling, and how the turn ended.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 from hopline.client.events import (
@@ -22,9 +23,25 @@ from hopline.client.events import (
     content_text,
 )
 
-# How much of a tool output the tracker keeps for a preview line (the wire already holds only a
-# preview when the output went to a sidecar; this is a display bound, not a transport ceiling).
+# How much of a tool output the tracker keeps for a preview line, head and tail together (the wire
+# already holds only a preview when the output went to a sidecar; a display bound, not a ceiling).
 PREVIEW_CHARS = 160
+# The marker between the head and the tail of a sidecar preview (hopline.sidecars.projection).
+_SIDECAR_MARKER = re.compile(r"\n… \[hopline: [^\]\n]*\] …\n")
+
+
+def head_and_tail(text: str, chars: int = PREVIEW_CHARS) -> str:
+    """One line: the start and the end of ``text`` (at most ``chars`` together, whitespace folded).
+
+    A sidecar preview is cut at its marker, so what shows is the output's real head and tail (the
+    end of a long line, where a path often is, is kept)."""
+    marker = _SIDECAR_MARKER.search(text)
+    if marker is None and len(text) <= chars:
+        return " ".join(text.split())
+    half = chars // 2
+    head, tail = (text[:marker.start()], text[marker.end():]) if marker else (text[:half], text[-half:])
+    head, tail = " ".join(head.split()), " ".join(tail.split())
+    return f"{head[:half]} … {tail[-half:] if tail else ''}".rstrip()
 
 
 @dataclasses.dataclass
@@ -57,6 +74,9 @@ class TurnTracker:
     error: dict[str, Any] | None = None
     permission_requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     synthetic: list[Event] = dataclasses.field(default_factory=list)
+    # Fields of other updates (messages, plans, commands...) that went to sidecars: (kind, ref).
+    moved: list[tuple[str, SidecarRef]] = dataclasses.field(default_factory=list)
+    lost_bytes: int = 0  # what the turn could not deliver (D-8); the turn end's figure wins
     events_seen: int = 0
     sse_bytes: int = 0
 
@@ -82,8 +102,13 @@ class TurnTracker:
         """Why each compaction that fell back to the extractive summary did so ({origin, status, hop})."""
         return [c["summarizerError"] for c in self.compactions if isinstance(c.get("summarizerError"), dict)]
 
+    @property
+    def degraded(self) -> bool:
+        return self.lost_bytes > 0
+
     def sidecar_refs(self) -> list[SidecarRef]:
-        return [ref for call in self.tool_calls.values() for ref in call.sidecars]
+        tools = [ref for call in self.tool_calls.values() for ref in call.sidecars]
+        return tools + [ref for _, ref in self.moved]
 
     def mine(self, event: Event) -> bool:
         """True when ``event`` belongs to this turn (or carries no prompt id at all)."""
@@ -112,6 +137,7 @@ class TurnTracker:
             self.compactions.append(dict(event.data.get("compaction") or {}))
         elif event.type == TURN_COMPLETE:
             self.stop_reason = str(event.data.get("stopReason") or "end_turn")
+            self.lost_bytes = max(self.lost_bytes, event.lost_bytes)
             turn = event.data.get("turn")
             if isinstance(turn, dict):
                 self.turn = turn
@@ -120,6 +146,7 @@ class TurnTracker:
                 self.ceiling_bytes = int(turn.get("ceilingBytes") or self.ceiling_bytes)
         elif event.type == TURN_ERROR:
             self.error = dict(event.data)
+            self.lost_bytes = max(self.lost_bytes, event.lost_bytes)
         elif event.type == PERMISSION_REQUEST:
             self.permission_requests.append(dict(event.data))
         return None
@@ -127,6 +154,9 @@ class TurnTracker:
     def _apply_update(self, event: Event) -> ToolCallView | None:
         update = event.update
         kind = event.update_kind
+        self.lost_bytes += event.lost_bytes
+        if kind not in ("tool_call", "tool_call_update"):
+            self.moved += [(str(kind), ref) for ref in event.sidecars()]
         if kind == "agent_message_chunk":
             chunk = event.message_text()
             self.text_parts.append(chunk)
@@ -159,7 +189,7 @@ class TurnTracker:
             output = raw
         if output:
             view.output_chars = len(output)
-            view.preview = " ".join(output[:PREVIEW_CHARS].split())
+            view.preview = head_and_tail(output)
         sidecars = event.sidecars()
         if sidecars:
             view.sidecars = sidecars

@@ -260,6 +260,7 @@ def create_daemon_app(
             await asyncio.to_thread(store.collect_orphans)
             await asyncio.to_thread(store.reap_expired)
             reaper = asyncio.create_task(store.run_reaper(budget.sidecar_ttl_seconds / SIDECAR_REAPS_PER_TTL))
+        await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
         try:
             yield
         finally:
@@ -402,6 +403,8 @@ def create_daemon_app(
                             "thresholdBytes": large["thresholdBytes"]},
             "framesDropped": instruments.frames_dropped,
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
+            "delivery": manager.delivery_status(),
+            "warmChildren": manager.pool.status() if manager.pool is not None else None,
             "sidecars": store.stats() if store is not None else None,
             "budget": limits_json(budget, check_coherence(budget)),
         }

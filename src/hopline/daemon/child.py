@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from hopline.budget import Budget, KiB
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
-from hopline.observe.stats import PipeStats
+from hopline.observe.stats import Direction, PipeStats
 from hopline.wire.hooks import FrameObservation, PipeTap
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
@@ -67,6 +67,15 @@ class PipeInstruments:
         self.metrics = PipeMetrics(budget)
         self.large_frames = LargeFrameObserver(budget)
         self.frames_dropped = 0
+
+    def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:
+        """A frame that was not relayed (SPEC D-8). One that was never decoded (``observed`` false)
+        and is at least the large-frame threshold also gets a large-frame record: its origin is
+        ``unknown`` and it holds sizes only."""
+        self.frames_dropped += 1
+        self.stats.record_dropped(direction, nbytes)
+        if not observed:
+            self.large_frames.observe(direction, nbytes, None)
 
     def tap(self, direction: Any) -> PipeTap:
         tap = PipeTap(direction)
@@ -234,7 +243,8 @@ class AcpChild:
                 log.exception("child exit handler failed")
 
     def _frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
-        self.instruments.frames_dropped += 1
+        # A decoded frame that is not valid JSON-RPC was already observed as a read frame.
+        self.instruments.record_dropped("inbound", size, observed=error is None)
         try:
             self.handler.on_frame_error(error, size, reason)
         except Exception:

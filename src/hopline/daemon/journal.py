@@ -10,6 +10,7 @@ Synchronous on purpose: appends are small and ordered, and the event loop is the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import time
@@ -42,7 +43,14 @@ CREATE TABLE IF NOT EXISTS events (
     data BLOB NOT NULL,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prompts (
+    session_id TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    after_seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, prompt_id)
+) WITHOUT ROWID;
 """
+TURN_END_TYPES = ("turn_complete", "turn_error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +104,40 @@ class Journal:
         with self._db:
             self._db.execute("BEGIN")
             self._db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            self._db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         self._last.pop(session_id, None)
+
+    # --- prompts: accepted and not yet ended (a restart ends them, D-8) -------------------------
+
+    def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        """Record an accepted prompt (before the client hears of it) until :meth:`close_prompt`."""
+        self._db.execute("INSERT OR REPLACE INTO prompts (session_id, prompt_id, after_seq) VALUES (?, ?, ?)",
+                         (session_id, prompt_id, self.last_id(session_id)))
+
+    def close_prompt(self, session_id: str, prompt_id: str) -> None:
+        self._db.execute("DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?",
+                         (session_id, prompt_id))
+
+    def unended_prompts(self) -> list[tuple[str, str]]:
+        """(session id, prompt id) of every open prompt with no turn end journaled after it."""
+        out: list[tuple[str, str]] = []
+        rows = self._db.execute(
+            "SELECT session_id, prompt_id, after_seq FROM prompts ORDER BY session_id, after_seq").fetchall()
+        for session_id, prompt_id, after in rows:
+            ended = False
+            for (data,) in self._db.execute(
+                    "SELECT data FROM events WHERE session_id = ? AND seq > ? AND type IN (?, ?)",
+                    (session_id, after, *TURN_END_TYPES)):
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    if orjson.loads(data).get("promptId") == prompt_id:
+                        ended = True
+                        break
+            if ended:
+                self.close_prompt(session_id, prompt_id)
+            else:
+                out.append((str(session_id), str(prompt_id)))
+        return out
 
     # --- events ---------------------------------------------------------------------------------
 

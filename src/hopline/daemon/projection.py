@@ -1,10 +1,15 @@
-"""The inbound projection point (SPEC D-3, S-1): every ``session/update`` from a child passes one
-``InboundProjector`` before it is journaled, put in the ring or sent on SSE.
+"""The inbound projection point (SPEC D-3, S-1, S-4): every ``session/update`` from a child whose
+frame is over the sidecar threshold passes one ``InboundProjector`` before it is journaled, put in
+the ring or sent on SSE (a smaller frame holds a smaller update: nothing to move, and under the SSE
+event limit by the budget's coherence rules); so does every update of a bulk replay.
 
 The default projector keeps every event under ``sse_max_event_bytes``: an update whose JSON would
 make a larger event is replaced by a small stub of the same ``sessionUpdate`` kind (tool call id and
 status kept, so the client's state machine goes on) carrying ``_meta["hopline.dropped"]`` with the
 size and the limit. The sidecar store (S-1) plugs in here instead and keeps the payload.
+
+:func:`losses` reads what an update says it lost (D-8): the ``lostBytes`` of its truncated sidecar
+entries and of a ``hopline.dropped`` stub; the daemon counts them per turn and in its status.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
-from hopline.sidecars.projection import META_KEY as SIDECAR_META_KEY
+from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, META_KEY, TOOL_UPDATE_KINDS
+from hopline.sidecars.store import FALLBACK_KEYS
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
 
@@ -23,9 +29,12 @@ InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session i
 # the id/event lines); derived from the shape, not a ceiling.
 EVENT_ENVELOPE_BYTES = 1 * KiB
 _TITLE_CHARS = 128
-_MESSAGE_KINDS = frozenset({"agent_message_chunk", "user_message_chunk", "agent_thought_chunk"})
-_TOOL_KINDS = frozenset({"tool_call", "tool_call_update"})
+_MESSAGE_KINDS = MESSAGE_UPDATE_KINDS
+_TOOL_KINDS = TOOL_UPDATE_KINDS
 DROPPED_META_KEY = "hopline.dropped"
+# Reasons a loss may name; anything else an agent wrote there is reported as "other" (it is the
+# agent's text, and reasons are logged).
+LOSS_REASONS = frozenset({*FALLBACK_KEYS, "sse_max_event_bytes"})
 
 
 def dropped_note(size: int, limit: int) -> str:
@@ -48,26 +57,36 @@ def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]
             stub["title"] = title[:_TITLE_CHARS]
         stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
     stub["_meta"] = {DROPPED_META_KEY: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
-                                         "reason": "sse_max_event_bytes"}}
+                                        "reason": "sse_max_event_bytes", "lostBytes": size}}
     return stub
 
 
-def undelivered_bytes(update: dict[str, Any]) -> int:
-    """Bytes of ``update``'s payload a client cannot have: a payload replaced by the oversize note
-    (``_meta["hopline.dropped"]``) and each field the sidecar store refused (its entry in
-    ``_meta["hopline.sidecar"]`` says ``truncated``: only a preview went out)."""
-    meta = update.get("_meta")
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def losses(update: Any) -> tuple[int, list[str]]:
+    """(bytes lost, their reasons) as the update's ``_meta`` declares them; (0, []) for a whole one."""
+    meta = update.get("_meta") if isinstance(update, dict) else None
     if not isinstance(meta, dict):
-        return 0
+        return 0, []
     lost = 0
-    dropped = meta.get(DROPPED_META_KEY)
-    if isinstance(dropped, dict) and isinstance(dropped.get("bytes"), int):
-        lost += dropped["bytes"]
-    entries = meta.get(SIDECAR_META_KEY)
+    reasons: list[str] = []
+    entries = meta.get(META_KEY)
     for entry in entries if isinstance(entries, list) else ():
-        if isinstance(entry, dict) and entry.get("truncated") and isinstance(entry.get("bytes"), int):
-            lost += entry["bytes"]
-    return lost
+        if isinstance(entry, dict) and entry.get("truncated"):
+            # An entry from an older agent has no lostBytes: the whole field counts.
+            lost += _count(entry.get("lostBytes", entry.get("bytes")))
+            reasons.append(_reason(entry.get("reason")))
+    dropped = meta.get(DROPPED_META_KEY)
+    if isinstance(dropped, dict):
+        lost += _count(dropped.get("lostBytes", dropped.get("bytes")))
+        reasons.append(_reason(dropped.get("reason")))
+    return lost, reasons
+
+
+def _reason(value: Any) -> str:
+    return value if isinstance(value, str) and value in LOSS_REASONS else "other"
 
 
 def oversize_replacement(budget: Budget) -> InboundProjector:

@@ -8,6 +8,16 @@ and before the ``session/new`` answer, whose early updates are kept).
 A child's exit fails its session's pending prompts with a ``turn_error`` whose ``origin`` is
 ``"agent"`` and ``reason`` is ``"agent_exited"`` with the exit code: neither the model nor our
 request code failed, the agent process did, and the H-8 origins do not describe that.
+
+Children come from the warm pool when it has one ready (D-9, :mod:`.pool`); per-session credentials
+travel in ``session/new`` / ``session/load`` ``_meta["hopline.credentials"]``, never in a child's
+environment. Only the session's own updates are relayed (D-8): a ``session/update`` for another
+``sessionId``, or without an ``update`` object, is dropped and counted (``frame_dropped``); updates
+sent before ``session/new`` answers are held until its ``sessionId`` is known. Every update of any
+kind passes the projection (S-4); what it could not deliver is counted per turn and ends the turn's
+``turn_complete`` as ``lostBytes`` / ``degraded``. Accepted prompts are journaled until their turn
+ends, so a daemon that died mid-turn ends them with ``turn_error`` / ``daemon_restarted`` when it
+starts again.
 """
 
 from __future__ import annotations
@@ -35,9 +45,10 @@ from hopline.daemon.child import (
     child_environment,
 )
 from hopline.daemon.journal import Journal
-from hopline.daemon.projection import InboundProjector, oversize_replacement, undelivered_bytes
+from hopline.daemon.pool import WarmPool
+from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
+from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN, ENV_SIDECAR_DIR, META_CREDENTIALS
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -50,7 +61,15 @@ LOAD_REPLAY_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
 LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
 PROGRESS_METHODS = frozenset({"_hopline/progress", "hopline/progress"})
 PERMISSION_METHOD = "session/request_permission"
-OFFLOADED_KINDS = frozenset({"tool_call", "tool_call_update"})  # the updates sidecars apply to (S-1)
+# frame_dropped reasons of frames that decoded but are not relayed (D-8)
+DROP_FOREIGN_SESSION = "foreign_session"
+DROP_INVALID_UPDATE = "invalid_update"
+DROP_HELD_FULL = "held_updates_full"  # more updates before session/new answered than the ring holds
+REASON_DAEMON_RESTARTED = "daemon_restarted"
+# Update kinds named in the degradation log line; any other kind is logged as "other" (it is the
+# agent's free text).
+_LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
+                           "tool_call_update", "plan", "available_commands_update", "current_mode_update"})
 
 
 class SessionError(Exception):
@@ -93,8 +112,11 @@ class DaemonSession:
         self.permissions: dict[str, PendingPermission] = {}
         self.loading: LoadState | None = None
         self.frames_dropped = 0
-        # Bytes the client cannot have: dropped frames, and payloads that went out as a note or a
-        # truncated preview (counted when published; shown in /daemon/status and the console).
+        # Updates received before session/new answered: (their sessionId, projected update), held
+        # until the agent's session id is known (bounded by the ring's bounds).
+        self.early: list[tuple[Any, dict[str, Any]]] | None = None
+        self.early_bytes = 0
+        self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
         self.lost_bytes = 0
 
     @property
@@ -103,31 +125,41 @@ class DaemonSession:
 
 
 class _ChildEvents:
-    """The child's callbacks, bound to one session and one child (a replaced child is ignored)."""
+    """The child's callbacks, bound to one child and to the session that took it (none while the
+    child is warm in the pool; a replaced child is ignored)."""
 
-    def __init__(self, manager: SessionManager, session: DaemonSession) -> None:
+    def __init__(self, manager: SessionManager, session: DaemonSession | None) -> None:
         self.manager = manager
         self.session = session
         self.child: AcpChild | None = None
 
-    def _current(self) -> bool:
-        return self.child is not None and self.session.child is self.child
+    def _current(self) -> DaemonSession | None:
+        session = self.session
+        if self.child is None or session is None or session.child is not self.child:
+            return None
+        return session
 
     def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None:
-        if self._current():
-            return self.manager._on_notification(self.session, message, size)
+        session = self._current()
+        if session is not None:
+            return self.manager._on_notification(session, message, size)
+        if self.session is None:  # a warm child has no session: nothing it sends is anyone's
+            self.manager._drop_frame(None, size, DROP_FOREIGN_SESSION)
         return None
 
     def on_request(self, message: dict[str, Any]) -> None:
         if self.child is not None:
-            self.manager._on_request(self.session, self.child, message)
+            self.manager._on_request(self._current(), self.child, message)
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
         self.manager._on_frame_error(self.session, error, size, reason)
 
     def on_exit(self, returncode: int | None) -> None:
-        if self._current():
-            self.manager._on_exit(self.session, returncode)
+        session = self._current()
+        if session is not None:
+            self.manager._on_exit(session, returncode)
+        elif self.session is None and self.child is not None:
+            self.manager._warm_exited(self.child)
 
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return self.manager.bus.batch()
@@ -150,6 +182,32 @@ class SessionManager:
         self.sidecars = sidecars
         self.sessions: dict[str, DaemonSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        # One warm pool per agent command (D-9); this daemon runs one command.
+        self.pools: dict[tuple[str, ...], WarmPool] = {}
+        if budget.warm_children > 0:
+            self.pools[tuple(self.agent_cmd)] = WarmPool(budget.warm_children,
+                                                         lambda: self._start_child(None))
+        # What could not be delivered (D-8), for /daemon/status.
+        self.lost_updates = 0
+        self.lost_bytes = 0
+        self.lost_by_reason: dict[str, int] = {}
+        self.dropped_by_reason: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """At daemon startup: end the prompts a previous run left running, then warm the pool."""
+        for session_id, prompt_id in self.journal.unended_prompts():
+            self.bus.publish(session_id, "turn_error", {
+                "promptId": prompt_id, "origin": "daemon", "reason": REASON_DAEMON_RESTARTED,
+                "message": "the daemon restarted while this prompt was running; its turn ended there "
+                           "(POST /session/{id}/load restores the session)"})
+            self.journal.close_prompt(session_id, prompt_id)
+            log.warning("prompt ended by a daemon restart")
+        for pool in self.pools.values():
+            pool.fill()
+
+    @property
+    def pool(self) -> WarmPool | None:
+        return self.pools.get(tuple(self.agent_cmd))
 
     # --- lookup -----------------------------------------------------------------------------------
 
@@ -166,15 +224,23 @@ class SessionManager:
 
     # --- the child ------------------------------------------------------------------------------
 
-    def _child_env(self, session: DaemonSession) -> dict[str, str]:
+    def _child_env(self) -> dict[str, str]:
+        """Nothing per session: a warm child is started before its session exists."""
         extra = {**self.budget.to_env(), **self.extra_env}
         extra.setdefault("HOPLINE_DATA_DIR", str(self.data_dir / "agent"))
         if self.sidecars is not None:
-            # S-3: an agent on this machine may write its large outputs straight to the store,
-            # for this session only (the token is scoped to it and revoked with it).
+            # S-3: an agent on this machine may write its large outputs straight to the store;
+            # the write token for one session comes with that session's request (_credentials).
             extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
-            extra[ENV_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
         return child_environment(os.environ, extra)
+
+    def _credentials(self, session: DaemonSession) -> dict[str, str]:
+        """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only
+        (the write token is scoped to it and revoked with it)."""
+        credentials: dict[str, str] = {}
+        if self.sidecars is not None:
+            credentials[CREDENTIAL_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
+        return credentials
 
     async def _handshake(self, awaitable: Any, what: str) -> Any:
         try:
@@ -184,8 +250,22 @@ class SessionManager:
                                f"the agent did not answer {what} within {self.handshake_timeout} s") from None
 
     async def _spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
+        """A child for ``session``: a warm one from the pool when one is ready, else a new one."""
+        pool = self.pool
+        taken = pool.take() if pool is not None else None
+        if taken is None:
+            return await self._start_child(session)
+        child, init = taken
+        events = child.handler
+        assert isinstance(events, _ChildEvents)
+        events.session = session
+        session.child = child
+        return child, init
+
+    async def _start_child(self, session: DaemonSession | None) -> tuple[AcpChild, dict[str, Any]]:
+        """Start and initialize a child, for ``session`` or (None) for the warm pool."""
         events = _ChildEvents(self, session)
-        child = AcpChild(self.agent_cmd, env=self._child_env(session), budget=self.budget,
+        child = AcpChild(self.agent_cmd, env=self._child_env(), budget=self.budget,
                          instruments=self.instruments, handler=events)
         events.child = child
         try:
@@ -193,7 +273,8 @@ class SessionManager:
         except OSError as exc:
             raise SessionError(502, "agent_spawn_failed",
                                f"the agent command could not be started ({type(exc).__name__})") from None
-        session.child = child
+        if session is not None:
+            session.child = child
         try:
             init, _ = await self._handshake(child.request("initialize", {
                 "protocolVersion": PROTOCOL_VERSION,
@@ -206,10 +287,14 @@ class SessionManager:
             raise
         return child, init if isinstance(init, dict) else {}
 
-    async def _discard_child(self, session: DaemonSession, child: AcpChild) -> None:
-        if session.child is child:
+    async def _discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:
+        if session is not None and session.child is child:
             session.child = None
         await child.stop()
+
+    def _warm_exited(self, child: AcpChild) -> None:
+        for pool in self.pools.values():
+            pool.exited(child)
 
     # --- create ---------------------------------------------------------------------------------
 
@@ -220,10 +305,11 @@ class SessionManager:
         self.journal.create_session(session_id, options)
         session = DaemonSession(session_id, options, None)
         session.state = "starting"
+        session.early = []
         self.sessions[session_id] = session
         try:
             child, _ = await self._spawn(session)
-            meta: dict[str, Any] = {}
+            meta: dict[str, Any] = {META_CREDENTIALS: self._credentials(session)}
             if profile is not None:
                 meta["hopline.profile"] = profile
             if permission_mode is not None:
@@ -231,8 +317,7 @@ class SessionManager:
             if scripted is not None:
                 meta["hopline.scripted"] = scripted
             params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
-            if meta:
-                params["_meta"] = meta
+            params["_meta"] = meta
             result, _ = await self._handshake(child.request("session/new", params), "session/new")
             agent_session_id = result.get("sessionId") if isinstance(result, dict) else None
             if not isinstance(agent_session_id, str):
@@ -250,6 +335,7 @@ class SessionManager:
             raise
         session.agent_session_id = agent_session_id
         self.journal.set_agent_session_id(session_id, agent_session_id)
+        self._release_early(session)
         session.state = "ready"
         log.info("session created", extra={"agentPid": child.pid})
         return session
@@ -280,10 +366,19 @@ class SessionManager:
     def prompt(self, session: DaemonSession, text: str) -> str:
         self._require_ready(session)
         prompt_id = "p_" + secrets.token_hex(8)
+        self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
         task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         return prompt_id
+
+    def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
+                  data: dict[str, Any]) -> None:
+        """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
+        then no longer open (a turn cut before this point is ended by the next daemon start)."""
+        lost = session.turn_lost.pop(prompt_id, 0)
+        self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
+        self.journal.close_prompt(session.id, prompt_id)
 
     async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str) -> None:
         async with session.turn_lock:
@@ -292,13 +387,14 @@ class SessionManager:
                 self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
             session.current_prompt = prompt_id
+            session.turn_lost[prompt_id] = 0
             try:
                 result, _ = await child.request("session/prompt", {
                     "sessionId": session.agent_session_id, "prompt": [{"type": "text", "text": text}]})
                 result = _dict(result)
                 turn = _dict(result.get("_meta")).get("hopline.turn")
                 turn = turn if isinstance(turn, dict) else None
-                self.bus.publish(session.id, "turn_complete", {
+                self._end_turn(session, prompt_id, "turn_complete", {
                     "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
             except AgentRpcError as exc:
                 data = _dict(exc.data)
@@ -311,14 +407,14 @@ class SessionManager:
                 for key in ("hop", "limitBytes", "observedBytes"):
                     if key in data:
                         payload[key] = data[key]
-                self.bus.publish(session.id, "turn_error", payload)
+                self._end_turn(session, prompt_id, "turn_error", payload)
             except AgentExited as exc:
                 self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
                 session.current_prompt = None
 
     def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
-        self.bus.publish(session.id, "turn_error", {
+        self._end_turn(session, prompt_id, "turn_error", {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
@@ -365,6 +461,11 @@ class SessionManager:
         if method == "session/update":
             update = params.get("update")
             if not isinstance(update, dict):
+                self._drop_frame(session, size, DROP_INVALID_UPDATE)
+                return None
+            sender = params.get("sessionId")
+            if session.agent_session_id is not None and sender != session.agent_session_id:
+                self._drop_frame(session, size, DROP_FOREIGN_SESSION)
                 return None
             loading = session.loading
             if loading is not None:
@@ -372,10 +473,12 @@ class SessionManager:
                 if loading.suppress:
                     return None
             prompt_id = session.current_prompt
-            if size > self.budget.sidecar_threshold_bytes and update.get("sessionUpdate") in OFFLOADED_KINDS:
-                # A large tool update may be written to the sidecar store (files, fsync): off the loop.
-                return self._project_and_publish(session, prompt_id, update)
-            self._publish_update(session, prompt_id, self.projector(session.id, update))
+            if size > self.budget.sidecar_threshold_bytes:
+                # A large update may be written to the sidecar store (files, fsync): off the loop.
+                return self._project_and_deliver(session, prompt_id, sender, update)
+            # Its frame is under the threshold, so is its JSON: nothing to project (and under the
+            # threshold it is under the SSE event limit, a coherence rule).
+            self._deliver_update(session, prompt_id, sender, update)
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -383,21 +486,88 @@ class SessionManager:
                     self.bus.publish(session.id, key, {"promptId": session.current_prompt, key: value})
         return None
 
-    async def _project_and_publish(self, session: DaemonSession, prompt_id: str | None,
+    async def _project_and_deliver(self, session: DaemonSession, prompt_id: str | None, sender: Any,
                                    update: dict[str, Any]) -> None:
         projected = await asyncio.to_thread(self.projector, session.id, update)
         if session.id in self.sessions:  # not deleted meanwhile
-            self._publish_update(session, prompt_id, projected)
+            self._deliver_update(session, prompt_id, sender, projected)
 
-    def _publish_update(self, session: DaemonSession, prompt_id: str | None,
-                        projected: dict[str, Any]) -> None:
-        session.lost_bytes += undelivered_bytes(projected)
-        self.bus.publish(session.id, "session_update", {"promptId": prompt_id, "update": projected})
+    def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
+                        update: dict[str, Any]) -> None:
+        """Publish a projected update, or hold it while session/new has not answered. A load's
+        replayed updates are not counted again: their losses were counted when they were live."""
+        early = session.early
+        if session.agent_session_id is None and early is not None:
+            size = len(orjson.dumps(update))
+            if (len(early) >= self.budget.ring_max_events
+                    or session.early_bytes + size > self.budget.ring_max_bytes):
+                self._drop_frame(session, size, DROP_HELD_FULL)
+                return
+            early.append((sender, update))
+            session.early_bytes += size
+            return
+        self._publish_update(session, prompt_id, update, count=session.loading is None)
 
-    def _on_request(self, session: DaemonSession, child: AcpChild, message: dict[str, Any]) -> None:
+    def _release_early(self, session: DaemonSession) -> None:
+        """session/new answered: publish the held updates that are this session's, drop the rest."""
+        early, session.early, session.early_bytes = session.early or [], None, 0
+        for sender, update in early:
+            if sender == session.agent_session_id:
+                self._publish_update(session, None, update)
+            else:
+                self._drop_frame(session, len(orjson.dumps(update)), DROP_FOREIGN_SESSION)
+
+    def _publish_update(self, session: DaemonSession, prompt_id: str | None, update: dict[str, Any], *,
+                        count: bool = True) -> None:
+        """One ``session_update`` event; what the update says it lost is on the event (``lostBytes``)
+        and, with ``count``, in the turn's and the daemon's counters."""
+        lost, reasons = losses(update)
+        data: dict[str, Any] = {"promptId": prompt_id, "update": update}
+        if lost:
+            data["lostBytes"] = lost
+        event = self.bus.publish(session.id, "session_update", data)
+        if event is None:  # over the SSE event limit: the bus sent frame_dropped instead
+            lost, reasons = len(orjson.dumps(update)), ["sse_max_event_bytes"]
+        if lost and count:
+            kind = update.get("sessionUpdate")
+            self._count_lost(session, prompt_id, lost, reasons, kind if kind in _LOGGED_KINDS else "other")
+
+    def _count_lost(self, session: DaemonSession | None, prompt_id: str | None, lost: int,
+                    reasons: list[str], kind: str) -> None:
+        self.lost_updates += 1
+        self.lost_bytes += lost
+        for reason in reasons:
+            self.lost_by_reason[reason] = self.lost_by_reason.get(reason, 0) + 1
+        if session is not None:
+            session.lost_bytes += lost
+            if prompt_id is not None and prompt_id in session.turn_lost:
+                session.turn_lost[prompt_id] += lost
+        log.warning("payload not delivered whole",
+                    extra={"lostBytes": lost, "reasons": reasons, "kind": kind})
+
+    def _drop_frame(self, session: DaemonSession | None, size: int, reason: str, *, decoded: bool = True,
+                    **details: Any) -> None:
+        """A frame that is not relayed (D-8): counted, said on the session's stream (``frame_dropped``),
+        logged by size. ``decoded`` frames were already measured as read frames; the others were
+        measured by the child's reader."""
+        if decoded:
+            self.instruments.record_dropped("inbound", size, observed=True)
+        self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1
+        log.warning("pipe frame dropped", extra={"direction": "inbound", "bytes": size, "reason": reason,
+                                                 **details})
+        if session is None:  # a warm child's: no session to tell
+            return
+        session.frames_dropped += 1
+        self.bus.publish_synthetic(session.id, "frame_dropped", {
+            "direction": "inbound", "bytes": size, **details, "reason": reason, "hop": HOP_PIPE,
+            "promptId": session.current_prompt})
+        if reason != DROP_FOREIGN_SESSION:  # another session's bytes are not this session's loss
+            self._count_lost(session, session.current_prompt, size, [reason], "other")
+
+    def _on_request(self, session: DaemonSession | None, child: AcpChild, message: dict[str, Any]) -> None:
         method = message.get("method")
         params = _dict(message.get("params"))
-        if method == PERMISSION_METHOD and session.child is child:
+        if method == PERMISSION_METHOD and session is not None and session.child is child:
             request_id = "perm_" + secrets.token_hex(8)
             options = _list(params.get("options"))
             session.permissions[request_id] = PendingPermission(message["id"], options, child)
@@ -409,21 +579,16 @@ class SessionManager:
                  "message": f"method not found: the hopline daemon does not serve {str(method)[:64]}"}
         self._spawn_task(child.respond(message["id"], error=error))
 
-    def _on_frame_error(self, session: DaemonSession, error: FrameError | None, size: int,
+    def _on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                         reason: str) -> None:
-        session.frames_dropped += 1
-        session.lost_bytes += size
         limit = error.limit if isinstance(error, FrameTooLarge) else None
         reason_name = {"FrameTooLarge": "frame_too_large", "IncompleteFrame": "incomplete_frame",
                        "InvalidFrame": getattr(error, "reason", "invalid")}.get(reason, reason)
-        data: dict[str, Any] = {"direction": "inbound", "bytes": size, "limitBytes": limit,
-                                "reason": reason_name, "hop": HOP_PIPE, "promptId": session.current_prompt}
+        details: dict[str, Any] = {"limitBytes": limit}
         if limit is not None:
-            data["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
-        log.warning("pipe frame dropped", extra={"direction": "inbound", "bytes": size, "reason": reason_name,
-                                                 "limitBytes": limit})
-        self.bus.publish_synthetic(session.id, "frame_dropped", data)
-        if session.loading is not None and limit is not None:
+            details["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+        self._drop_frame(session, size, reason_name, decoded=False, **details)
+        if session is not None and session.loading is not None and limit is not None:
             session.loading.frame_error_size = size
             session.loading.frame_error.set()
 
@@ -469,7 +634,8 @@ class SessionManager:
         session.loading = loading
         params: dict[str, Any] = {"sessionId": session.agent_session_id,
                                   "cwd": session.cwd or str(self.data_dir),
-                                  "mcpServers": [], "_meta": {META_LOAD_REPLAY_MODE: "bulk"}}
+                                  "mcpServers": [], "_meta": {META_LOAD_REPLAY_MODE: "bulk",
+                                                              META_CREDENTIALS: self._credentials(session)}}
         result, size = await self._load_request(child, loading, "session/load", params)
         updates: list[Any] = []
         replay = _replay_of(result)
@@ -488,10 +654,13 @@ class SessionManager:
         self._check_bulk(loading.streamed, 0)
         published = 0
         if not loading.suppress:
-            for update in updates:
-                if isinstance(update, dict):
-                    self._publish_update(session, None, self.projector(session.id, update))
-                    published += 1
+            # Projected off the loop (sidecar writes), then published in order; a replay's losses
+            # were counted when the updates were live.
+            mine = [u for u in updates if isinstance(u, dict)]
+            projected = await asyncio.to_thread(lambda: [self.projector(session.id, u) for u in mine])
+            for update in projected:
+                self._publish_update(session, None, update, count=False)
+                published += 1
         session.loading = None
         session.state = "ready"
         log.info("session loaded", extra={"updates": len(updates) + loading.streamed, "pages": pages,
@@ -556,6 +725,7 @@ class SessionManager:
         log.info("session deleted")
 
     async def shutdown(self) -> None:
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()), return_exceptions=True)
         children = [s.child for s in self.sessions.values() if s.child is not None]
         for session in self.sessions.values():
             for task in list(session.prompts.values()):
@@ -563,6 +733,11 @@ class SessionManager:
         await asyncio.gather(*(c.stop() for c in children), return_exceptions=True)
         for task in list(self._background):
             task.cancel()
+
+    def delivery_status(self) -> dict[str, Any]:
+        """What could not be delivered whole (D-8) and what was dropped, daemon-wide."""
+        return {"degradedUpdates": self.lost_updates, "lostBytes": self.lost_bytes,
+                "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason)}
 
     def status(self) -> list[dict[str, Any]]:
         out = []

@@ -1,4 +1,9 @@
-"""Per-direction pipe counters (SPEC O-1), shaped for ``GET /daemon/status`` -> runtime.perf.pipe."""
+"""Per-direction pipe counters (SPEC O-1, D-8), shaped for ``GET /daemon/status`` -> runtime.perf.pipe.
+
+``count`` / ``totalBytes`` / ``maxBytes`` are the frames read or written; ``dropped`` /
+``droppedBytes`` / ``maxDroppedBytes`` the frames that were not relayed (oversize, invalid JSON or
+UTF-8, the stream ending inside a frame, an update for another session or without an update).
+"""
 
 from __future__ import annotations
 
@@ -14,9 +19,14 @@ class DirectionStats:
     count: int = 0
     total_bytes: int = 0
     max_bytes: int = 0
+    dropped: int = 0
+    dropped_bytes: int = 0
+    max_dropped_bytes: int = 0
 
     def to_json(self) -> dict[str, int]:
-        return {"count": self.count, "totalBytes": self.total_bytes, "maxBytes": self.max_bytes}
+        return {"count": self.count, "totalBytes": self.total_bytes, "maxBytes": self.max_bytes,
+                "dropped": self.dropped, "droppedBytes": self.dropped_bytes,
+                "maxDroppedBytes": self.max_dropped_bytes}
 
 
 class PipeStats:
@@ -31,6 +41,14 @@ class PipeStats:
         stats.total_bytes += nbytes
         if nbytes > stats.max_bytes:
             stats.max_bytes = nbytes
+
+    def record_dropped(self, direction: Direction, nbytes: int) -> None:
+        """A frame of ``nbytes`` that was dropped, not relayed."""
+        stats = self._by_direction[direction]
+        stats.dropped += 1
+        stats.dropped_bytes += nbytes
+        if nbytes > stats.max_dropped_bytes:
+            stats.max_dropped_bytes = nbytes
 
     def direction(self, direction: Direction) -> DirectionStats:
         return self._by_direction[direction]

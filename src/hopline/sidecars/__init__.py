@@ -1,4 +1,4 @@
-"""Sidecars for large tool output (SPEC S-1..S-3): store, projection, access route, agent writer.
+"""Sidecars for large payloads (SPEC S-1..S-4): store, projection, access route, agent writer.
 
 A package of its own because both the daemon (projection, route) and the agent (direct writes,
 S-3) use it, and nothing below the daemon may import the daemon.
@@ -14,8 +14,10 @@ from hopline.sidecars.projection import (
     aproject_message,
     needs_projection,
     preview_text,
+    project_fields,
     project_message,
     project_update,
+    restore_update,
     sidecar_projector,
 )
 from hopline.sidecars.store import (
@@ -38,7 +40,9 @@ __all__ = [
     "is_valid_sidecar_id",
     "needs_projection",
     "preview_text",
+    "project_fields",
     "project_message",
     "project_update",
+    "restore_update",
     "sidecar_projector",
 ]

@@ -54,12 +54,14 @@ REASON_OVER_OBJECT = "over_object_quota"
 REASON_OVER_SESSION = "over_session_quota"
 REASON_OVER_STORE = "over_store_quota"
 REASON_DISK_ERROR = "disk_error"
+REASON_TOKEN_REVOKED = "write_token_revoked"  # the agent's token outlived its session (S-3)
 # reason -> the key under stats()["fallbacks"]
 FALLBACK_KEYS = {
     REASON_OVER_OBJECT: "overObjectQuota",
     REASON_OVER_SESSION: "overSessionQuota",
     REASON_OVER_STORE: "overStoreQuota",
     REASON_DISK_ERROR: "diskError",
+    REASON_TOKEN_REVOKED: "writeTokenRevoked",
 }
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
 
@@ -209,7 +211,7 @@ class SidecarStore:
             return self._put(session_id, data, safe_media_type(media_type))
         except SidecarRefused as refused:
             # Counted outside the refused transaction (which rolls back).
-            self._bump(FALLBACK_KEYS[refused.reason], 1)
+            self._bump(FALLBACK_KEYS.get(refused.reason, FALLBACK_KEYS[REASON_DISK_ERROR]), 1)
             log.warning("sidecar refused", extra={"reason": refused.reason, "limit": refused.limit,
                                                   "observed": refused.observed})
             raise

@@ -9,17 +9,27 @@ Prompt commands (one per prompt):
   ``env``              reports which of the daemon's secrets and settings it can see
   ``stderr N SIZE``    writes N stderr lines of SIZE bytes
   ``fs``               calls fs/read_text_file on the client and reports the error it gets
+  ``kinds``            the large updates of every kind (:func:`kind_updates`), one after the other
+  ``message N``        one agent_message_chunk of N bytes of distinct text
+  ``foreign``          a session/update for another session id and two malformed ones, then a chunk
+  ``creds``            says where this session's sidecar write token came (env or request _meta),
+                       its sha256, and leaves the token itself in ``$BIG_AGENT_CANARY_DIR`` (a canary)
   anything else        echoed back as one chunk
 
 session/new sends one update before answering. ``_meta["hopline.scripted"] = {"replayUpdates": N}``
-makes a later session/load (bulk mode) answer N updates in one response (default 3).
+makes a later session/load (bulk mode) answer N updates in one response (default 3);
+``"replayKinds": true`` adds the :func:`kind_updates` to that replay, ``"quiet": true`` skips the
+update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
+(seconds) delays the start (a slow agent).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -38,15 +48,65 @@ from acp import (
     update_tool_call,
 )
 from acp.interfaces import Client
-from acp.schema import AgentCapabilities, PermissionOption, ToolCallUpdate
+from acp.schema import (
+    AgentCapabilities,
+    AgentThoughtChunk,
+    AvailableCommand,
+    AvailableCommandInput,
+    AvailableCommandsUpdate,
+    PermissionOption,
+    SessionNotification,
+    ToolCallUpdate,
+    UnstructuredCommandInput,
+)
+from acp.utils import serialize_params
 
 from hopline.budget import Budget
+
+MiB = 1024 * 1024
+
+
+def distinct_text(tag: str, size: int) -> str:
+    """``size`` bytes of text whose lines never repeat (a real agent's output does not)."""
+    lines: list[str] = []
+    used = index = 0
+    while used < size:
+        line = f"{tag} {index:08d} {hashlib.sha256(f'{tag}/{index}'.encode()).hexdigest()}\n"
+        lines.append(line)
+        used += len(line)
+        index += 1
+    return "".join(lines)[:size]
+
+
+def kind_updates() -> list[Any]:
+    """A 20 MiB agent_message_chunk, a 600 KB available_commands_update of 5,000 commands, a 1 MiB
+    agent_thought_chunk and a 5 MiB tool_call_update (after its tool_call)."""
+    commands = [AvailableCommand(name=f"skill-{i:04d}", description=distinct_text(f"d{i}", 50),
+                                 input=AvailableCommandInput(UnstructuredCommandInput(hint=f"args of {i}")))
+                for i in range(5000)]
+    return [
+        update_agent_message_text(distinct_text("message", 20 * MiB)),
+        AvailableCommandsUpdate(session_update="available_commands_update", available_commands=commands),
+        AgentThoughtChunk(session_update="agent_thought_chunk",
+                          content=text_block(distinct_text("thought", MiB))),
+        start_tool_call("call-kinds", "emit a 5 MiB output", kind="execute", status="in_progress"),
+        update_tool_call("call-kinds", status="completed",
+                         content=[tool_content(text_block(distinct_text("tool", 5 * MiB)))]),
+    ]
+
+
+def as_sent(session_id: str, update: Any) -> dict[str, Any]:
+    """The update's JSON exactly as the SDK puts it on the pipe."""
+    notification = SessionNotification(session_id=session_id, update=update)
+    sent: dict[str, Any] = serialize_params(notification)["update"]
+    return sent
 
 
 class BigUpdateAgent(Agent):
     def __init__(self) -> None:
         self.conn: Client | None = None
         self.cancelled: dict[str, asyncio.Event] = {}
+        self.tokens: dict[str, str | None] = {}  # session -> sidecar write token from session/new
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -64,15 +124,23 @@ class BigUpdateAgent(Agent):
                           **kwargs: Any) -> NewSessionResponse:
         scripted = kwargs.get("hopline.scripted") or {}
         replay = int(scripted.get("replayUpdates", 3))
-        session_id = f"s-{uuid.uuid4().hex}-r{replay}"
-        await self._say(session_id, "session ready")  # before the answer: the daemon must keep it
+        session_id = f"s-{uuid.uuid4().hex}-{'k' if scripted.get('replayKinds') else ''}r{replay}"
+        credentials = kwargs.get("hopline.credentials") or {}
+        self.tokens[session_id] = credentials.get("sidecarWriteToken")
+        for i in range(int(scripted.get("early", 0))):
+            await self._say(session_id, f"early {i}")
+        if not scripted.get("quiet"):
+            await self._say(session_id, "session ready")  # before the answer: the daemon must keep it
         return NewSessionResponse(session_id=session_id)
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            additional_directories: Any = None, **kwargs: Any) -> LoadSessionResponse:
-        count = int(session_id.rsplit("-r", 1)[1])
+        tail = session_id.rsplit("-", 1)[1]  # "r3", or "kr3" with the kind updates
+        count = int(tail.removeprefix("k")[1:])
         updates = [{"sessionUpdate": "agent_message_chunk",
                     "content": {"type": "text", "text": f"replayed {i}"}} for i in range(count)]
+        if tail.startswith("k"):
+            updates += [as_sent(session_id, u) for u in kind_updates()]
         if kwargs.get("hopline.session.loadReplayMode") == "bulk":
             replay = {"v": 1, "updates": updates}
             return LoadSessionResponse(field_meta={"hopline.session.loadReplay": replay})
@@ -94,6 +162,29 @@ class BigUpdateAgent(Agent):
             await self.conn.session_update(session_id, update_tool_call(
                 "call-big", status="completed", content=[tool_content(text_block(body))]))
             await self._say(session_id, "big done")
+        elif command == "kinds":
+            for update in kind_updates():
+                await self.conn.session_update(session_id, update)
+            await self._say(session_id, "kinds done")
+        elif command == "message":
+            await self._say(session_id, distinct_text("message", int(words[1])))
+        elif command == "foreign":
+            raw = self.conn._conn  # type: ignore[attr-defined]  # the SDK connection, for raw frames
+            canary = as_sent("x", update_agent_message_text("FOREIGN-CANARY"))
+            await raw.send_notification("session/update", {"sessionId": "someone-else", "update": canary})
+            await raw.send_notification("session/update", {"sessionId": session_id})
+            await raw.send_notification("session/update", {"sessionId": session_id, "update": "odd"})
+            await self._say(session_id, "foreign done")
+        elif command == "creds":
+            token = self.tokens.get(session_id)
+            canary_dir = os.environ.get("BIG_AGENT_CANARY_DIR")
+            if token and canary_dir:
+                with open(os.path.join(canary_dir, f"{os.getpid()}.token"), "w") as handle:
+                    handle.write(token)
+            in_env = "present" if os.environ.get("HOPLINE_SIDECAR_WRITE_TOKEN") else "absent"
+            in_meta = "present" if token else "absent"
+            digest = hashlib.sha256(token.encode()).hexdigest() if token else "-"
+            await self._say(session_id, f"creds: env={in_env} meta={in_meta} sha256={digest}")
         elif command == "chunks":
             count, size = int(words[1]), int(words[2])
             for i in range(count):
@@ -145,6 +236,7 @@ class BigUpdateAgent(Agent):
 
 
 def main() -> None:
+    time.sleep(float(os.environ.get("BIG_AGENT_START_DELAY", "0")))  # a slow-starting agent
     limit = Budget.from_env().agent_max_frame_bytes
     asyncio.run(run_agent(BigUpdateAgent(), stdio_buffer_limit_bytes=limit))
 

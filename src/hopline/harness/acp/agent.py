@@ -21,11 +21,12 @@ every replay) holds the whole conversation, user side included. The agent's text
 model streams it, one ``agent_message_chunk`` per delta; the ``plan`` update follows the loop (one
 entry per tool iteration, statuses that advance) and is sent when it changes.
 
-Tool updates carry ``_meta["hopline.tool"] = {name, provenance: "builtin"}``. With a sidecar writer
-(``HOPLINE_SIDECAR_DIR`` + ``HOPLINE_SIDECAR_WRITE_TOKEN``, set by the daemon; SPEC S-3) a tool
-output field over the sidecar threshold is stored in the daemon's sidecar store and the update
-carries its preview and ``_meta["hopline.sidecar"]`` entry instead, on the wire and in the persisted
-log alike (:mod:`hopline.harness.acp.sidecars`).
+Tool updates carry ``_meta["hopline.tool"] = {name, provenance: "builtin"}``. With the daemon's
+sidecar store (``HOPLINE_SIDECAR_DIR``) and a session's write token (``session/new`` or
+``session/load`` ``_meta["hopline.credentials"]["sidecarWriteToken"]``, kept in memory only; SPEC
+S-3) any update over the sidecar threshold is projected into the store (S-4) and carries its
+previews and ``_meta["hopline.sidecar"]`` entries instead, on the wire and in the persisted log
+alike (:mod:`hopline.harness.acp.sidecars`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from acp.connection import Connection
 from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
 
 from hopline.budget import Budget
-from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, tool_meta
+from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, tool_meta, writer_for
 from hopline.harness.context import repair
 from hopline.harness.events import (
     AgentText,
@@ -60,7 +61,8 @@ from hopline.harness.events import (
 from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
-from hopline.sidecars.writer import SidecarWriter
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN, SidecarWriter, credential
 
 log = logging.getLogger("hopline.agent")
 
@@ -160,6 +162,7 @@ class LiveSession:
     tool_loop: Any = None
     cancelled: bool = False
     open_calls: dict[str, str] = dataclasses.field(default_factory=dict)
+    sidecar_writer: SidecarWriter | None = None  # from the request's credentials, in memory only
 
 
 class HoplineAgent:
@@ -173,7 +176,7 @@ class HoplineAgent:
         loop_factory: LoopFactory,
         *,
         environ: dict[str, str] | None = None,
-        sidecar_writer: SidecarWriter | None = None,
+        sidecar_store: SidecarStore | None = None,
     ) -> None:
         self.budget = budget
         self.store = store
@@ -182,7 +185,7 @@ class HoplineAgent:
         self._env = dict(os.environ if environ is None else environ)
         self._sessions: dict[str, LiveSession] = {}
         self._conn: Connection | None = None
-        self.sidecar_writer = sidecar_writer
+        self.sidecar_store = sidecar_store
 
     def attach(self, conn: Connection) -> None:
         self._conn = conn
@@ -221,13 +224,20 @@ class HoplineAgent:
             raise RequestError.invalid_params({"field": f"_meta.{META_SCRIPTED}", "reason": "not an object"})
         options = {"permissionMode": "auto" if mode == "auto" else "ask", "scripted": scripted}
         record = self.store.create(profile_name, str(workspace), options)
-        self._sessions[record.id] = self._live(record)
+        live = self._sessions[record.id] = self._live(record)
+        self._take_credentials(live, meta)
         log.info("session created", extra={"profile": profile_name, "autoApprove": mode == "auto"})
         return NewSessionResponse(session_id=record.id)
 
     def _live(self, record: SessionRecord) -> LiveSession:
         return LiveSession(record, record.options.get("permissionMode") == "auto",
                            record.options.get("scripted"))
+
+    def _take_credentials(self, live: LiveSession, meta: dict[str, Any]) -> None:
+        """The session's sidecar writer from ``_meta["hopline.credentials"]`` (a load brings a new token)."""
+        token = credential(meta, CREDENTIAL_SIDECAR_WRITE_TOKEN)
+        if token is not None:
+            live.sidecar_writer = writer_for(self.sidecar_store, token)
 
     def _check_profile(self, name: str) -> None:
         from hopline.harness.profiles import get_profile
@@ -254,13 +264,16 @@ class HoplineAgent:
     # --- updates ------------------------------------------------------------------------------
 
     async def _send_update(self, session_id: str, update: dict[str, Any]) -> None:
-        """Persist the update (its exact JSON), then send it as a session/update notification."""
+        """Project the update (S-4), persist it (its exact JSON), then send it as a session/update."""
+        live = self._sessions.get(session_id)
+        if live is not None:
+            update = await self._offload(live, update)
         self.store.append_update(session_id, update)
         await self.conn.send_notification("session/update", {"sessionId": session_id, "update": update})
 
-    async def _offload(self, update: dict[str, Any]) -> dict[str, Any]:
-        """Large tool output to the sidecar store (S-3), off the event loop; inline without a writer."""
-        writer = self.sidecar_writer
+    async def _offload(self, live: LiveSession, update: dict[str, Any]) -> dict[str, Any]:
+        """A large update to the sidecar store (S-3), off the event loop; inline without a writer."""
+        writer = live.sidecar_writer
         if writer is None or not needs_offload(update, self.budget):
             return update
         return await asyncio.to_thread(offload_update, update, writer, self.budget)
@@ -351,7 +364,7 @@ class HoplineAgent:
                                         tool_call_update_of(event, "pending" if asks else "in_progress"))
             elif isinstance(event, ToolCallFinished):
                 name = live.open_calls.get(event.call_id)
-                await self._send_update(session_id, await self._offload(tool_result_update_of(event, name)))
+                await self._send_update(session_id, tool_result_update_of(event, name))
                 # Popped once sent: a turn cancelled during the offload still closes this call.
                 live.open_calls.pop(event.call_id, None)
             elif isinstance(event, IterationProgress):
@@ -403,6 +416,7 @@ class HoplineAgent:
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
                            additional_directories: list[str] | None = None, **meta: Any) -> dict[str, Any]:
         live = self._session(session_id)
+        self._take_credentials(live, meta)
         workspace = Path(cwd)
         if workspace.is_dir() and str(workspace.resolve()) != live.record.cwd:
             live.record.cwd = str(workspace.resolve())

@@ -2,8 +2,8 @@
 
 The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``
 with ``HOPLINE_INTERNAL_TOKEN``); otherwise the offline scripted model in-process, so the agent
-works standalone. ``HOPLINE_SIDECAR_DIR`` + ``HOPLINE_SIDECAR_WRITE_TOKEN`` (set by the daemon) ->
-large tool output is written to the daemon's sidecar store (SPEC S-3); otherwise it goes inline.
+works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon) opens its sidecar store; each
+session's write token arrives in its ``session/new`` (SPEC S-3); otherwise updates go inline.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
-from hopline.harness.acp.sidecars import writer_from_env
+from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.logs import configure_json_logging
 
@@ -64,18 +64,18 @@ async def _main(budget: Budget, read_fd: int, write_fd: int, naive: bool) -> Non
     environ = dict(os.environ)
     store = SessionStore(default_data_dir(environ))
     transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
-    sidecar_writer = writer_from_env(budget, environ)
+    sidecar_store = store_from_env(budget, environ)
     agent = HoplineAgent(budget, store, model_factory(budget, environ, naive=naive),
                          loop_factory(budget, naive=naive),
-                         environ=environ, sidecar_writer=sidecar_writer)
+                         environ=environ, sidecar_store=sidecar_store)
     log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes,
-                                     "sidecarWrites": sidecar_writer is not None})
+                                     "sidecarStore": sidecar_store is not None})
     try:
         await serve(agent, transport)
     finally:
         store.close()
-        if sidecar_writer is not None:
-            sidecar_writer.close()
+        if sidecar_store is not None:
+            sidecar_store.close()
         log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
 
 

@@ -1,0 +1,101 @@
+"""`hopline sidecar SESSION ID > file`: the whole of a field that went to a sidecar (SPEC S-2, C-2).
+
+From a running daemon (``--url``, default ``$HOPLINE_URL``, with ``--token`` or
+``$HOPLINE_SERVER_TOKEN``), or straight from a daemon's data directory on this machine
+(``--data-dir``, e.g. the one ``hopline run`` kept after its embedded stack stopped). The bytes go
+to stdout as they are read; their size and sha256 are checked against what the store recorded, and
+a mismatch exits 1 (after the bytes: redirect to a file and discard it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from hopline.cli._common import budget_or_exit
+from hopline.cli.status import URL_ENV
+from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+
+# The daemon keeps its sidecar store here, under its data directory.
+SIDECARS_SUBDIR = "sidecars"
+
+
+def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None) -> str:
+    """The command line that fetches one sidecar (what `hopline run` prints)."""
+    where = f" --data-dir {data_dir}" if data_dir else ""
+    return f"hopline sidecar {session_id} {sidecar_id}{where} > file"
+
+
+def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
+    import hashlib
+
+    from hopline.sidecars.store import SidecarStore, is_valid_sidecar_id
+
+    root = data_dir / SIDECARS_SUBDIR
+    if not (root / "sidecars.sqlite3").is_file():
+        print("hopline sidecar: no sidecar store in that data directory", file=sys.stderr)
+        return 2
+    store = SidecarStore(root, budget_or_exit())
+    try:
+        entry = store.get(session_id, sidecar_id) if is_valid_sidecar_id(sidecar_id) else None
+        handle = store.open_blob(entry) if entry is not None else None
+        if entry is None or handle is None:
+            print("hopline sidecar: no such sidecar for that session (or it expired)", file=sys.stderr)
+            return 1
+        digest = hashlib.sha256()
+        size = 0
+        for chunk in store.iter_range(handle, 0, entry.size):
+            digest.update(chunk)
+            size += len(chunk)
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    finally:
+        store.close()
+    if size != entry.size or digest.hexdigest() != entry.sha256:
+        print(f"hopline sidecar: the body ({size} bytes) does not match its record ({entry.size} bytes, "
+              f"sha256 {entry.sha256})", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _from_daemon(url: str, token: str | None, session_id: str, sidecar_id: str) -> int:
+    from hopline.client import DaemonClient
+
+    out = sys.stdout.buffer
+    async with DaemonClient(url, token, budget=budget_or_exit()) as client:
+        await client.download_sidecar(session_id, sidecar_id, out.write)
+    out.flush()
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sidecar(
+        session_id: str = typer.Argument(..., help="The session that owns the sidecar."),
+        sidecar_id: str = typer.Argument(..., help="The sidecar id (from _meta[\"hopline.sidecar\"])."),
+        url: str = typer.Option(None, "--url", help=f"A running daemon (default: ${URL_ENV})."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        data_dir: str = typer.Option(None, "--data-dir",
+                                     help="Read the store of this daemon data directory instead."),
+    ) -> None:
+        """Write the whole of a sidecar to stdout, its size and sha256 checked."""
+        import asyncio
+
+        from hopline.client import DaemonError
+        from hopline.client.daemon import SidecarIntegrityError
+
+        if data_dir is not None:
+            raise typer.Exit(_from_data_dir(Path(data_dir), session_id, sidecar_id))
+        base = url or os.environ.get(URL_ENV)
+        if not base:
+            print(f"hopline sidecar: give --url (or set {URL_ENV}) or --data-dir", file=sys.stderr)
+            raise typer.Exit(2)
+        try:
+            code = asyncio.run(_from_daemon(base, token or os.environ.get(TOKEN_ENV), session_id, sidecar_id))
+        except (DaemonError, SidecarIntegrityError) as exc:
+            print(f"hopline sidecar: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        raise typer.Exit(code)
