@@ -36,6 +36,7 @@ from hopline.daemon.child import (
 )
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
+from hopline.gateway.auth import SessionTokens
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import ENV_SIDECAR_DIR, ENV_SIDECAR_WRITE_TOKEN
 from hopline.wire.ndjson import FrameError, FrameTooLarge
@@ -51,6 +52,9 @@ LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
 PROGRESS_METHODS = frozenset({"_hopline/progress", "hopline/progress"})
 PERMISSION_METHOD = "session/request_permission"
 OFFLOADED_KINDS = frozenset({"tool_call", "tool_call_update"})  # the updates sidecars apply to (S-1)
+# Per-session secrets travel in session/new and session/load params, never in a child's env (D-11).
+META_CREDENTIALS = "hopline.credentials"
+LIVE_STATES = frozenset({"starting", "ready", "loading"})  # a session with an agent child
 
 
 class SessionError(Exception):
@@ -134,7 +138,8 @@ class SessionManager:
     def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
-                 sidecars: SidecarStore | None = None) -> None:
+                 sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
+                 gateway_tokens: SessionTokens | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
@@ -145,6 +150,8 @@ class SessionManager:
         self.projector = projector if projector is not None else oversize_replacement(budget)
         self.handshake_timeout = budget.agent_handshake_timeout_seconds
         self.sidecars = sidecars
+        self.agent_env = tuple(agent_env)
+        self.gateway_tokens = gateway_tokens
         self.sessions: dict[str, DaemonSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -171,7 +178,24 @@ class SessionManager:
             # for this session only (the token is scoped to it and revoked with it).
             extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
             extra[ENV_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
-        return child_environment(os.environ, extra)
+        return child_environment(os.environ, extra, self.agent_env)
+
+    def _credentials(self, session: DaemonSession) -> dict[str, Any]:
+        """``_meta`` with this session's gateway token, minted for the child about to get it."""
+        if self.gateway_tokens is None:
+            return {}
+        token = self.gateway_tokens.mint(session.id, session.agent_session_id)
+        return {META_CREDENTIALS: {"gatewayToken": token}}
+
+    def _check_live_capacity(self) -> None:
+        limit = self.budget.max_live_sessions
+        live = sum(1 for s in self.sessions.values() if s.state in LIVE_STATES)
+        if live >= limit:
+            setting = CEILINGS_BY_KEY["max_live_sessions"].name
+            raise SessionError(503, "too_many_sessions",
+                               f"this daemon runs {live} sessions with an agent, the limit of {limit} "
+                               f"({setting}); delete one or retry later", limit=limit, observed=live + 1,
+                               setting=setting)
 
     async def _handshake(self, awaitable: Any, what: str) -> Any:
         try:
@@ -212,6 +236,7 @@ class SessionManager:
 
     async def create(self, *, cwd: str, profile: str | None, permission_mode: str | None,
                      scripted: dict[str, Any] | None) -> DaemonSession:
+        self._check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
         self.journal.create_session(session_id, options)
@@ -220,7 +245,7 @@ class SessionManager:
         self.sessions[session_id] = session
         try:
             child, _ = await self._spawn(session)
-            meta: dict[str, Any] = {}
+            meta: dict[str, Any] = self._credentials(session)
             if profile is not None:
                 meta["hopline.profile"] = profile
             if permission_mode is not None:
@@ -246,12 +271,16 @@ class SessionManager:
                                    reason="agent_exited", exitCode=exc.returncode) from None
             raise
         session.agent_session_id = agent_session_id
+        if self.gateway_tokens is not None:
+            self.gateway_tokens.bind(session_id, agent_session_id)
         self.journal.set_agent_session_id(session_id, agent_session_id)
         session.state = "ready"
         log.info("session created", extra={"agentPid": child.pid})
         return session
 
     async def _forget(self, session: DaemonSession) -> None:
+        if self.gateway_tokens is not None:
+            self.gateway_tokens.revoke(session.id)
         child = session.child
         session.child = None
         if child is not None:
@@ -276,6 +305,13 @@ class SessionManager:
 
     def prompt(self, session: DaemonSession, text: str) -> str:
         self._require_ready(session)
+        pending, limit = len(session.prompts), self.budget.max_pending_prompts
+        if pending >= limit:
+            setting = CEILINGS_BY_KEY["max_pending_prompts"].name
+            raise SessionError(429, "too_many_pending_prompts",
+                               f"this would be prompt {pending + 1} running or queued in this session, over "
+                               f"the limit of {limit} ({setting}); wait for a turn to end", limit=limit,
+                               observed=pending + 1, setting=setting)
         prompt_id = "p_" + secrets.token_hex(8)
         task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
         session.prompts[prompt_id] = task
@@ -421,6 +457,8 @@ class SessionManager:
 
     def _on_exit(self, session: DaemonSession, returncode: int | None) -> None:
         session.child = None
+        if self.gateway_tokens is not None:  # the child's credential dies with it; a load mints anew
+            self.gateway_tokens.revoke(session.id)
         session.exit_code = returncode
         if session.state in ("ready", "loading"):
             session.state = "detached"
@@ -442,6 +480,7 @@ class SessionManager:
                         "lastEventId": self.journal.last_id(session.id)}
             if session.agent_session_id is None:
                 raise SessionError(409, "session_not_loadable", "the session never got an agent session id")
+            self._check_live_capacity()
             session.state = "loading"
             try:
                 return await self._load_from_child(session)
@@ -460,8 +499,8 @@ class SessionManager:
         loading = LoadState(suppress=self.journal.count(session.id, "session_update") > 0)
         session.loading = loading
         params: dict[str, Any] = {"sessionId": session.agent_session_id,
-                                  "cwd": session.cwd or str(self.data_dir),
-                                  "mcpServers": [], "_meta": {META_LOAD_REPLAY_MODE: "bulk"}}
+                                  "cwd": session.cwd or str(self.data_dir), "mcpServers": [],
+                                  "_meta": {META_LOAD_REPLAY_MODE: "bulk", **self._credentials(session)}}
         result, size = await self._load_request(child, loading, "session/load", params)
         updates: list[Any] = []
         replay = _replay_of(result)

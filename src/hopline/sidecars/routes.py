@@ -69,7 +69,8 @@ def _etag_matches(header: str | None, etag: str) -> bool:
 
 
 def _not_found() -> JSONResponse:
-    return JSONResponse({"error": "sidecar not found", "hop": HOP_SIDECARS}, status_code=404)
+    return JSONResponse({"error": {"type": "not_found", "hop": HOP_SIDECARS, "message": "sidecar not found"}},
+                        status_code=404)
 
 
 def _headers(entry: SidecarEntry) -> dict[str, str]:

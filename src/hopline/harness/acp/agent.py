@@ -4,7 +4,11 @@ Wire names (relayed by the daemon):
 
 - ``session/new`` ``_meta``: ``hopline.profile`` (default ``qa_automation``),
   ``hopline.permissionMode`` (``"auto"`` auto-approves; env ``HOPLINE_PERMISSION_MODE=auto`` too),
-  ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``).
+  ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``, each
+  hint bounded by the budget), ``hopline.credentials`` (see below).
+- ``session/new`` and ``session/load`` ``_meta["hopline.credentials"]``: per-session secrets from the
+  daemon, ``{"gatewayToken"?: str}``. The gateway token is this session's llm-turn credential (D-11);
+  it is kept in memory only: never in the session store, a log, or a tool's environment.
 - ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
   maxBodyBytes, ceilingBytes, stopReason}}}``; a failed turn answers a JSON-RPC error (code
   ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
@@ -56,8 +60,10 @@ from hopline.harness.events import (
     ToolCallStarted,
 )
 from hopline.harness.model import Model, TurnFailure
+from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
 from hopline.sidecars.writer import SidecarWriter
+from hopline.wire.input import InputRefused
 
 log = logging.getLogger("hopline.agent")
 
@@ -65,6 +71,7 @@ DEFAULT_PROFILE = "qa_automation"
 META_PROFILE = "hopline.profile"
 META_PERMISSION_MODE = "hopline.permissionMode"
 META_SCRIPTED = "hopline.scripted"
+META_CREDENTIALS = "hopline.credentials"
 META_TURN = "hopline.turn"
 META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
 META_LOAD_REPLAY = "hopline.session.loadReplay"
@@ -79,7 +86,28 @@ REJECT_ONCE = "reject_once"
 # Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
 _RESPONSE_WRAPPER_BYTES = 256
 
-ModelFactory = Callable[[str], Model]  # session id -> model
+@dataclasses.dataclass(frozen=True)
+class SessionCredentials:
+    """One session's secrets from ``_meta["hopline.credentials"]`` (memory only; repr hides them)."""
+
+    gateway_token: str | None = dataclasses.field(default=None, repr=False)
+
+
+def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
+    """The credentials a ``session/new`` or ``session/load`` carries, or None when it has none."""
+    given = meta.get(META_CREDENTIALS)
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}", "reason": "not an object"})
+    token = given.get("gatewayToken")
+    if token is not None and not isinstance(token, str):
+        raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}.gatewayToken",
+                                           "reason": "not a string"})
+    return SessionCredentials(gateway_token=token or None)
+
+
+ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model
 LoopFactory = Callable[..., Any]
 
 
@@ -152,6 +180,7 @@ class LiveSession:
     record: SessionRecord
     auto_approve: bool
     scripted: dict[str, Any] | None
+    credentials: SessionCredentials = dataclasses.field(default_factory=SessionCredentials)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     task: asyncio.Task[Any] | None = None
     tool_loop: Any = None
@@ -214,11 +243,17 @@ class HoplineAgent:
         self._check_profile(profile_name)
         mode = meta.get(META_PERMISSION_MODE) or self._env.get(PERMISSION_MODE_ENV, "")
         scripted = meta.get(META_SCRIPTED)
-        if scripted is not None and not isinstance(scripted, dict):
-            raise RequestError.invalid_params({"field": f"_meta.{META_SCRIPTED}", "reason": "not an object"})
+        if scripted is not None:
+            try:
+                scripted_hints(scripted, self.budget, field=f"_meta.{META_SCRIPTED}")
+            except InputRefused as refused:
+                raise RequestError.invalid_params({"reason": refused.message, **refused.fields}) from None
+        credentials = credentials_of(meta)
         options = {"permissionMode": "auto" if mode == "auto" else "ask", "scripted": scripted}
         record = self.store.create(profile_name, str(workspace), options)
-        self._sessions[record.id] = self._live(record)
+        live = self._sessions[record.id] = self._live(record)
+        if credentials is not None:
+            live.credentials = credentials
         log.info("session created", extra={"profile": profile_name, "autoApprove": mode == "auto"})
         return NewSessionResponse(session_id=record.id)
 
@@ -362,7 +397,7 @@ class HoplineAgent:
                                         tool_status_update_of(event.call_id, event.name, "in_progress"))
             return allowed
 
-        return self._loop_factory(live, self._model_factory(session_id), sink, permit)
+        return self._loop_factory(live, self._model_factory(session_id, live.credentials), sink, permit)
 
     async def _ask_permission(self, session_id: str, event: ToolCallStarted) -> bool:
         params = {
@@ -397,6 +432,11 @@ class HoplineAgent:
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
                            additional_directories: list[str] | None = None, **meta: Any) -> dict[str, Any]:
         live = self._session(session_id)
+        credentials = credentials_of(meta)
+        if credentials is not None and credentials != live.credentials:
+            live.credentials = credentials
+            if not live.lock.locked():  # the next turn's model uses the new credential
+                live.tool_loop = None
         workspace = Path(cwd)
         if workspace.is_dir() and str(workspace.resolve()) != live.record.cwd:
             live.record.cwd = str(workspace.resolve())
