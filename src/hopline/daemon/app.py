@@ -233,6 +233,7 @@ def create_daemon_app(
     sidecars: bool = True,
     allow_incoherent: bool = False,
     agent_env: Sequence[str] = (),
+    gateway_tokens: SessionTokens | None = None,
 ) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
@@ -243,7 +244,8 @@ def create_daemon_app(
 
     Children get an allow-listed environment (:func:`hopline.daemon.child.child_environment`) plus
     the variables named in ``agent_env``; with the gateway embedded, each session's agent gets its
-    own gateway token in ``session/new`` (D-11), never ``internal_token``."""
+    own gateway token in ``session/new`` (D-11), never ``internal_token``; ``gateway_tokens`` replaces
+    the registry of those tokens."""
     if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
         require_coherent(budget)
     if not server_token:
@@ -254,7 +256,9 @@ def create_daemon_app(
     child_env: dict[str, str] = {}
     if gateway_url:
         child_env[GATEWAY_URL_ENV] = gateway_url
-    session_tokens = SessionTokens() if embed_gateway else None
+    session_tokens = None
+    if embed_gateway:
+        session_tokens = gateway_tokens if gateway_tokens is not None else SessionTokens()
     store: SidecarStore | None = None
     if sidecars:
         store = SidecarStore(data_dir / "sidecars", budget)

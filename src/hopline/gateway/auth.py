@@ -89,7 +89,9 @@ class SessionTokens:
         return (grant is not None and route_session is not None and grant.route_session is not None
                 and hmac.compare_digest(grant.route_session.encode(), route_session.encode()))
 
-    def __len__(self) -> int:
+    @property
+    def active(self) -> int:
+        """How many tokens are in force."""
         return len(self._grants)
 
 
