@@ -136,13 +136,13 @@ async def test_scripted_hints_are_bounded_by_the_budget(daemon: Daemon, tmp_path
         await client.delete(f"/session/{accepted.json()['sessionId']}")
         for value in (bound + 1, 1_000_000_000 if bound < 1_000_000_000 else 2**64 - 1, -1):
             response = await client.post("/session", json={"cwd": str(tmp_path), "scripted": {hint: value}})
-            error = assert_hopline_error(response, 422, "invalid_hint")
+            error = assert_hopline_error(response, 400, "invalid_hint")
             assert error["field"] == f"scripted.{hint}" and error["limit"] == bound
             assert error["observed"] == value and error.get("setting") == setting
             assert hint in error["message"] and str(bound) in error["message"]
         for value in (True, "3", 2.5, None, [1]):
             response = await client.post("/session", json={"cwd": str(tmp_path), "scripted": {hint: value}})
-            assert assert_hopline_error(response, 422, "invalid_hint")["field"] == f"scripted.{hint}"
+            assert assert_hopline_error(response, 400, "invalid_hint")["field"] == f"scripted.{hint}"
 
 
 async def test_the_daemons_401_names_its_own_token(daemon: Daemon) -> None:
@@ -214,7 +214,9 @@ async def test_sse_subscribers_per_session_are_bounded(daemon: Daemon, tmp_path:
                 opened.append(stream)
             status = (await client.get("/daemon/status")).json()  # a stream answers once subscribed
             assert next(s for s in status["sessions"] if s["sessionId"] == sid)["subscribers"] == 32
-            over = await client.get(f"/session/{sid}/events")
+            async with client.stream("GET", f"/session/{sid}/events") as over:  # a stream if not refused
+                assert over.status_code == 429
+                await over.aread()
             error = assert_hopline_error(over, 429, "too_many_subscribers", "daemon.sse")
             assert error["limit"] == 32 and error["observed"] == 33
             assert error["setting"] == "HOPLINE_MAX_SUBSCRIBERS_PER_SESSION"

@@ -49,7 +49,7 @@ from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
 from hopline.sidecars import SidecarStore, sidecar_projector
-from hopline.wire.input import InputRefused, parse_decimal_id
+from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
@@ -212,13 +212,6 @@ class InternalDispatcher:
         await self.daemon(scope, receive, send)
 
 
-def _decimal_id(text: str, name: str) -> int:
-    try:
-        return parse_decimal_id(text, name)
-    except InputRefused as refused:
-        raise SessionError(400, refused.kind, refused.message, **refused.fields) from None
-
-
 def create_daemon_app(
     budget: Budget,
     *,
@@ -334,10 +327,7 @@ def create_daemon_app(
         if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
             raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
         if body.scripted is not None:
-            try:
-                scripted_hints(body.scripted, budget, unknown=True)
-            except InputRefused as refused:
-                raise SessionError(422, refused.kind, refused.message, **refused.fields) from None
+            scripted_hints(body.scripted, budget, unknown=True)
         session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
                                        scripted=body.scripted)
         return {"sessionId": session.id}
@@ -359,7 +349,7 @@ def create_daemon_app(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
         session = session_of(session_id)
-        after = (_decimal_id(last_event_id, "Last-Event-ID")
+        after = (parse_decimal_id(last_event_id, "Last-Event-ID")
                  if last_event_id is not None and last_event_id.strip() else None)
         subscribers, limit = bus.subscriber_count(session.id), budget.max_subscribers_per_session
         if subscribers >= limit:
@@ -386,7 +376,7 @@ def create_daemon_app(
     async def transcript(session_id: str,
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
         session = session_of(session_id)
-        after = _decimal_id(cursor, "cursor") if cursor else 0
+        after = parse_decimal_id(cursor, "cursor") if cursor else 0
         page_max = budget.transcript_page_max_bytes
         # Room for {"events":[...],"nextCursor":"..."} and each event's {"id":..,"type":..,"data":}.
         rows = journal.read_page(session.id, after, max_bytes=page_max)

@@ -29,13 +29,13 @@ from pydantic import ValidationError
 from hopline.budget import HOP_GATEWAY, Budget
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimitMiddleware, BodyLimitStats
-from hopline.gateway.errors import error_response, install_error_handlers, refused_response
+from hopline.gateway.errors import error_response, install_error_handlers
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider, gateway_status
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.harness.model import LlmTurnRequest, TurnFailure
 from hopline.harness.scripted import check_model_params
-from hopline.wire.input import InputRefused, loads_bounded
+from hopline.wire.input import loads_bounded
 
 log = logging.getLogger("hopline.gateway")
 
@@ -135,20 +135,14 @@ def create_gateway_app(
         if not _is_json(request.headers.get("content-type")):
             return _error(415, "unsupported_media_type", "the llm-turn body must be application/json")
         raw = await request.body()
-        try:
-            data = loads_bounded(raw, budget.json_max_depth)
-        except InputRefused as refused:
-            return refused_response(refused, HOP_GATEWAY)
+        data = loads_bounded(raw, budget.json_max_depth)  # InputRefused -> 400 (install_error_handlers)
         try:
             LlmTurnBody.model_validate(data)
         except ValidationError as exc:
             errors = field_errors(exc)
             return _error(400, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
                           field=errors[0]["field"], errors=errors)
-        try:
-            check_model_params(data.get("params"), budget)
-        except InputRefused as refused:
-            return refused_response(refused, HOP_GATEWAY)
+        check_model_params(data.get("params"), budget)
         # The validated shape is checked; the provider gets the original dicts, byte for byte.
         turn = LlmTurnRequest(
             messages=data["messages"],

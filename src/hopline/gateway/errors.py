@@ -2,7 +2,8 @@
 
 One shape: ``{"error": {"type", "hop", "message", ...}}``, with the limit and the size or count
 seen when a ceiling refused the request. :func:`install_error_handlers` puts FastAPI's own errors
-(request validation 422, unknown route 404, method 405) in that shape, never echoing the input;
+(request validation 422, unknown route 404, method 405) in that shape, never echoing the input,
+and answers every :class:`~hopline.wire.input.InputRefused` a route raises with a 400;
 :func:`bounded_json_route` makes FastAPI parse JSON bodies with :func:`hopline.wire.input.loads_bounded`
 (400 for invalid UTF-8, a lone surrogate, or nesting past ``HOPLINE_JSON_MAX_DEPTH``).
 """
@@ -67,6 +68,10 @@ def install_error_handlers(app: FastAPI, hop: str) -> None:
         assert isinstance(exc, RefusedBody)
         return refused_response(exc.refused, hop)
 
+    async def refused_input(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, InputRefused)
+        return refused_response(exc, hop)
+
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         kind = _STATUS_KINDS.get(exc.status_code, "http_error")
@@ -74,6 +79,7 @@ def install_error_handlers(app: FastAPI, hop: str) -> None:
 
     app.add_exception_handler(RequestValidationError, validation)
     app.add_exception_handler(RefusedBody, refused_body)
+    app.add_exception_handler(InputRefused, refused_input)
     app.add_exception_handler(StarletteHTTPException, http_error)
 
 
