@@ -63,7 +63,7 @@ from hopline.harness.model import Model, TurnFailure
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
 from hopline.sidecars.writer import SidecarWriter
-from hopline.wire.input import InputRefused
+from hopline.wire.input import InputRefused, parse_decimal_id
 
 log = logging.getLogger("hopline.agent")
 
@@ -501,15 +501,16 @@ class HoplineAgent:
 
 
 def _cursor(value: Any) -> int:
+    """A loadUpdates cursor: a nextCursor of ours (decimal digits, SQLite's range), or an int."""
     if value is None:
         return 0
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str):
+        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"})
     try:
-        cursor = int(value)
-    except (TypeError, ValueError):
-        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"}) from None
-    if cursor < 0:
-        raise RequestError.invalid_params({"field": "cursor", "reason": "negative"})
-    return cursor
+        return parse_decimal_id(text, "cursor")
+    except InputRefused as refused:
+        raise RequestError.invalid_params({"field": "cursor", "reason": refused.message}) from None
 
 
 def _workspace_or_error(cwd: str) -> Path:
