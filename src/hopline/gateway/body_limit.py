@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hopline.budget import CEILINGS_BY_KEY
+
 
 class BodyTooLarge(Exception):
     """Raised from ``receive()`` once the bytes read pass the limit; answered with a 413."""
@@ -88,7 +90,7 @@ def body_timeout_error(hop: str, timeout: float, received: int, declared: int | 
         "hop": hop,
         "timeoutSeconds": timeout,
         "receivedBytes": received,
-        "setting": "HOPLINE_BODY_READ_TIMEOUT",
+        "setting": CEILINGS_BY_KEY["body_read_timeout_seconds"].name,
         "message": f"the request body was not complete after {timeout} s ({received}{expected} bytes "
                    f"received) on {hop}; the connection is closed",
     }

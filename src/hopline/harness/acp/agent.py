@@ -86,6 +86,7 @@ REJECT_ONCE = "reject_once"
 # Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
 _RESPONSE_WRAPPER_BYTES = 256
 
+
 @dataclasses.dataclass(frozen=True)
 class SessionCredentials:
     """One session's secrets from ``_meta["hopline.credentials"]`` (memory only; repr hides them)."""
