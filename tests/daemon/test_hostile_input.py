@@ -40,6 +40,14 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
         yield d
 
 
+@pytest.fixture(scope="module")
+def small_body(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon with a 16 KiB body limit and the default body-read deadline (30 s)."""
+    env = {"HOPLINE_DAEMON_JSON_BODY_LIMIT": "16kb"}
+    with running_daemon(tmp_path_factory.mktemp("small"), env=env) as d:
+        yield d
+
+
 def assert_hopline_error(response: httpx.Response, status: int, kind: str, hop: str = "daemon.api") -> Any:
     assert response.status_code == status, response.text
     body = response.json()
@@ -248,7 +256,7 @@ async def test_live_sessions_per_daemon_are_bounded(tight: Daemon, tmp_path: Pat
             assert (await client.delete(f"/session/{sid}")).status_code == 200
 
 
-def raw_exchange(daemon: Daemon, head: str, body_parts: list[bytes], *, timeout: float = 30.0) -> bytes:
+def raw_exchange(daemon: Daemon, head: str, body_parts: list[bytes], *, timeout: float = 20.0) -> bytes:
     """Send the request head and every body part (whole, before reading), then read until the server
     closes the connection; a reset or a timeout fails the test."""
     host, port = daemon.url.removeprefix("http://").split(":")
@@ -308,3 +316,16 @@ async def test_an_over_limit_chunked_upload_still_reads_the_413_json(daemon: Dae
     error = payload["error"]
     assert error["type"] == "request_entity_too_large" and error["hop"] == "daemon.api"
     assert error["limitBytes"] == MiB and error["receivedBytes"] > MiB
+
+
+def test_a_body_that_ends_in_the_message_passing_the_limit_is_answered_at_once(small_body: Daemon) -> None:
+    # one send: the whole body arrives in one message that also ends it; nothing is left to drain,
+    # and waiting for more would hold the 413 until the 30 s deadline (past this socket's timeout)
+    body = b'{"text": "' + b"a" * 16 * 1024 + b'"}'
+    head = (f"POST /session/x/prompt HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {small_body.token}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n")
+    whole = head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    status, _, payload = split_response(raw_exchange(small_body, "", [whole]))
+    assert status.startswith(b"HTTP/1.1 413")
+    assert payload["error"]["limitBytes"] == 16 * 1024 and payload["error"]["receivedBytes"] == len(body)

@@ -141,7 +141,14 @@ async def test_no_secret_reaches_the_child_its_tools_the_journal_or_the_log(
                 child_pid = next(s for s in status["sessions"] if s["sessionId"] == sid)["childPid"]
                 environ = Path(f"/proc/{child_pid}/environ").read_bytes().decode().split("\0")
                 transcript = (await client.get(f"/session/{sid}/transcript")).text
+                # the session's gateway token opens no other session's route, and dies with its session
+                minted = {"Authorization": f"Bearer {tokens.minted[-1]}"}
+                other = await client.post("/internal/sessions/another/llm-turn", json={}, headers=minted)
+                assert other.status_code == 403
                 assert (await client.delete(f"/session/{sid}")).status_code == 200
+                assert tokens.active == 0
+                revoked = await client.post("/internal/sessions/another/llm-turn", json={}, headers=minted)
+                assert revoked.status_code == 401
     secrets = [*CANARIES.values(), *tokens.minted]
     assert len(tokens.minted) == 1  # one gateway token, minted for this session
     # the provider key reached the provider, through the gateway only

@@ -139,6 +139,22 @@ def test_an_over_limit_chunked_upload_sent_whole_still_reads_the_413(gateway_fac
     assert error["receivedBytes"] <= limit + gw.stats.max_message_bytes
 
 
+def test_a_body_that_ends_in_the_message_passing_the_limit_is_answered_at_once(
+        gateway_factory: GatewayFactory) -> None:
+    # one send: uvicorn hands the whole body over in one message that also ends it; nothing is left
+    # to drain, and waiting for more would hold the 413 until the body-read deadline
+    limit = 16 * KiB
+    gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=limit, body_read_timeout_seconds=3600))
+    body = b'{"messages": [{"role": "user", "content": "' + b"a" * limit + b'"}]}'
+    head = (f"POST /internal/sessions/s-1/llm-turn HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n")
+    raw = raw_exchange(gw, "", [head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)])
+    status, _, payload = raw.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 413")
+    assert orjson.loads(payload)["error"]["receivedBytes"] == len(body)
+
+
 def test_a_session_token_opens_its_own_sessions_llm_turn_and_nothing_else() -> None:
     tokens = SessionTokens()
     provider = CountingProvider()

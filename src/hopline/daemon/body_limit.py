@@ -65,7 +65,8 @@ class ReadAheadBodyLimit:
             if received > self.limit:
                 self.refused += 1
                 chunks.clear()
-                await drain_body(receive, self.limit, deadline)
+                if message.get("more_body", False):  # this message may have been the body's last
+                    await drain_body(receive, self.limit, deadline)
                 await send_json(send, 413, too_large_error(self.hop, self.limit, received=received),
                                 extra_headers=_CLOSE)
                 return

@@ -240,7 +240,8 @@ class BodyLimitMiddleware:
                 self.stats.refused += 1
             if too_large is None or started:
                 raise
-            await drain_body(receive, self.limit, deadline)
+            if not complete:  # the message that passed the limit may have been the body's last
+                await drain_body(receive, self.limit, deadline)
             await send_json(send, 413, too_large_error(self.hop, self.limit, received=too_large.received),
                             extra_headers=_CLOSE)
             return
