@@ -2,7 +2,8 @@
 by side with `qwen serve` 0.24.4, on the same prompts and the same fake model (SPEC D-8, D-9).
 
     source $PEERS_DIR/env.sh && bash $PEERS_DIR/peers.sh start-fake     # fake model, 127.0.0.1:18080
-    hopline serve --port 18765 --agent-cmd "qwen --acp --approval-mode yolo" &   # or: peers.sh start-serve
+    hopline serve --port 18765 --agent-cmd "qwen --acp --approval-mode yolo" \
+        --agent-env OPENAI_API_KEY,OPENAI_BASE_URL,OPENAI_MODEL,HOME &   # qwen needs its own provider env
     python bench/peers_qwen.py hopline http://127.0.0.1:18765 TOKEN DAEMON_PID "$PEERS/ws"
     python bench/peers_qwen.py qwen http://127.0.0.1:4170 - DAEMON_PID "$PEERS/ws"
 

@@ -62,7 +62,9 @@ def run(settings: Settings) -> BenchResult:
     agent = daemon_driver.stream_agent(stream)
     figures: dict[str, Any] = {"agentStartDelaySeconds": delay, "sessions": count}
     for name, warm in (("withPool", "1"), ("withoutPool", "0")):
-        env = {"HOPLINE_WARM_CHILDREN": warm, "STREAM_AGENT_START_DELAY": str(delay)}
+        # The agent's delay reaches it only by name: a child's environment is an allow-list (D-11).
+        env = {"HOPLINE_WARM_CHILDREN": warm, "STREAM_AGENT_START_DELAY": str(delay),
+               "HOPLINE_AGENT_ENV": "STREAM_AGENT_START_DELAY"}
         with daemon_driver.daemon(settings, agent, env=env, name=f"warm-{warm}") as d:
             times = asyncio.run(_creates(d, count, pooled=warm != "0"))
         figures[name] = {"medianSeconds": statistics.median(times), "minSeconds": min(times),

@@ -264,6 +264,27 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_BULK_REPLAY_MAX_UPDATES", "bulk replay (session load), updates"),
     Ceiling("bulk_replay_max_bytes", HOP_REPLAY, Unit.BYTES, 32 * MiB,
             "HOPLINE_BULK_REPLAY_MAX_BYTES", "bulk replay (session load), bytes"),
+    # --- hostile input and load (D-10): client input never makes work past these ------------
+    Ceiling("json_max_depth", HOP_DAEMON_API, Unit.COUNT, 64, "HOPLINE_JSON_MAX_DEPTH",
+            "JSON nesting of a request body (daemon API and gateway alike)", minimum=2, maximum=128),
+    Ceiling("body_read_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 30.0, "HOPLINE_BODY_READ_TIMEOUT",
+            "reading one request body, from the request's start (daemon and gateway; then 408)",
+            minimum=0.01),
+    Ceiling("keep_alive_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 5.0, "HOPLINE_KEEP_ALIVE_TIMEOUT",
+            "idle HTTP keep-alive connection (daemon and gateway; whole seconds, rounded up)", minimum=1),
+    Ceiling("max_pending_prompts", HOP_DAEMON_API, Unit.COUNT, 16, "HOPLINE_MAX_PENDING_PROMPTS",
+            "prompts running or queued in one session (then 429)"),
+    Ceiling("max_live_sessions", HOP_DAEMON_API, Unit.COUNT, 64, "HOPLINE_MAX_LIVE_SESSIONS",
+            "sessions with an agent child in one daemon (then 503)"),
+    Ceiling("max_subscribers_per_session", HOP_DAEMON_SSE, Unit.COUNT, 32,
+            "HOPLINE_MAX_SUBSCRIBERS_PER_SESSION", "concurrent SSE streams of one session (then 429)"),
+    Ceiling("scripted_max_tools_per_iteration", HOP_GATEWAY, Unit.COUNT, 64,
+            "HOPLINE_SCRIPTED_MAX_TOOLS_PER_ITERATION", "scripted model hint toolsPerIteration"),
+    Ceiling("scripted_max_iterations", HOP_GATEWAY, Unit.COUNT, 1000, "HOPLINE_SCRIPTED_MAX_ITERATIONS",
+            "scripted model hint iterations"),
+    Ceiling("scripted_max_write_bytes", HOP_GATEWAY, Unit.BYTES, 256 * KiB,
+            "HOPLINE_SCRIPTED_MAX_WRITE_BYTES",
+            "scripted model hint writeBytes (one write_file's content)"),
     # --- sidecars -----------------------------------------------------------------------------
     Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
             "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
@@ -289,6 +310,9 @@ REQUEST_PATH: tuple[str, ...] = ("transport_max_body_bytes", "api_json_body_limi
 
 # The client knob of B-5: the only value a client may choose, and only inside this range.
 MAX_QUEUED_RANGE: tuple[int, int] = (16, 2048)
+
+# The scripted model's seed hint: any value SQLite and orjson hold exactly (a range, not a cost).
+SCRIPTED_SEED_RANGE: tuple[int, int] = (0, 2**63 - 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +366,15 @@ class Budget:
     transcript_page_max_bytes: int
     bulk_replay_max_updates: int
     bulk_replay_max_bytes: int
+    json_max_depth: int
+    body_read_timeout_seconds: float
+    keep_alive_timeout_seconds: float
+    max_pending_prompts: int
+    max_live_sessions: int
+    max_subscribers_per_session: int
+    scripted_max_tools_per_iteration: int
+    scripted_max_iterations: int
+    scripted_max_write_bytes: int
     sidecar_threshold_bytes: int
     sidecar_preview_bytes: int
     sidecar_max_object_bytes: int

@@ -266,3 +266,51 @@ async def test_failed_turn_answers_a_json_rpc_error_with_its_origin(tmp_path: Pa
             await asyncio.wait_for(conn.prompt(session_id=session.session_id, prompt=[text_block("y")]),
                                    TIMEOUT)
         assert again.value.data["origin"] == "model"
+
+
+async def test_hints_past_their_ceilings_and_bad_cursors_are_invalid_params(tmp_path: Path,
+                                                                            workspace: Path) -> None:
+    async with spawn_agent(tmp_path / "data") as (conn, _, _):
+        at_bound = await conn.new_session(cwd=str(workspace), mcp_servers=[], **scripted(1000, 64))
+        over = (({"toolsPerIteration": 65}, "toolsPerIteration"), ({"iterations": 1001}, "iterations"),
+                ({"writeBytes": 256 * 1024 + 1}, "writeBytes"), ({"nope": 1}, "nope"))
+        for hints, field in over:
+            with pytest.raises(RequestError) as err:
+                await conn.new_session(cwd=str(workspace), mcp_servers=[], **{"hopline.scripted": hints})
+            assert err.value.code == -32602 and err.value.data["field"] == f"_meta.hopline.scripted.{field}"
+        for cursor in ("99999999999999999999", "²", "-1", [1]):
+            params = {"sessionId": at_bound.session_id, "cursor": cursor}
+            with pytest.raises(RequestError) as err:
+                await conn.ext_method("hopline/session/loadUpdates", params)
+            assert err.value.code == -32602 and err.value.data["field"] == "cursor"
+
+
+async def test_session_credentials_stay_in_memory(tmp_path: Path, workspace: Path) -> None:
+    data = tmp_path / "data"
+    canary = "gateway-token-canary-3c9e"
+    async with spawn_agent(data) as (conn, _, _):
+        meta = {"hopline.credentials": {"gatewayToken": canary}, **scripted(1, 1)}
+        session = await conn.new_session(cwd=str(workspace), mcp_servers=[], **meta)
+        await asyncio.wait_for(conn.prompt(session_id=session.session_id, prompt=[text_block("go")]), TIMEOUT)
+        with pytest.raises(RequestError) as err:
+            await conn.new_session(cwd=str(workspace), mcp_servers=[], **{"hopline.credentials": "token"})
+        assert err.value.data["field"] == "_meta.hopline.credentials"
+    for path in data.rglob("*"):
+        if path.is_file():
+            assert canary.encode() not in path.read_bytes(), path.name
+
+
+def test_credentials_of_reads_both_tokens_and_refuses_bad_shapes() -> None:
+    from hopline.harness.acp.agent import SessionCredentials, credentials_of
+    from hopline.sidecars.writer import CREDENTIAL_GATEWAY_TOKEN as GATEWAY
+    from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN as WRITE
+    from hopline.sidecars.writer import META_CREDENTIALS
+
+    assert credentials_of({}) is None
+    both = credentials_of({META_CREDENTIALS: {GATEWAY: "canary-gw-71", WRITE: "canary-wr-72"}})
+    assert both == SessionCredentials(gateway_token="canary-gw-71", sidecar_write_token="canary-wr-72")
+    assert "canary" not in repr(both)  # repr hides the secrets
+    assert credentials_of({META_CREDENTIALS: {WRITE: ""}}) == SessionCredentials()
+    for bad in ("not a dict", {GATEWAY: 7}, {WRITE: ["w"]}):
+        with pytest.raises(RequestError):
+            credentials_of({META_CREDENTIALS: bad})

@@ -55,7 +55,7 @@ def _repo_root() -> Path:
 
 def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | None = BIG_AGENT_CMD,
                  env: dict[str, str] | None = None, token: str = "test-server-token",
-                 log_name: str = "daemon.log", port: int = 0) -> Daemon:
+                 log_name: str = "daemon.log", port: int = 0, args: tuple[str, ...] = ()) -> Daemon:
     data = data_dir or tmp / "data"
     log_path = tmp / log_name
     full_env = {**os.environ, "HOPLINE_SERVER_TOKEN": token, **(env or {})}
@@ -65,6 +65,7 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
     argv = [sys.executable, "-m", "hopline", "serve", "--port", str(port), "--data-dir", str(data)]
     if agent_cmd is not None:
         argv += ["--agent-cmd", agent_cmd]
+    argv += args
     log_file = open(log_path, "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log_file, env=full_env, cwd=_repo_root())
     log_file.close()

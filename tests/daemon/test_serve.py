@@ -338,7 +338,7 @@ async def test_child_env_and_stderr_are_handled_safely(daemon: Daemon, tmp_path:
         await prompt(client, sid, "env")
         await prompt(client, sid, "stderr 50 9000")
         events = await read_events(client, sid, turns_done(2))
-        assert texts(events)[1] == ("env: HOPLINE_SERVER_TOKEN=absent HOPLINE_INTERNAL_TOKEN=present "
+        assert texts(events)[1] == ("env: HOPLINE_SERVER_TOKEN=absent HOPLINE_INTERNAL_TOKEN=absent "
                                     "HOPLINE_GATEWAY_URL=present")
         assert texts(events)[2] == "stderr written"
         stderr = (await session_status(client, sid))["stderr"]

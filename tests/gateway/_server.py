@@ -15,13 +15,19 @@ START_TIMEOUT_SECONDS = 10.0
 STOP_TIMEOUT_SECONDS = 10.0
 
 
-class ServerThread:
-    """Runs ``app`` with uvicorn on a socket bound to 127.0.0.1:0 (a free port)."""
+def bound_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
-    def __init__(self, app: Any, **config: Any) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+
+class ServerThread:
+    """Runs ``app`` with uvicorn on a socket bound to 127.0.0.1:0 (a free port), or on ``sock`` (bound by
+    the caller, for an app that must know its own URL before it is built)."""
+
+    def __init__(self, app: Any, *, sock: socket.socket | None = None, **config: Any) -> None:
+        self.sock = sock if sock is not None else bound_socket()
         self.port: int = self.sock.getsockname()[1]
         options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on"}
         options.update(config)
@@ -61,8 +67,8 @@ class ServerThread:
 
 
 @contextlib.contextmanager
-def serve(app: Any, **config: Any) -> Iterator[ServerThread]:
-    server = ServerThread(app, **config).start()
+def serve(app: Any, *, sock: socket.socket | None = None, **config: Any) -> Iterator[ServerThread]:
+    server = ServerThread(app, sock=sock, **config).start()
     try:
         yield server
     finally:

@@ -99,7 +99,8 @@ def test_only_the_owning_session_reads_it(make_store: StoreFactory, serve: Serve
     unknown = httpx.get(url(server, "s1", new_sidecar_id()), headers=AUTH, timeout=10)
     for response in (other, unknown):
         assert response.status_code == 404
-        assert response.json() == {"error": "sidecar not found", "hop": "daemon.sidecars"}
+        assert response.json() == {"error": {"type": "not_found", "hop": "daemon.sidecars",
+                                             "message": "sidecar not found"}}
 
 
 def test_malformed_ids_are_404_without_touching_db_or_files(make_store: StoreFactory, serve: Serve) -> None:

@@ -22,12 +22,9 @@ from hopline.sidecars.store import (
     safe_media_type,
 )
 from hopline.sidecars.writer import (
-    CREDENTIAL_SIDECAR_WRITE_TOKEN,
     ENV_SIDECAR_DIR,
-    META_CREDENTIALS,
     SidecarWriter,
     SidecarWriterError,
-    credential,
     open_store,
 )
 
@@ -283,18 +280,13 @@ def test_writer_binds_to_the_token_session(make_store: StoreFactory) -> None:
         writer.close()
 
 
-def test_store_from_env_and_credentials_absent_or_bad(make_store: StoreFactory, tmp_path: Path) -> None:
+def test_store_from_env_absent_or_bad(make_store: StoreFactory, tmp_path: Path) -> None:
     store = make_store()
     assert open_store(store.budget, {}) is None
     with pytest.raises(SidecarWriterError, match="HOPLINE_SIDECAR_DIR"):
         open_store(store.budget, {ENV_SIDECAR_DIR: str(tmp_path / "missing")})
     with pytest.raises(SidecarWriterError, match="write token"):
         SidecarWriter(store, "nope")
-    name = CREDENTIAL_SIDECAR_WRITE_TOKEN
-    assert credential({}, name) is None
-    assert credential({META_CREDENTIALS: "not a dict"}, name) is None
-    assert credential({META_CREDENTIALS: {name: ""}}, name) is None
-    assert credential({META_CREDENTIALS: {name: "t"}}, name) == "t"
 
 
 _AGENT_SCRIPT = """

@@ -42,13 +42,11 @@ def naive_env() -> dict[str, str]:
     return {"API_JSON_BODY_LIMIT": NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
 
 
-def scripted_hints(max_iterations: int, naive: bool) -> dict[str, Any]:
+def demo_hints(max_iterations: int) -> dict[str, Any]:
     # The last iteration is the final answer, so the loop ends with end_turn at max_iterations.
-    hints: dict[str, Any] = {"seed": 0, "iterations": max(0, max_iterations - 1),
-                             "toolsPerIteration": DEMO_TOOLS_PER_ITERATION}
-    if naive:
-        hints["naive"] = True
-    return hints
+    # (Naive mode reaches the agent as HOPLINE_NAIVE=1 in the stack's environment, not as a hint.)
+    return {"seed": 0, "iterations": max(0, max_iterations - 1),
+            "toolsPerIteration": DEMO_TOOLS_PER_ITERATION}
 
 
 def gateway_statuses(metrics_text: str) -> dict[str, int]:
@@ -201,7 +199,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Pat
                 DaemonClient(stack.url, stack.token, budget=budget) as client:
             session_id = await client.create_session(cwd=str(root), profile=DEMO_PROFILE,
                                                      permission_mode="auto",
-                                                     scripted=scripted_hints(max_iterations, naive))
+                                                     scripted=demo_hints(max_iterations))
             if as_json:
                 async def silent(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
                     return None

@@ -8,6 +8,7 @@ client outside this process tree.
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import sys
@@ -83,5 +84,6 @@ def register(app: typer.Typer) -> None:
 
         app_ = create_gateway_app(budget, token=token, provider=provider)
         # No access log: request lines carry session ids (SPEC O-5).
-        config = uvicorn.Config(app_, log_level="warning", access_log=False, lifespan="on")
+        config = uvicorn.Config(app_, log_level="warning", access_log=False, lifespan="on",
+                                timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
         uvicorn.Server(config).run(sockets=[sock])

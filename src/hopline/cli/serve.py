@@ -19,10 +19,15 @@ def register(app: typer.Typer) -> None:
                                      "(default: $HOPLINE_DATA_DIR or ~/.local/share/hopline)."),
         agent_cmd: str = typer.Option("", "--agent-cmd", help="ACP agent command for every session "
                                       "(default: this Python's `hopline agent`)."),
+        agent_env: list[str] = typer.Option([], "--agent-env", metavar="NAME", help="Pass this variable of "
+                                            "the daemon's environment to agent children (repeatable; also "
+                                            "HOPLINE_AGENT_ENV=NAME,NAME), e.g. a third-party agent's "
+                                            "provider key. Nothing else but a safe base reaches them."),
     ) -> None:
         """Serve the daemon API and SSE events; each session runs its own ACP agent child."""
         import asyncio
         import logging
+        import math
         import os
         import secrets
         import shlex
@@ -38,8 +43,17 @@ def register(app: typer.Typer) -> None:
 
         from hopline.console import CONSOLE_PREFIX
         from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
+        from hopline.daemon.child import AGENT_ENV, agent_env_names
         from hopline.logs import configure_json_logging
 
+        try:
+            passed_env = agent_env_names([os.environ.get(AGENT_ENV, ""), *agent_env])
+        except ValueError as exc:
+            print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        for name in passed_env:
+            if name not in os.environ:
+                print(f"hopline serve: warning: {AGENT_ENV} names {name}, which is not set", file=sys.stderr)
         configure_json_logging()
         argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
         if data_dir:
@@ -64,7 +78,8 @@ def register(app: typer.Typer) -> None:
 
         try:
             daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
-                                       internal_token=internal_token, gateway_url=url, allow_incoherent=naive)
+                                       internal_token=internal_token, gateway_url=url, allow_incoherent=naive,
+                                       agent_env=passed_env)
         except ProviderSettingError as exc:
             sock.close()
             print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
@@ -77,7 +92,8 @@ def register(app: typer.Typer) -> None:
                 await super().shutdown(sockets)
 
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=STOP_GRACE_SECONDS)
+                                timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+                                timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
         server = DaemonServer(config)
         # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
         console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={server_token}" if generated_token else "")

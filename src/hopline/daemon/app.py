@@ -4,7 +4,14 @@ Outermost: a dispatcher sends ``/internal/...`` to the gateway app (its own bear
 body limit, ``API_JSON_BODY_LIMIT``) and everything else to the daemon routes behind the daemon's
 bearer token (``/health`` open) and the daemon's body limit (``HOPLINE_DAEMON_JSON_BODY_LIMIT``,
 enforced while reading). No query parameter, header or body field changes a byte ceiling: bodies
-forbid unknown fields, and the only client knob is ``maxQueued`` in [16, 2048] (B-5).
+forbid unknown fields, and the only client knob is ``maxQueued`` in [16, 2048] (B-5); the scripted
+model's hints are bounded by their budget ceilings.
+
+Client input is checked before use (D-10): JSON bodies are parsed by
+:func:`hopline.wire.input.loads_bounded` (400 for invalid UTF-8, lone surrogates, nesting past
+``HOPLINE_JSON_MAX_DEPTH``), cursors and ``Last-Event-ID`` by ``parse_decimal_id``, and every error,
+FastAPI's own included, has hopline's shape naming the hop. Load is bounded: pending prompts per
+session (429), live sessions (503), SSE subscribers per session (429), body-read time (408).
 """
 
 from __future__ import annotations
@@ -23,15 +30,26 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hopline.budget import HOP_DAEMON_API, MAX_QUEUED_RANGE, Budget, check_coherence, require_coherent
+from hopline.budget import (
+    CEILINGS_BY_KEY,
+    HOP_DAEMON_API,
+    HOP_DAEMON_SSE,
+    MAX_QUEUED_RANGE,
+    Budget,
+    check_coherence,
+    require_coherent,
+)
 from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.child import PipeInstruments
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
-from hopline.gateway.auth import BearerTokenMiddleware
+from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
+from hopline.gateway.errors import bounded_json_route, install_error_handlers
+from hopline.harness.scripted import scripted_hints
 from hopline.sidecars import SidecarStore, sidecar_projector
+from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
@@ -194,15 +212,6 @@ class InternalDispatcher:
         await self.daemon(scope, receive, send)
 
 
-def _last_event_id(header: str | None) -> int | None:
-    if header is None or header.strip() == "":
-        return None
-    text = header.strip()
-    if not text.isdigit() or len(text) > 18:
-        raise SessionError(400, "invalid_last_event_id", "Last-Event-ID must be a non-negative integer")
-    return int(text)
-
-
 def create_daemon_app(
     budget: Budget,
     *,
@@ -216,13 +225,20 @@ def create_daemon_app(
     embed_gateway: bool = True,
     sidecars: bool = True,
     allow_incoherent: bool = False,
+    agent_env: Sequence[str] = (),
+    gateway_tokens: SessionTokens | None = None,
 ) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
 
     With ``sidecars`` (the default) large tool output goes to the sidecar store under
     ``data_dir/sidecars`` (S-1) before the journal, the ring and SSE, and the oversize replacement
-    still guards the SSE event limit behind it; ``projector`` replaces that whole chain."""
+    still guards the SSE event limit behind it; ``projector`` replaces that whole chain.
+
+    Children get an allow-listed environment (:func:`hopline.daemon.child.child_environment`) plus
+    the variables named in ``agent_env``; with the gateway embedded, each session's agent gets its
+    own gateway token in ``session/new`` (D-11), never ``internal_token``; ``gateway_tokens`` replaces
+    the registry of those tokens."""
     if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
         require_coherent(budget)
     if not server_token:
@@ -230,16 +246,20 @@ def create_daemon_app(
     journal = Journal(data_dir)
     bus = EventBus(budget, journal)
     instruments = PipeInstruments(budget)
-    child_env = {INTERNAL_TOKEN_ENV: internal_token}
+    child_env: dict[str, str] = {}
     if gateway_url:
         child_env[GATEWAY_URL_ENV] = gateway_url
+    session_tokens = None
+    if embed_gateway:
+        session_tokens = gateway_tokens if gateway_tokens is not None else SessionTokens()
     store: SidecarStore | None = None
     if sidecars:
         store = SidecarStore(data_dir / "sidecars", budget)
         if projector is None:
             projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
-                             data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store)
+                             data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
+                             agent_env=agent_env, gateway_tokens=session_tokens)
 
     gateway: FastAPI | None = None
     if embed_gateway:
@@ -248,7 +268,7 @@ def create_daemon_app(
 
         gateway = create_gateway_app(budget, token=internal_token,
                                      provider=provider if provider is not None else provider_from_env(budget),
-                                     route_prefix="")
+                                     route_prefix="", session_tokens=session_tokens)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -278,6 +298,8 @@ def create_daemon_app(
                 store.close()
 
     app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.router.route_class = bounded_json_route(budget.json_max_depth)
+    install_error_handlers(app, HOP_DAEMON_API)
     app.state.budget = budget
     app.state.manager = manager
     app.state.bus = bus
@@ -294,23 +316,25 @@ def create_daemon_app(
             raise SessionError(404, "unknown_session", "no such session")
         return manager.get(session_id)
 
-    errors: dict[int | str, dict[str, Any]] = {401: {}, 404: {}, 409: {}, 413: {}, 422: {}}
+    errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok"}
 
-    @app.post("/session", response_model=SessionCreated, responses={**errors, 502: {}, 504: {}})
+    @app.post("/session", response_model=SessionCreated, responses={**errors, 502: {}, 503: {}, 504: {}})
     async def create_session(body: CreateSessionBody) -> Any:
         cwd = body.cwd if body.cwd is not None else str(Path.cwd())
         if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
             raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
+        if body.scripted is not None:
+            scripted_hints(body.scripted, budget, unknown=True)
         session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
                                        scripted=body.scripted)
         return {"sessionId": session.id}
 
     @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
-              responses=errors)
+              responses={**errors, 429: {}})
     async def prompt(session_id: str, body: PromptBody) -> Any:
         return {"promptId": manager.prompt(session_of(session_id), body.text)}
 
@@ -319,14 +343,22 @@ def create_daemon_app(
         running = await manager.cancel(session_of(session_id))
         return {"cancelled": running}
 
-    @app.get("/session/{session_id}/events", responses={**errors, 400: {}})
+    @app.get("/session/{session_id}/events", responses={**errors, 429: {}})
     async def events(
         session_id: str,
         maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
         session = session_of(session_id)
-        after = _last_event_id(last_event_id)
+        after = (parse_decimal_id(last_event_id, "Last-Event-ID")
+                 if last_event_id is not None and last_event_id.strip() else None)
+        subscribers, limit = bus.subscriber_count(session.id), budget.max_subscribers_per_session
+        if subscribers >= limit:
+            setting = CEILINGS_BY_KEY["max_subscribers_per_session"].name
+            raise SessionError(429, "too_many_subscribers",
+                               f"this would be event stream {subscribers + 1} of this session, over the "
+                               f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
+                               observed=subscribers + 1, setting=setting)
         subscriber, upto = bus.subscribe(session.id, maxQueued or budget.sse_queue_max_events)
         resync = None
         start = after or 0
@@ -337,19 +369,15 @@ def create_daemon_app(
         return SseStream(bus, session.id, subscriber, after=start, upto=upto, resync=resync,
                          heartbeat=budget.sse_heartbeat_seconds)
 
-    @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 504: {}})
+    @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str) -> dict[str, Any]:
         return await manager.load(session_of(session_id))
 
-    @app.get("/session/{session_id}/transcript", responses={**errors, 400: {}})
+    @app.get("/session/{session_id}/transcript", responses=errors)
     async def transcript(session_id: str,
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
         session = session_of(session_id)
-        after = 0
-        if cursor:
-            if not cursor.isdigit():
-                raise SessionError(400, "invalid_cursor", "cursor must be a nextCursor from a previous page")
-            after = int(cursor)
+        after = parse_decimal_id(cursor, "cursor") if cursor else 0
         page_max = budget.transcript_page_max_bytes
         # Room for {"events":[...],"nextCursor":"..."} and each event's {"id":..,"type":..,"data":}.
         rows = journal.read_page(session.id, after, max_bytes=page_max)
@@ -422,7 +450,9 @@ def create_daemon_app(
 
     app.include_router(frames_router(budget, instruments))
 
-    guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API)
-    authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",))
+    guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API,
+                                 read_timeout=budget.body_read_timeout_seconds)
+    authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",),
+                                   token_env=SERVER_TOKEN_ENV)
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.
     return InternalDispatcher(ConsoleDispatcher(authed), gateway, app)

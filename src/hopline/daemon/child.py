@@ -7,7 +7,8 @@ written frame feeds the outbound tap after the write. The daemon keeps its own J
 toward the child; the child's request ids are echoed back verbatim in our responses.
 
 stderr is drained without blocking and never stored or logged: only lines, bytes and over-long
-lines are counted. The daemon's secrets are removed from the child's environment.
+lines are counted. The child's environment is built from an allow-list (SPEC D-2, D-11), see
+:func:`child_environment`: no secret of the daemon reaches a child unless the operator names it.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ import dataclasses
 import itertools
 import logging
 import os
+import re
 import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import Budget, KiB
+from hopline.harness.tools import CREDENTIAL_ENV
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
 from hopline.observe.stats import Direction, PipeStats
@@ -34,8 +37,18 @@ log = logging.getLogger("hopline.daemon.child")
 
 # I/O granularity of the pipe reads, not a limit: frames of any size up to the max are reassembled.
 READ_CHUNK_BYTES = 64 * KiB
-# Env vars the daemon holds and a child must never see.
-DAEMON_SECRET_ENV: tuple[str, ...] = ("HOPLINE_SERVER_TOKEN",)
+# The safe base every child gets from the daemon's environment (when set): what a process needs
+# to run, find its home and speak the user's locale, and nothing that authenticates anything.
+SAFE_BASE_ENV: frozenset[str] = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TMPDIR", "TZ",
+    "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+    "VIRTUAL_ENV", "PYTHONPATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+})
+SAFE_BASE_PREFIXES: tuple[str, ...] = ("LC_",)
+# hopline's own non-secret settings the agent reads (the budget's variables travel via to_env()).
+HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERMISSION_MODE"})
+AGENT_ENV = "HOPLINE_AGENT_ENV"
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # How long a child gets to exit after its stdin closes, then after SIGTERM (process hygiene).
 STOP_GRACE_SECONDS = 2.0
 
@@ -108,8 +121,32 @@ class StderrCounters:
     long_lines: int = 0  # lines over child_stderr_line_max_bytes (counted, never kept)
 
 
-def child_environment(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if k not in DAEMON_SECRET_ENV}
+def agent_env_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The variables the operator passes to children (``--agent-env``, ``HOPLINE_AGENT_ENV``:
+    names, comma-separated allowed). A malformed name, or one of hopline's own credentials
+    (``HOPLINE_SERVER_TOKEN``, ``HOPLINE_INTERNAL_TOKEN``, ...), raises ``ValueError``."""
+    out: list[str] = []
+    for item in names:
+        for name in (part.strip() for part in item.split(",")):
+            if not name:
+                continue
+            if not _ENV_NAME_RE.match(name):
+                raise ValueError(f"{AGENT_ENV}: {name[:64]!r} is not an environment variable name")
+            if name in CREDENTIAL_ENV:
+                raise ValueError(f"{AGENT_ENV}: {name} is a credential of hopline itself and never reaches "
+                                 "a child (the agent gets a per-session credential instead)")
+            if name not in out:
+                out.append(name)
+    return tuple(out)
+
+
+def child_environment(base: Mapping[str, str], extra: Mapping[str, str],
+                      named: Sequence[str] = ()) -> dict[str, str]:
+    """A child's environment: the safe base and hopline's settings taken from ``base``, the
+    variables the operator ``named``, then ``extra`` (what hopline itself passes). Nothing else of
+    ``base`` (provider keys, tokens, the operator's other secrets) reaches the child."""
+    allowed = SAFE_BASE_ENV | HOPLINE_SETTINGS_ENV | set(named)
+    env = {k: v for k, v in base.items() if k in allowed or k.startswith(SAFE_BASE_PREFIXES)}
     env.update(extra)
     return env
 

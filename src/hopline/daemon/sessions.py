@@ -47,8 +47,14 @@ from hopline.daemon.child import (
 from hopline.daemon.journal import Journal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
+from hopline.gateway.auth import SessionTokens
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN, ENV_SIDECAR_DIR, META_CREDENTIALS
+from hopline.sidecars.writer import (
+    CREDENTIAL_GATEWAY_TOKEN,
+    CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    ENV_SIDECAR_DIR,
+    META_CREDENTIALS,
+)
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -70,6 +76,7 @@ REASON_DAEMON_RESTARTED = "daemon_restarted"
 # agent's free text).
 _LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
                            "tool_call_update", "plan", "available_commands_update", "current_mode_update"})
+LIVE_STATES = frozenset({"starting", "ready", "loading"})  # a session with an agent child
 
 
 class SessionError(Exception):
@@ -169,7 +176,8 @@ class SessionManager:
     def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
-                 sidecars: SidecarStore | None = None) -> None:
+                 sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
+                 gateway_tokens: SessionTokens | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
@@ -180,6 +188,8 @@ class SessionManager:
         self.projector = projector if projector is not None else oversize_replacement(budget)
         self.handshake_timeout = budget.agent_handshake_timeout_seconds
         self.sidecars = sidecars
+        self.agent_env = tuple(agent_env)
+        self.gateway_tokens = gateway_tokens
         self.sessions: dict[str, DaemonSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
         # One warm pool per agent command (D-9); this daemon runs one command.
@@ -232,14 +242,28 @@ class SessionManager:
             # S-3: an agent on this machine may write its large outputs straight to the store;
             # the write token for one session comes with that session's request (_credentials).
             extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
-        return child_environment(os.environ, extra)
+        return child_environment(os.environ, extra, self.agent_env)
+
+    def _check_live_capacity(self) -> None:
+        limit = self.budget.max_live_sessions
+        live = sum(1 for s in self.sessions.values() if s.state in LIVE_STATES)
+        if live >= limit:
+            setting = CEILINGS_BY_KEY["max_live_sessions"].name
+            raise SessionError(503, "too_many_sessions",
+                               f"this daemon runs {live} sessions with an agent, the limit of {limit} "
+                               f"({setting}); delete one or retry later", limit=limit, observed=live + 1,
+                               setting=setting)
 
     def _credentials(self, session: DaemonSession) -> dict[str, str]:
-        """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only
-        (the write token is scoped to it and revoked with it)."""
+        """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only,
+        minted for the child about to get them (the write token and the gateway token are scoped to
+        the session and revoked with it, D-11)."""
         credentials: dict[str, str] = {}
         if self.sidecars is not None:
             credentials[CREDENTIAL_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
+        if self.gateway_tokens is not None:
+            credentials[CREDENTIAL_GATEWAY_TOKEN] = self.gateway_tokens.mint(session.id,
+                                                                             session.agent_session_id)
         return credentials
 
     async def _handshake(self, awaitable: Any, what: str) -> Any:
@@ -300,6 +324,7 @@ class SessionManager:
 
     async def create(self, *, cwd: str, profile: str | None, permission_mode: str | None,
                      scripted: dict[str, Any] | None) -> DaemonSession:
+        self._check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
         self.journal.create_session(session_id, options)
@@ -334,6 +359,8 @@ class SessionManager:
                                    reason="agent_exited", exitCode=exc.returncode) from None
             raise
         session.agent_session_id = agent_session_id
+        if self.gateway_tokens is not None:
+            self.gateway_tokens.bind(session_id, agent_session_id)
         self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
         session.state = "ready"
@@ -341,6 +368,8 @@ class SessionManager:
         return session
 
     async def _forget(self, session: DaemonSession) -> None:
+        if self.gateway_tokens is not None:
+            self.gateway_tokens.revoke(session.id)
         child = session.child
         session.child = None
         if child is not None:
@@ -365,6 +394,13 @@ class SessionManager:
 
     def prompt(self, session: DaemonSession, text: str) -> str:
         self._require_ready(session)
+        pending, limit = len(session.prompts), self.budget.max_pending_prompts
+        if pending >= limit:
+            setting = CEILINGS_BY_KEY["max_pending_prompts"].name
+            raise SessionError(429, "too_many_pending_prompts",
+                               f"this would be prompt {pending + 1} running or queued in this session, over "
+                               f"the limit of {limit} ({setting}); wait for a turn to end", limit=limit,
+                               observed=pending + 1, setting=setting)
         prompt_id = "p_" + secrets.token_hex(8)
         self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
         task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
@@ -594,6 +630,8 @@ class SessionManager:
 
     def _on_exit(self, session: DaemonSession, returncode: int | None) -> None:
         session.child = None
+        if self.gateway_tokens is not None:  # the child's credential dies with it; a load mints anew
+            self.gateway_tokens.revoke(session.id)
         session.exit_code = returncode
         if session.state in ("ready", "loading"):
             session.state = "detached"
@@ -615,6 +653,7 @@ class SessionManager:
                         "lastEventId": self.journal.last_id(session.id)}
             if session.agent_session_id is None:
                 raise SessionError(409, "session_not_loadable", "the session never got an agent session id")
+            self._check_live_capacity()
             session.state = "loading"
             try:
                 return await self._load_from_child(session)

@@ -18,6 +18,7 @@ The mounted app keeps its own middleware, so its body limit and token apply only
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -28,22 +29,37 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from pydantic import ValidationError
 
 from hopline.budget import HOP_GATEWAY, Budget
-from hopline.gateway.auth import BearerTokenMiddleware
+from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimitMiddleware, BodyLimitStats
+from hopline.gateway.errors import error_response, install_error_handlers
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
 from hopline.harness.model import LlmTurnRequest, TurnFailure
+from hopline.harness.scripted import check_model_params
+from hopline.wire.input import loads_bounded
 
 log = logging.getLogger("hopline.gateway")
 
 LLM_TURN_PATH = "/sessions/{sessionId}/llm-turn"
 
 
+def llm_turn_session(route_prefix: str) -> Callable[[str], str | None]:
+    """The session id of an llm-turn route path (inside this app), or None for any other path."""
+    head, tail = (route_prefix + LLM_TURN_PATH).split("{sessionId}")
+
+    def session_of(path: str) -> str | None:
+        if path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
+            session_id = path[len(head):len(path) - len(tail)]
+            return None if "/" in session_id else session_id
+        return None
+
+    return session_of
+
+
 def _error(status: int, kind: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "hop": HOP_GATEWAY, "message": message, **extra}},
-                        status_code=status)
+    return error_response(status, HOP_GATEWAY, kind, message, **extra)
 
 
 def _is_json(content_type: str | None) -> bool:
@@ -79,8 +95,12 @@ def create_gateway_app(
     metrics_registry: CollectorRegistry | None = None,
     route_prefix: str = "/internal",
     body_stats: BodyLimitStats | None = None,
+    session_tokens: SessionTokens | None = None,
 ) -> FastAPI:
-    """The gateway app. ``body_stats`` (optional) receives what the body limit read, for tests."""
+    """The gateway app. ``body_stats`` (optional) receives what the body limit read, for tests.
+
+    ``session_tokens`` (the daemon's, D-11): besides ``token``, each of them opens the llm-turn
+    route of the one session it was minted for."""
     limit = budget.api_json_body_limit
     metrics = GatewayMetrics(limit, metrics_registry)
 
@@ -95,6 +115,7 @@ def create_gateway_app(
     app.state.budget = budget
     app.state.metrics = metrics
     app.state.body_stats = body_stats if body_stats is not None else BodyLimitStats()
+    install_error_handlers(app, HOP_GATEWAY)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -117,16 +138,14 @@ def create_gateway_app(
         if not _is_json(request.headers.get("content-type")):
             return _error(415, "unsupported_media_type", "the llm-turn body must be application/json")
         raw = await request.body()
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            return _error(400, "invalid_json", f"the body is not JSON: {exc}", field="(body)")
+        data = loads_bounded(raw, budget.json_max_depth)  # InputRefused -> 400 (install_error_handlers)
         try:
             LlmTurnBody.model_validate(data)
         except ValidationError as exc:
             errors = field_errors(exc)
             return _error(400, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
                           field=errors[0]["field"], errors=errors)
+        check_model_params(data.get("params"), budget)
         # The validated shape is checked; the provider gets the original dicts, byte for byte.
         turn = LlmTurnRequest(
             messages=data["messages"],
@@ -148,7 +167,8 @@ def create_gateway_app(
     # gets a readable 413 rather than a reset; anything larger has its connection closed.
     discard_up_to = max(2 * limit, budget.transport_max_body_bytes)
     app.add_middleware(BodyLimitMiddleware, limit=limit, hop=HOP_GATEWAY, stats=app.state.body_stats,
-                       discard_up_to=discard_up_to)
-    app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY)
+                       discard_up_to=discard_up_to, read_timeout=budget.body_read_timeout_seconds)
+    app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY, session_tokens=session_tokens,
+                       session_of_path=llm_turn_session(route_prefix))
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

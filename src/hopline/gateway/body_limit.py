@@ -8,15 +8,24 @@ chunked body off at the first message that passes the limit (so the app holds at
 plus one received chunk), and answers one JSON shape naming the hop, the limit and the size seen.
 
 It is generic (``limit`` and ``hop`` are parameters) so the daemon can guard its own API with it.
+
+Two more rules for hostile clients (SPEC D-10): a body still incomplete ``read_timeout`` seconds
+after the request started (``HOPLINE_BODY_READ_TIMEOUT``) gets a 408 and its connection closed; and
+a chunked body cut off at the limit is drained (read and discarded, at most the limit again)
+before the 413 is sent, because closing a connection with unread data resets it, and a client
+that sends its whole body before reading (curl, browsers) then loses the answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hopline.budget import CEILINGS_BY_KEY
 
 
 class BodyTooLarge(Exception):
@@ -25,6 +34,18 @@ class BodyTooLarge(Exception):
     def __init__(self, limit: int, received: int) -> None:
         super().__init__(f"request body passed {limit} bytes")
         self.limit = limit
+        self.received = received
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+class BodyReadTimeout(Exception):
+    """Raised from ``receive()`` when the body is still incomplete at its deadline; answered 408."""
+
+    def __init__(self, timeout: float, received: int) -> None:
+        super().__init__(f"request body incomplete after {timeout} s")
+        self.timeout = timeout
         self.received = received
 
 
@@ -61,6 +82,58 @@ def too_large_error(hop: str, limit: int, *, observed: int | None = None,
     return {"error": error}
 
 
+def body_timeout_error(hop: str, timeout: float, received: int, declared: int | None) -> dict[str, Any]:
+    """The 408 JSON body: the hop, the deadline and how much of the body had arrived."""
+    expected = f" of {declared}" if declared is not None else ""
+    error: dict[str, Any] = {
+        "type": "request_timeout",
+        "hop": hop,
+        "timeoutSeconds": timeout,
+        "receivedBytes": received,
+        "setting": CEILINGS_BY_KEY["body_read_timeout_seconds"].name,
+        "message": f"the request body was not complete after {timeout} s ({received}{expected} bytes "
+                   f"received) on {hop}; the connection is closed",
+    }
+    if declared is not None:
+        error["declaredBytes"] = declared
+    return {"error": error}
+
+
+def body_deadline(timeout: float | None) -> float | None:
+    """The loop time by which a request's body must be complete (None: no deadline)."""
+    return None if timeout is None else asyncio.get_running_loop().time() + timeout
+
+
+async def receive_by(receive: Receive, deadline: float | None, timeout: float, received: int) -> Message:
+    """``receive()``, or :class:`BodyReadTimeout` once ``deadline`` passes."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await receive()
+    except TimeoutError:
+        raise BodyReadTimeout(timeout, received) from None
+
+
+async def drain_body(receive: Receive, max_bytes: int, deadline: float | None) -> bool:
+    """Read and discard up to ``max_bytes`` more of a refused body (see the module docstring).
+
+    True when the body ended within the bound and the deadline (the connection is then clean)."""
+    drained = 0
+    try:
+        async with asyncio.timeout_at(deadline):
+            while drained <= max_bytes:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return False
+                if message["type"] != "http.request":
+                    continue
+                drained += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return True
+    except TimeoutError:
+        pass
+    return False
+
+
 def content_length(scope: Scope) -> int | None:
     """The declared ``Content-Length``, or None when absent or unreadable (chunked bodies)."""
     for name, value in scope.get("headers", ()):
@@ -81,12 +154,13 @@ async def send_json(send: Send, status: int, body: dict[str, Any], *,
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
-def _find_too_large(exc: BaseException) -> BodyTooLarge | None:
-    if isinstance(exc, BodyTooLarge):
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """``exc`` or the first ``kind`` inside an exception group (anyio task groups wrap them)."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _find_too_large(inner)
+            found = _find(inner, kind)
             if found is not None:
                 return found
     return None
@@ -100,10 +174,11 @@ class BodyLimitMiddleware:
     """Refuse request bodies over ``limit`` bytes with a JSON 413 naming ``hop``."""
 
     def __init__(self, app: ASGIApp, *, limit: int, hop: str, stats: BodyLimitStats | None = None,
-                 discard_up_to: int | None = None) -> None:
+                 discard_up_to: int | None = None, read_timeout: float | None = None) -> None:
         self.app = app
         self.limit = limit
         self.hop = hop
+        self.read_timeout = read_timeout
         # A refused body declared at most this large is discarded by the server (never buffered) so
         # that the client reads the 413; a larger one gets the connection closed at once.
         self.discard_up_to = discard_up_to if discard_up_to is not None else 2 * limit
@@ -128,13 +203,18 @@ class BodyLimitMiddleware:
 
         consumed = 0
         started = False
+        complete = False
+        deadline = body_deadline(self.read_timeout)
 
         async def limited_receive() -> Message:
-            nonlocal consumed
-            message = await receive()
+            nonlocal consumed, complete
+            if complete:  # the body is read: later calls only wait for a disconnect, undeadlined
+                return await receive()
+            message = await receive_by(receive, deadline, self.read_timeout or 0.0, consumed)
             if message["type"] == "http.request":
                 size = len(message.get("body", b""))
                 consumed += size
+                complete = not message.get("more_body", False)
                 # Recorded as it is read, so the numbers are current before any response is sent.
                 self._record(consumed, size)
                 if consumed > self.limit:
@@ -150,11 +230,18 @@ class BodyLimitMiddleware:
         try:
             await self.app(scope, limited_receive, tracked_send)
         except BaseException as exc:
-            too_large = _find_too_large(exc)
+            timed_out = _find(exc, BodyReadTimeout)
+            if timed_out is not None and not started:
+                await send_json(send, 408, body_timeout_error(self.hop, timed_out.timeout, timed_out.received,
+                                                              declared), extra_headers=_CLOSE)
+                return
+            too_large = _find(exc, BodyTooLarge)
             if too_large is not None:
                 self.stats.refused += 1
             if too_large is None or started:
                 raise
+            if not complete:  # the message that passed the limit may have been the body's last
+                await drain_body(receive, self.limit, deadline)
             await send_json(send, 413, too_large_error(self.hop, self.limit, received=too_large.received),
                             extra_headers=_CLOSE)
             return

@@ -9,6 +9,11 @@ Outputs that are not files (command output, listings, search results) are kept, 
 private spill directory outside the workspace and readable through ``read_file`` at the virtual
 path ``@output/<id>``, so "read more" is always possible and the workspace is never written by a
 read-only agent.
+
+``run_command`` runs with the agent's environment less every credential hopline knows
+(:data:`CREDENTIAL_ENV`): what the model runs never sees a token (SPEC D-11). Under the daemon the
+agent's own environment holds none either (an allow-list, and per-session credentials travel in
+the ACP request); ``list_files`` and ``search_workspace`` read files only, never the environment.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import os
 import re
 import signal
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,7 +33,17 @@ from hopline.budget import Budget
 from hopline.harness.events import ToolKind
 
 OUTPUT_PREFIX = "@output/"
+# hopline's credentials (the daemon's, the gateway's, the provider key, the per-session ones that
+# older daemons put in the environment): never in a tool's environment, never passed to a child.
+CREDENTIAL_ENV: frozenset[str] = frozenset({
+    "HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_SIDECAR_WRITE_TOKEN", "OPENAI_API_KEY",
+})
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
+
+
+def tool_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment a tool's command runs with: ``environ`` less :data:`CREDENTIAL_ENV`."""
+    return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
 
 
 class ToolError(Exception):
@@ -340,7 +355,7 @@ class Workspace:
         capture = budget.command_output_max_bytes
         proc = await asyncio.create_subprocess_shell(
             command, cwd=self.root, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=tool_environment(os.environ))
         chunks: list[bytes] = []
         kept = 0
         dropped = 0

@@ -69,7 +69,8 @@ def _etag_matches(header: str | None, etag: str) -> bool:
 
 
 def _not_found() -> JSONResponse:
-    return JSONResponse({"error": "sidecar not found", "hop": HOP_SIDECARS}, status_code=404)
+    return JSONResponse({"error": {"type": "not_found", "hop": HOP_SIDECARS, "message": "sidecar not found"}},
+                        status_code=404)
 
 
 def _headers(entry: SidecarEntry) -> dict[str, str]:
@@ -99,7 +100,10 @@ def sidecar_router(store: SidecarStore, authorize: Callable[..., Any] | None = N
         try:
             byte_range = parse_range(request.headers.get("range"), entry.size)
         except RangeNotSatisfiable:
-            return Response(status_code=416, headers={**headers, "Content-Range": f"bytes */{entry.size}"})
+            error = {"type": "range_not_satisfiable", "hop": HOP_SIDECARS, "bytes": entry.size,
+                     "message": f"the range is outside the sidecar's {entry.size} bytes"}
+            return JSONResponse({"error": error}, status_code=416,
+                                headers={**headers, "Content-Range": f"bytes */{entry.size}"})
         handle = store.open_blob(entry)
         if handle is None:  # reaped between the lookup and the open
             return _not_found()

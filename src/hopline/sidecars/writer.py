@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from hopline.budget import HOP_SIDECARS, Budget
 from hopline.sidecars.store import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused, SidecarStore
@@ -32,17 +31,11 @@ from hopline.sidecars.store import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRe
 ENV_SIDECAR_DIR = "HOPLINE_SIDECAR_DIR"
 META_CREDENTIALS = "hopline.credentials"
 CREDENTIAL_SIDECAR_WRITE_TOKEN = "sidecarWriteToken"
+CREDENTIAL_GATEWAY_TOKEN = "gatewayToken"  # the per-session llm-turn credential (D-11)
 
 
 class SidecarWriterError(RuntimeError):
     pass
-
-
-def credential(meta: Mapping[str, Any], name: str) -> str | None:
-    """One credential from a request's ``_meta["hopline.credentials"]`` (``None`` when absent)."""
-    credentials = meta.get(META_CREDENTIALS)
-    value = credentials.get(name) if isinstance(credentials, Mapping) else None
-    return value if isinstance(value, str) and value else None
 
 
 def open_store(budget: Budget, environ: Mapping[str, str] | None = None) -> SidecarStore | None:

@@ -6,7 +6,8 @@ Prompt commands (one per prompt):
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
   ``sleep S``          one chunk, then sleeps S seconds (to be killed or cancelled mid-turn)
   ``permission``       asks session/request_permission and reports the outcome
-  ``env``              reports which of the daemon's secrets and settings it can see
+  ``env [NAME...]``    reports which of these variables it can see (default: the daemon's secrets and
+                       the gateway URL)
   ``stderr N SIZE``    writes N stderr lines of SIZE bytes
   ``fs``               calls fs/read_text_file on the client and reports the error it gets
   ``kinds``            the large updates of every kind (:func:`kind_updates`), one after the other
@@ -210,7 +211,8 @@ class BigUpdateAgent(Agent):
             chosen = getattr(outcome, "option_id", None) or getattr(outcome, "outcome", "?")
             await self._say(session_id, f"permission: {chosen}")
         elif command == "env":
-            names = ("HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_GATEWAY_URL")
+            names = tuple(words[1:]) or ("HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN",
+                                         "HOPLINE_GATEWAY_URL")
             await self._say(session_id, "env: " + " ".join(
                 f"{name}={'present' if os.environ.get(name) else 'absent'}" for name in names))
         elif command == "stderr":

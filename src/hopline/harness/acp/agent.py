@@ -4,7 +4,12 @@ Wire names (relayed by the daemon):
 
 - ``session/new`` ``_meta``: ``hopline.profile`` (default ``qa_automation``),
   ``hopline.permissionMode`` (``"auto"`` auto-approves; env ``HOPLINE_PERMISSION_MODE=auto`` too),
-  ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``).
+  ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``, each
+  hint bounded by the budget), ``hopline.credentials`` (see below).
+- ``session/new`` and ``session/load`` ``_meta["hopline.credentials"]``: per-session secrets from the
+  daemon, ``{"gatewayToken"?: str, "sidecarWriteToken"?: str}``. The gateway token is this session's
+  llm-turn credential (D-11), the write token opens its sidecar store (S-3); both are kept in memory
+  only: never in the session store, a log, or a tool's environment.
 - ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
   maxBodyBytes, ceilingBytes, stopReason, repairs, summarizerFailures}}}``; a failed turn answers a
   JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
@@ -60,9 +65,16 @@ from hopline.harness.events import (
 )
 from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
+from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN, SidecarWriter, credential
+from hopline.sidecars.writer import (
+    CREDENTIAL_GATEWAY_TOKEN,
+    CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    META_CREDENTIALS,
+    SidecarWriter,
+)
+from hopline.wire.input import InputRefused, parse_decimal_id
 
 log = logging.getLogger("hopline.agent")
 
@@ -84,7 +96,34 @@ REJECT_ONCE = "reject_once"
 # Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
 _RESPONSE_WRAPPER_BYTES = 256
 
-ModelFactory = Callable[[str], Model]  # session id -> model
+
+@dataclasses.dataclass(frozen=True)
+class SessionCredentials:
+    """One session's secrets from ``_meta["hopline.credentials"]`` (memory only; repr hides them)."""
+
+    gateway_token: str | None = dataclasses.field(default=None, repr=False)
+    sidecar_write_token: str | None = dataclasses.field(default=None, repr=False)
+
+
+def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
+    """The credentials a ``session/new`` or ``session/load`` carries, or None when it has none."""
+    given = meta.get(META_CREDENTIALS)
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}", "reason": "not an object"})
+    tokens: dict[str, str | None] = {}
+    for key in (CREDENTIAL_GATEWAY_TOKEN, CREDENTIAL_SIDECAR_WRITE_TOKEN):
+        token = given.get(key)
+        if token is not None and not isinstance(token, str):
+            raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}.{key}",
+                                               "reason": "not a string"})
+        tokens[key] = token or None
+    return SessionCredentials(gateway_token=tokens[CREDENTIAL_GATEWAY_TOKEN],
+                              sidecar_write_token=tokens[CREDENTIAL_SIDECAR_WRITE_TOKEN])
+
+
+ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model
 LoopFactory = Callable[..., Any]
 
 
@@ -157,6 +196,7 @@ class LiveSession:
     record: SessionRecord
     auto_approve: bool
     scripted: dict[str, Any] | None
+    credentials: SessionCredentials = dataclasses.field(default_factory=SessionCredentials)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     task: asyncio.Task[Any] | None = None
     tool_loop: Any = None
@@ -220,12 +260,16 @@ class HoplineAgent:
         self._check_profile(profile_name)
         mode = meta.get(META_PERMISSION_MODE) or self._env.get(PERMISSION_MODE_ENV, "")
         scripted = meta.get(META_SCRIPTED)
-        if scripted is not None and not isinstance(scripted, dict):
-            raise RequestError.invalid_params({"field": f"_meta.{META_SCRIPTED}", "reason": "not an object"})
+        if scripted is not None:
+            try:
+                scripted_hints(scripted, self.budget, field=f"_meta.{META_SCRIPTED}")
+            except InputRefused as refused:
+                raise RequestError.invalid_params({"reason": refused.message, **refused.fields}) from None
+        credentials = credentials_of(meta)
         options = {"permissionMode": "auto" if mode == "auto" else "ask", "scripted": scripted}
         record = self.store.create(profile_name, str(workspace), options)
         live = self._sessions[record.id] = self._live(record)
-        self._take_credentials(live, meta)
+        self._take_credentials(live, credentials)
         log.info("session created", extra={"profile": profile_name, "autoApprove": mode == "auto"})
         return NewSessionResponse(session_id=record.id)
 
@@ -233,11 +277,15 @@ class HoplineAgent:
         return LiveSession(record, record.options.get("permissionMode") == "auto",
                            record.options.get("scripted"))
 
-    def _take_credentials(self, live: LiveSession, meta: dict[str, Any]) -> None:
-        """The session's sidecar writer from ``_meta["hopline.credentials"]`` (a load brings a new token)."""
-        token = credential(meta, CREDENTIAL_SIDECAR_WRITE_TOKEN)
-        if token is not None:
-            live.sidecar_writer = writer_for(self.sidecar_store, token)
+    def _take_credentials(self, live: LiveSession, credentials: SessionCredentials | None) -> None:
+        """A request's credentials become the session's (a load brings new ones): its sidecar writer,
+        and its gateway token for the next turn's model."""
+        if credentials is None or credentials == live.credentials:
+            return
+        live.credentials = credentials
+        live.sidecar_writer = writer_for(self.sidecar_store, credentials.sidecar_write_token)
+        if not live.lock.locked():  # the next turn's model uses the new credential
+            live.tool_loop = None
 
     def _check_profile(self, name: str) -> None:
         from hopline.harness.profiles import get_profile
@@ -381,7 +429,7 @@ class HoplineAgent:
                                         tool_status_update_of(event.call_id, event.name, "in_progress"))
             return allowed
 
-        return self._loop_factory(live, self._model_factory(session_id), sink, permit)
+        return self._loop_factory(live, self._model_factory(session_id, live.credentials), sink, permit)
 
     async def _ask_permission(self, session_id: str, event: ToolCallStarted) -> bool:
         params = {
@@ -416,7 +464,7 @@ class HoplineAgent:
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
                            additional_directories: list[str] | None = None, **meta: Any) -> dict[str, Any]:
         live = self._session(session_id)
-        self._take_credentials(live, meta)
+        self._take_credentials(live, credentials_of(meta))
         workspace = Path(cwd)
         if workspace.is_dir() and str(workspace.resolve()) != live.record.cwd:
             live.record.cwd = str(workspace.resolve())
@@ -481,15 +529,16 @@ class HoplineAgent:
 
 
 def _cursor(value: Any) -> int:
+    """A loadUpdates cursor: a nextCursor of ours (decimal digits, SQLite's range), or an int."""
     if value is None:
         return 0
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str):
+        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"})
     try:
-        cursor = int(value)
-    except (TypeError, ValueError):
-        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"}) from None
-    if cursor < 0:
-        raise RequestError.invalid_params({"field": "cursor", "reason": "negative"})
-    return cursor
+        return parse_decimal_id(text, "cursor")
+    except InputRefused as refused:
+        raise RequestError.invalid_params({"field": "cursor", "reason": refused.message}) from None
 
 
 def _workspace_or_error(cwd: str) -> Path:

@@ -1,9 +1,11 @@
 """Wiring of `hopline agent`: stdio claimed, store opened, model chosen, the agent served.
 
-The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``
-with ``HOPLINE_INTERNAL_TOKEN``); otherwise the offline scripted model in-process, so the agent
-works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon) opens its sidecar store; each
-session's write token arrives in its ``session/new`` (SPEC S-3); otherwise updates go inline.
+The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``)
+with the session's own gateway token from the daemon (``_meta["hopline.credentials"]``), or, for an
+agent run by hand against ``hopline gateway``, ``HOPLINE_INTERNAL_TOKEN``; otherwise the offline
+scripted model in-process, so the agent works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon)
+opens its sidecar store; each session's write token arrives in its ``session/new`` (SPEC S-3);
+otherwise updates go inline.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
-from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
+from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, SessionCredentials, serve
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
@@ -34,10 +36,15 @@ def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = F
     if url:
         from hopline.gateway.client import HttpModel
 
-        token = environ.get(INTERNAL_TOKEN_ENV, "")
-        return lambda session_id: HttpModel(url, session_id, token, budget, enforce_ceiling=not naive)
+        operator_token = environ.get(INTERNAL_TOKEN_ENV, "")
 
-    def scripted(session_id: str) -> Any:
+        def over_http(session_id: str, credentials: SessionCredentials) -> Any:
+            token = credentials.gateway_token or operator_token
+            return HttpModel(url, session_id, token, budget, enforce_ceiling=not naive)
+
+        return over_http
+
+    def scripted(session_id: str, credentials: SessionCredentials) -> Any:
         from hopline.harness.scripted import InProcessModel, ScriptedModel
 
         # Refuses bodies over the gateway limit like the embedded gateway would (413, origin code).

@@ -1,0 +1,108 @@
+"""hopline's HTTP error shape, for every error the daemon API and the gateway answer (SPEC D-10).
+
+One shape: ``{"error": {"type", "hop", "message", ...}}``, with the limit and the size or count
+seen when a ceiling refused the request. :func:`install_error_handlers` puts FastAPI's own errors
+(request validation 422, unknown route 404, method 405) in that shape, never echoing the input,
+and answers every :class:`~hopline.wire.input.InputRefused` a route raises with a 400;
+:func:`bounded_json_route` makes FastAPI parse JSON bodies with :func:`hopline.wire.input.loads_bounded`
+(400 for invalid UTF-8, a lone surrogate, or nesting past ``HOPLINE_JSON_MAX_DEPTH``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hopline.wire.input import InputRefused, loads_bounded
+
+_STATUS_KINDS = {404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
+                 415: "unsupported_media_type"}
+
+
+def error_body(hop: str, kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"type": kind, "hop": hop, "message": message, **extra}}
+
+
+def error_response(status: int, hop: str, kind: str, message: str, *,
+                   headers: Mapping[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse(error_body(hop, kind, message, **extra), status_code=status, headers=headers)
+
+
+def refused_response(refused: InputRefused, hop: str, status: int = 400) -> JSONResponse:
+    return error_response(status, hop, refused.kind, refused.message, **refused.fields)
+
+
+def field_errors_of(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """Each validation problem as ``{"field": "body.messages.2.role", "message": ...}`` (no input)."""
+    out = []
+    for error in errors:
+        loc = ".".join(str(part) for part in error.get("loc", ())) or "(body)"
+        out.append({"field": loc, "message": str(error.get("msg", "invalid"))})
+    return out
+
+
+class RefusedBody(HTTPException):
+    """:class:`InputRefused` raised while FastAPI parses a body (it re-raises HTTP exceptions only)."""
+
+    def __init__(self, refused: InputRefused) -> None:
+        super().__init__(400, refused.message)
+        self.refused = refused
+
+
+def install_error_handlers(app: FastAPI, hop: str) -> None:
+    """FastAPI's own errors in hopline's shape, naming ``hop``."""
+
+    async def validation(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = field_errors_of(exc.errors())
+        return error_response(422, hop, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
+                              field=errors[0]["field"], errors=errors)
+
+    async def refused_body(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RefusedBody)
+        return refused_response(exc.refused, hop)
+
+    async def refused_input(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, InputRefused)
+        return refused_response(exc, hop)
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        kind = _STATUS_KINDS.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, hop, kind, str(exc.detail), headers=exc.headers)
+
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(RefusedBody, refused_body)
+    app.add_exception_handler(InputRefused, refused_input)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def bounded_json_route(max_depth: int) -> type[APIRoute]:
+    """An ``APIRoute`` class whose JSON bodies are parsed by :func:`loads_bounded` (FastAPI's
+    documented extension point for a custom request; set it as ``app.router.route_class``)."""
+
+    class BoundedJsonRequest(Request):
+        async def json(self) -> Any:
+            if not hasattr(self, "_json"):
+                try:
+                    self._json = loads_bounded(await self.body(), max_depth)
+                except InputRefused as refused:
+                    raise RefusedBody(refused) from None
+            return self._json
+
+    class BoundedJsonRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def bounded(request: Request) -> Response:
+                return await handler(BoundedJsonRequest(request.scope, request.receive))
+
+            return bounded
+
+    return BoundedJsonRoute
