@@ -210,3 +210,18 @@ def test_serve_refuses_to_pass_its_own_credentials_or_a_bad_name(tmp_path: Path,
     argv = [sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir", str(tmp_path)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and message in done.stderr and "HOPLINE_AGENT_ENV" in done.stderr
+
+
+def test_the_operator_may_name_a_provider_key_for_an_agent_that_calls_its_provider() -> None:
+    """qwen --acp talks to its provider itself: the operator passes the key by name (D-11), and
+    only then does it reach the child; hopline's own tokens never do, named or not."""
+    from hopline.daemon.child import agent_env_names, child_environment
+
+    base = {"PATH": "/bin", "OPENAI_API_KEY": CANARIES["OPENAI_API_KEY"],
+            "HOPLINE_SERVER_TOKEN": CANARIES["HOPLINE_SERVER_TOKEN"]}
+    assert "OPENAI_API_KEY" not in child_environment(base, {})
+    named = agent_env_names(["OPENAI_API_KEY"])
+    assert child_environment(base, {}, named) == {"PATH": "/bin",
+                                                  "OPENAI_API_KEY": CANARIES["OPENAI_API_KEY"]}
+    with pytest.raises(ValueError, match="credential of hopline itself"):
+        agent_env_names(["OPENAI_API_KEY,HOPLINE_SIDECAR_WRITE_TOKEN"])

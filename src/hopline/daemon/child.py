@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import Budget, KiB
-from hopline.harness.tools import CREDENTIAL_ENV
+from hopline.harness.tools import HOPLINE_TOKEN_ENV
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
 from hopline.observe.stats import Direction, PipeStats
@@ -123,8 +123,9 @@ class StderrCounters:
 
 def agent_env_names(names: Sequence[str]) -> tuple[str, ...]:
     """The variables the operator passes to children (``--agent-env``, ``HOPLINE_AGENT_ENV``:
-    names, comma-separated allowed). A malformed name, or one of hopline's own credentials
-    (``HOPLINE_SERVER_TOKEN``, ``HOPLINE_INTERNAL_TOKEN``, ...), raises ``ValueError``."""
+    names, comma-separated allowed). A malformed name, or one of hopline's own tokens
+    (``HOPLINE_SERVER_TOKEN``, ``HOPLINE_INTERNAL_TOKEN``, ...), raises ``ValueError``; a provider key
+    may be named, for an agent that calls its provider itself."""
     out: list[str] = []
     for item in names:
         for name in (part.strip() for part in item.split(",")):
@@ -132,7 +133,7 @@ def agent_env_names(names: Sequence[str]) -> tuple[str, ...]:
                 continue
             if not _ENV_NAME_RE.match(name):
                 raise ValueError(f"{AGENT_ENV}: {name[:64]!r} is not an environment variable name")
-            if name in CREDENTIAL_ENV:
+            if name in HOPLINE_TOKEN_ENV:
                 raise ValueError(f"{AGENT_ENV}: {name} is a credential of hopline itself and never reaches "
                                  "a child (the agent gets a per-session credential instead)")
             if name not in out:

@@ -33,11 +33,14 @@ from hopline.budget import Budget
 from hopline.harness.events import ToolKind
 
 OUTPUT_PREFIX = "@output/"
-# hopline's credentials (the daemon's, the gateway's, the provider key, the per-session ones that
-# older daemons put in the environment): never in a tool's environment, never passed to a child.
-CREDENTIAL_ENV: frozenset[str] = frozenset({
-    "HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_SIDECAR_WRITE_TOKEN", "OPENAI_API_KEY",
+# hopline's own tokens (the daemon's, the gateway's, the per-session write token that older daemons
+# put in the environment): never passed to a child, whatever the operator names.
+HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({
+    "HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_SIDECAR_WRITE_TOKEN",
 })
+# ...and the provider key: never in a tool's environment. A third-party agent that calls the
+# provider itself (qwen --acp) gets the key only when the operator names it (HOPLINE_AGENT_ENV).
+CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {"OPENAI_API_KEY"}
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
 
 
