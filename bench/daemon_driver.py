@@ -22,9 +22,9 @@ import httpx
 
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
 from bench.sse_client import SseCounter
+from hopline.vocabulary import SERVER_TOKEN_ENV
 
 TIMEOUT_S = 90.0
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 
 
 def available() -> str | None:

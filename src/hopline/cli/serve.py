@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
+from hopline.vocabulary import AGENT_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 # How long open responses get to finish on SIGTERM before they are cut (process hygiene, not a limit).
 STOP_GRACE_SECONDS = 5
@@ -42,8 +43,8 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.console import CONSOLE_PREFIX
-        from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
-        from hopline.daemon.child import AGENT_ENV, agent_env_names
+        from hopline.daemon.app import create_daemon_app
+        from hopline.daemon.child import agent_env_names
         from hopline.logs import configure_json_logging
 
         try:

@@ -19,7 +19,8 @@ import orjson
 from hopline.budget import HOP_CLIENT_SSE, HOP_DAEMON_API, HOP_SIDECARS, Budget
 from hopline.client.events import Event, SidecarRef
 from hopline.client.sse import SseMessage, SseParser
-from hopline.sidecars.projection import META_KEY, restore_update
+from hopline.sidecars.projection import restore_update
+from hopline.vocabulary import META_SIDECAR
 
 log = logging.getLogger("hopline.client")
 
@@ -355,7 +356,7 @@ class DaemonClient:
         set back at its path. Raises :class:`SidecarIntegrityError` for a truncated field (its
         bytes were lost: the entry says how many) or a body that does not match its entry."""
         meta = update.get("_meta")
-        entries = meta.get(META_KEY) if isinstance(meta, dict) else None
+        entries = meta.get(META_SIDECAR) if isinstance(meta, dict) else None
         if not isinstance(entries, list) or not entries:
             return update
         bodies: dict[str, bytes] = {}

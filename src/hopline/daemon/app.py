@@ -49,14 +49,12 @@ from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
 from hopline.sidecars import SidecarStore, sidecar_projector
+from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
 INTERNAL_PREFIX = "/internal"
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
-INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
-GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
 _ID_CHARS = 128
 # The TTL reaper runs this many times per sidecar time to live (hourly at the default 24 h).
 SIDECAR_REAPS_PER_TTL = 24  # path ids are opaque tokens; longer ones are refused before any lookup

@@ -36,8 +36,6 @@ from hopline.daemon.journal import Journal
 log = logging.getLogger("hopline.daemon.bus")
 
 WARN_FRACTION = 0.75  # SPEC D-4: warn at 75 % of a subscriber's queue, evict at 100 %
-SYNTHETIC_TYPES = frozenset({"replay_complete", "slow_client_warning", "client_evicted",
-                             "state_resync_required", "stream_error", "frame_dropped"})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import Budget, KiB
-from hopline.harness.tools import CREDENTIAL_ENV
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
 from hopline.observe.stats import Direction, PipeStats
+from hopline.vocabulary import AGENT_ENV, CREDENTIAL_ENV
 from hopline.wire.hooks import FrameObservation, PipeTap
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
@@ -47,7 +47,6 @@ SAFE_BASE_ENV: frozenset[str] = frozenset({
 SAFE_BASE_PREFIXES: tuple[str, ...] = ("LC_",)
 # hopline's own non-secret settings the agent reads (the budget's variables travel via to_env()).
 HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERMISSION_MODE"})
-AGENT_ENV = "HOPLINE_AGENT_ENV"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # How long a child gets to exit after its stdin closes, then after SIGTERM (process hygiene).
 STOP_GRACE_SECONDS = 2.0

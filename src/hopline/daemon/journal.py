@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from hopline.vocabulary import TURN_END_TYPES
+
 JOURNAL_FILE = "journal.sqlite3"
 # Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
 # created, so new files only), measured in isolation against the 4 KiB default: a 1 MiB insert
@@ -50,7 +52,6 @@ CREATE TABLE IF NOT EXISTS prompts (
     PRIMARY KEY (session_id, prompt_id)
 ) WITHOUT ROWID;
 """
-TURN_END_TYPES = ("turn_complete", "turn_error")
 
 
 @dataclasses.dataclass(frozen=True)

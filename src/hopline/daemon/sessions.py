@@ -49,11 +49,16 @@ from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.gateway.auth import SessionTokens
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import (
+from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    ENV_SIDECAR_DIR,
+    LOAD_REPLAY_META_KEYS,
+    LOAD_UPDATES_METHOD,
     META_CREDENTIALS,
+    META_LOAD_REPLAY_MODE,
+    PERMISSION_METHOD,
+    PROGRESS_METHOD,
+    SIDECAR_DIR_ENV,
 )
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
@@ -62,11 +67,8 @@ log = logging.getLogger("hopline.daemon.sessions")
 # Agent error data echoed to a client is cut here: an error must never carry a payload-sized blob.
 ERROR_DATA_ECHO_MAX_BYTES = 4 * KiB
 PROTOCOL_VERSION = 1
-META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
-LOAD_REPLAY_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
-LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
-PROGRESS_METHODS = frozenset({"_hopline/progress", "hopline/progress"})
-PERMISSION_METHOD = "session/request_permission"
+# Older agents sent the progress notification without the extension prefix.
+PROGRESS_METHODS = frozenset({PROGRESS_METHOD, PROGRESS_METHOD.removeprefix("_")})
 # frame_dropped reasons of frames that decoded but are not relayed (D-8)
 DROP_FOREIGN_SESSION = "foreign_session"
 DROP_INVALID_UPDATE = "invalid_update"
@@ -241,7 +243,7 @@ class SessionManager:
         if self.sidecars is not None:
             # S-3: an agent on this machine may write its large outputs straight to the store;
             # the write token for one session comes with that session's request (_credentials).
-            extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
+            extra[SIDECAR_DIR_ENV] = str(self.sidecars.root)
         return child_environment(os.environ, extra, self.agent_env)
 
     def _check_live_capacity(self) -> None:
@@ -803,7 +805,7 @@ def _replay_of(result: Any) -> dict[str, Any] | None:
     meta = result.get("_meta")
     if not isinstance(meta, dict):
         return None
-    for key in LOAD_REPLAY_KEYS:
+    for key in LOAD_REPLAY_META_KEYS:
         value = meta.get(key)
         if isinstance(value, dict):
             return value

@@ -20,9 +20,9 @@ import httpx
 import orjson
 
 from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB
-from hopline.gateway.streaming import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
+from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.ndjson import Frame, NdjsonDecoder
 
 ORIGINS: tuple[str, ...] = get_args(Origin)

@@ -31,13 +31,11 @@ from typing import Any, Literal
 
 from hopline.budget import Budget
 from hopline.harness.events import ToolKind
+from hopline.vocabulary import CREDENTIAL_ENV
 
 OUTPUT_PREFIX = "@output/"
 # hopline's credentials (the daemon's, the gateway's, the provider key, the per-session ones that
 # older daemons put in the environment): never in a tool's environment, never passed to a child.
-CREDENTIAL_ENV: frozenset[str] = frozenset({
-    "HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_SIDECAR_WRITE_TOKEN", "OPENAI_API_KEY",
-})
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
 
 

@@ -23,11 +23,10 @@ from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.logs import configure_json_logging
+from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 
 log = logging.getLogger("hopline.agent")
 
-GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
-INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
 
 
 def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = False) -> ModelFactory:
