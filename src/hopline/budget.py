@@ -41,7 +41,47 @@ _SIZE_UNITS: Mapping[str, int] = {
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-class BudgetError(ValueError):
+# --- the error tree ---------------------------------------------------------------------------
+# One base for every error hopline raises on purpose (h11 has one ProtocolError, httpx one
+# HTTPError tree); it lives here because this module is the one every other imports and it imports
+# nothing of ours. Every size error on every hop is one :class:`CeilingExceeded`.
+
+
+class HoplineError(Exception):
+    """The base of every error hopline raises on purpose."""
+
+
+class CeilingExceeded(HoplineError):
+    """A payload passed a ceiling of the budget, on one hop.
+
+    ``setting`` is the ceiling's public name (its env var); ``observed_bytes`` is the size seen, a
+    lower bound when the payload was cut off as soon as it passed the limit. :meth:`to_json` is the
+    one JSON shape of "too large" on every hop: ``{"error": {"type", "hop", "setting", "limitBytes",
+    "observedBytes", "sizeError": true, "message", ...}}``, so a client handles it once.
+    """
+
+    def __init__(self, hop: str, setting: str, limit_bytes: int, observed_bytes: int,
+                 message: str | None = None, *, kind: str = "ceiling_exceeded", **extra: Any) -> None:
+        self.hop = hop
+        self.setting = setting
+        self.limit_bytes = limit_bytes
+        self.observed_bytes = observed_bytes
+        self.kind = kind
+        self.extra = extra
+        self.message = message or (f"{hop}: {observed_bytes} bytes exceed the limit of {limit_bytes} "
+                                   f"bytes ({setting})")
+        super().__init__(self.message)
+
+    def fields(self) -> dict[str, Any]:
+        """The size fields every rendering carries (an error body, an event, a JSON-RPC error)."""
+        return {"hop": self.hop, "setting": self.setting, "limitBytes": self.limit_bytes,
+                "observedBytes": self.observed_bytes, "sizeError": True}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"type": self.kind, **self.fields(), "message": self.message, **self.extra}}
+
+
+class BudgetError(HoplineError, ValueError):
     """A setting could not be read; the message names the variable and the value."""
 
 
@@ -131,6 +171,12 @@ class Ceiling:
             raise BudgetError(f"{self.name}={raw!r}: {exc}") from None
         self.validate(value, raw)
         return value
+
+    def exceeded(self, limit_bytes: int, observed_bytes: int, message: str | None = None, *,
+                 hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> CeilingExceeded:
+        """The :class:`CeilingExceeded` of this ceiling (its hop unless ``hop`` names another)."""
+        return CeilingExceeded(hop or self.hop, self.name, limit_bytes, observed_bytes, message,
+                               kind=kind, **extra)
 
     def validate(self, value: int | float, shown: object) -> None:
         if value < self.minimum:
@@ -588,7 +634,28 @@ def check_coherence(budget: Budget) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "error")
 
 
-class IncoherentBudget(RuntimeError):
+def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
+    """Every ceiling in force, where it came from, and the coherence findings: `hopline limits --json`
+    and the ``budget`` of ``GET /daemon/status``."""
+    ceilings: list[dict[str, object]] = []
+    for c in CEILINGS:
+        row: dict[str, object] = {"name": c.name, "hop": c.hop}
+        if c.unit is Unit.BYTES:
+            row["bytes"] = budget.value(c.key)
+        else:
+            row["value"] = budget.value(c.key)
+            row["unit"] = c.unit.value
+        row["source"] = budget.source(c.key)
+        ceilings.append(row)
+    return {
+        "ceilings": ceilings,
+        "narrowestRequestCeiling": budget.narrowest_request_ceiling().name,
+        "errors": [f.to_json() for f in findings if f.severity == "error"],
+        "warnings": [f.to_json() for f in findings if f.severity == "warning"],
+    }
+
+
+class IncoherentBudget(HoplineError, RuntimeError):
     """The chain of ceilings is incoherent; a component refuses to start."""
 
     def __init__(self, errors: list[Finding]):

@@ -26,12 +26,18 @@ from acp.transports import spawn_stdio_transport
 from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
 from hopline.budget import Budget
 from hopline.harness.acp.agent import tool_result_update_of
-from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, store_from_env, writer_for
+from hopline.harness.acp.sidecars import needs_offload, offload_update, store_from_env, writer_for
 from hopline.harness.events import ToolCallFinished
 from hopline.sidecars.projection import preview_text
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN, META_CREDENTIALS, SidecarWriter
-from hopline.vocabulary import META_SIDECAR, SIDECAR_DIR_ENV
+from hopline.sidecars.writer import SidecarWriter
+from hopline.vocabulary import (
+    CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    META_CREDENTIALS,
+    META_SIDECAR,
+    META_TOOL,
+    SIDECAR_DIR_ENV,
+)
 
 TIMEOUT = 60.0
 KiB = 1024

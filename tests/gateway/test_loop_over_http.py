@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget, KiB
-from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import ScriptedProvider
 from hopline.harness.events import LoopEvent, ToolCallFinished
+from hopline.harness.http_model import HttpModel
 from hopline.harness.loop import ToolLoop, TurnResult
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
 from hopline.harness.profiles import get_profile

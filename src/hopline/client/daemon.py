@@ -1,6 +1,6 @@
 """``DaemonClient``: the async Python SDK for the hopline daemon's HTTP + SSE API (SPEC C-1).
 
-The event iterator reads SSE with the bounded :class:`~hopline.client.sse.SseParser` over
+The event iterator reads SSE with the bounded :class:`~hopline.wire.sse.SseParser` over
 ``response.aiter_bytes()`` and resumes a dropped stream with ``Last-Event-ID``; events are
 deduplicated by id, so a resume neither loses nor repeats one.
 """
@@ -18,9 +18,9 @@ import orjson
 
 from hopline.budget import HOP_CLIENT_SSE, HOP_DAEMON_API, HOP_SIDECARS, Budget
 from hopline.client.events import Event, SidecarRef
-from hopline.client.sse import SseMessage, SseParser
 from hopline.sidecars.projection import restore_update
 from hopline.vocabulary import META_SIDECAR
+from hopline.wire.sse import SseMessage, SseParser
 
 log = logging.getLogger("hopline.client")
 
@@ -233,7 +233,7 @@ class DaemonClient:
         """Yield the session's events in id order; resume a dropped stream with ``Last-Event-ID``.
 
         Events with an id at or below the last one seen are skipped (a resume may repeat them).
-        Raises :class:`~hopline.client.sse.SseEventTooLarge` for an event over the client limit and
+        Raises :class:`~hopline.wire.sse.SseEventTooLarge` for an event over the client limit and
         :class:`SseReconnectExhausted` when the stream cannot be re-established.
         """
         last_id = last_event_id

@@ -37,17 +37,18 @@ from hopline.budget import (
     MAX_QUEUED_RANGE,
     Budget,
     check_coherence,
+    limits_json,
     require_coherent,
 )
 from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
-from hopline.daemon.child import PipeInstruments
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
+from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
@@ -225,6 +226,7 @@ def create_daemon_app(
     allow_incoherent: bool = False,
     agent_env: Sequence[str] = (),
     gateway_tokens: SessionTokens | None = None,
+    instruments: PipeObservability | None = None,
 ) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
@@ -236,14 +238,15 @@ def create_daemon_app(
     Children get an allow-listed environment (:func:`hopline.daemon.child.child_environment`) plus
     the variables named in ``agent_env``; with the gateway embedded, each session's agent gets its
     own gateway token in ``session/new`` (D-11), never ``internal_token``; ``gateway_tokens`` replaces
-    the registry of those tokens."""
+    the registry of those tokens. ``instruments`` replaces the pipe's instruments (the benchmarks'
+    A/B switches, :class:`~hopline.observe.pipe.PipeObservability`)."""
     if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
         require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
     journal = Journal(data_dir)
     bus = EventBus(budget, journal)
-    instruments = PipeInstruments(budget)
+    instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env: dict[str, str] = {}
     if gateway_url:
         child_env[GATEWAY_URL_ENV] = gateway_url
@@ -290,7 +293,7 @@ def create_daemon_app(
             await manager.shutdown()
             if gateway_cm is not None:
                 await gateway_cm.__aexit__(None, None, None)
-            instruments.metrics.shutdown()
+            instruments.shutdown()
             journal.close()
             if store is not None:
                 store.close()
@@ -419,15 +422,9 @@ def create_daemon_app(
 
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
-        from hopline.cli.limits import limits_json
-
-        large = instruments.large_frames.snapshot()
         return {
             "sessions": manager.status(),
-            "runtime": {"perf": {"pipe": instruments.stats.snapshot()}},
-            "largeFrames": {"logged": large["logged"], "suppressed": large["suppressed"],
-                            "thresholdBytes": large["thresholdBytes"]},
-            "framesDropped": instruments.frames_dropped,
+            **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),
             "warmChildren": manager.pool.status() if manager.pool is not None else None,

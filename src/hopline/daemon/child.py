@@ -25,11 +25,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import Budget, KiB
-from hopline.observe.large_frames import LargeFrameObserver
-from hopline.observe.metrics import PipeMetrics
-from hopline.observe.stats import Direction, PipeStats
+from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, CREDENTIAL_ENV
-from hopline.wire.hooks import FrameObservation, PipeTap
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
 
@@ -69,36 +66,6 @@ class AgentRpcError(Exception):
         self.message = message if isinstance(message, str) else "agent error"
         self.data = error.get("data")
         super().__init__(self.message)
-
-
-class PipeInstruments:
-    """The per-daemon pipe observers shared by every child: stats, histogram, large frames."""
-
-    def __init__(self, budget: Budget) -> None:
-        self.stats = PipeStats()
-        self.metrics = PipeMetrics(budget)
-        self.large_frames = LargeFrameObserver(budget)
-        self.frames_dropped = 0
-
-    def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:
-        """A frame that was not relayed (SPEC D-8). One that was never decoded (``observed`` false)
-        and is at least the large-frame threshold also gets a large-frame record: its origin is
-        ``unknown`` and it holds sizes only."""
-        self.frames_dropped += 1
-        self.stats.record_dropped(direction, nbytes)
-        if not observed:
-            self.large_frames.observe(direction, nbytes, None)
-
-    def tap(self, direction: Any) -> PipeTap:
-        tap = PipeTap(direction)
-        tap.add_byte_hook(lambda n: self.stats.record(direction, n))
-        tap.add_byte_hook(lambda n: self.metrics.record(direction, n))
-
-        def observe(obs: FrameObservation) -> None:
-            self.large_frames.observe(obs.direction, obs.bytes, obs.message)
-
-        tap.add_observer(observe)
-        return tap
 
 
 class ChildHandler(Protocol):
@@ -152,7 +119,7 @@ def child_environment(base: Mapping[str, str], extra: Mapping[str, str],
 
 class AcpChild:
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], budget: Budget,
-                 instruments: PipeInstruments, handler: ChildHandler) -> None:
+                 instruments: PipeObservability, handler: ChildHandler) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.budget = budget

@@ -41,13 +41,13 @@ from hopline.daemon.child import (
     AcpChild,
     AgentExited,
     AgentRpcError,
-    PipeInstruments,
     child_environment,
 )
 from hopline.daemon.journal import Journal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.gateway.auth import SessionTokens
+from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
@@ -175,7 +175,7 @@ class _ChildEvents:
 
 
 class SessionManager:
-    def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
+    def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeObservability,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
                  sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),

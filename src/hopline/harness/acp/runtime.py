@@ -1,6 +1,6 @@
 """Wiring of `hopline agent`: stdio claimed, store opened, model chosen, the agent served.
 
-The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``)
+The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.harness.http_model.HttpModel``)
 with the session's own gateway token from the daemon (``_meta["hopline.credentials"]``), or, for an
 agent run by hand against ``hopline gateway``, ``HOPLINE_INTERNAL_TOKEN``; otherwise the offline
 scripted model in-process, so the agent works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon)
@@ -33,7 +33,7 @@ def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = F
     """``naive``: the seed's engine had no pre-send ceiling check, so over-ceiling bodies are sent."""
     url = environ.get(GATEWAY_URL_ENV, "").strip()
     if url:
-        from hopline.gateway.client import HttpModel
+        from hopline.harness.http_model import HttpModel
 
         operator_token = environ.get(INTERNAL_TOKEN_ENV, "")
 
