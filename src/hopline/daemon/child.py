@@ -24,16 +24,14 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import Budget, KiB
+from hopline.budget import Budget
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, CREDENTIAL_ENV
 from hopline.wire.jsonrpc import message_kind
-from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
+from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError, NdjsonDecoder
 
 log = logging.getLogger("hopline.daemon.child")
 
-# I/O granularity of the pipe reads, not a limit: frames of any size up to the max are reassembled.
-READ_CHUNK_BYTES = 64 * KiB
 # The safe base every child gets from the daemon's environment (when set): what a process needs
 # to run, find its home and speak the user's locale, and nothing that authenticates anything.
 SAFE_BASE_ENV: frozenset[str] = frozenset({

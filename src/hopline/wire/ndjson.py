@@ -25,6 +25,9 @@ from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
 _NL = 0x0A
 _CR = 0x0D
 _MAX_FRAME_SETTING = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+# How much a reader of the pipe hands to feed() at once (both ends): I/O granularity, not a limit;
+# frames of any size up to the max frame are reassembled.
+READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
