@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from hopline.budget import HoplineError
 from hopline.vocabulary import DATA_DIR_ENV, SERVER_TOKEN_ENV
 
 log = logging.getLogger("hopline.embedded")
@@ -39,7 +40,7 @@ _POLL_SECONDS = 0.05
 _STDERR_TAIL_CHARS = 4000
 
 
-class EmbeddedStackError(RuntimeError):
+class EmbeddedStackError(HoplineError, RuntimeError):
     """The embedded daemon did not start; the message carries the tail of its stderr."""
 
 

@@ -141,7 +141,7 @@ async def test_prompt_at_the_daemon_body_limit_passes_one_byte_over_is_refused_u
         with pytest.raises(RequestTooLarge) as err:
             await client.prompt(session_id, "x" * (limit - overhead + 1))
         assert err.value.status == 413 and err.value.hop == "daemon.api"
-        assert (err.value.limit_bytes, err.value.observed) == (limit, limit + 1)
+        assert (err.value.limit_bytes, err.value.observed_bytes) == (limit, limit + 1)
         assert f"limitBytes {limit}, observedBytes {limit + 1}" in str(err.value)
         # Exactly the limit: the daemon accepts it (its own boundary is inclusive too).
         prompt_id = await client.prompt(session_id, "x" * (limit - overhead))

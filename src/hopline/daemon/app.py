@@ -40,12 +40,12 @@ from hopline.budget import (
     limits_json,
     require_coherent,
 )
-from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
+from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
 from hopline.observe.pipe import PipeObservability
@@ -445,8 +445,8 @@ def create_daemon_app(
 
     app.include_router(frames_router(budget, instruments))
 
-    guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API,
-                                 read_timeout=budget.body_read_timeout_seconds)
+    guarded = BodyLimit(app, limit=budget.daemon_json_body_limit, ceiling="daemon_json_body_limit",
+                        read_timeout=budget.body_read_timeout_seconds)
     authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",),
                                    token_env=SERVER_TOKEN_ENV)
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.

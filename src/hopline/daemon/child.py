@@ -24,7 +24,7 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, CREDENTIAL_ENV
 from hopline.wire.jsonrpc import message_kind
@@ -49,13 +49,13 @@ STOP_GRACE_SECONDS = 2.0
 JSONRPC_METHOD_NOT_FOUND = -32601
 
 
-class AgentExited(Exception):
+class AgentExited(HoplineError):
     def __init__(self, returncode: int | None) -> None:
         super().__init__(f"the agent process exited with code {returncode}")
         self.returncode = returncode
 
 
-class AgentRpcError(Exception):
+class AgentRpcError(HoplineError):
     """The child answered a request with a JSON-RPC error."""
 
     def __init__(self, error: Mapping[str, Any]) -> None:

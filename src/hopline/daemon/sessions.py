@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_REPLAY, Budget, KiB
+from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_REPLAY, Budget, HoplineError, KiB
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import (
     JSONRPC_METHOD_NOT_FOUND,
@@ -81,7 +81,7 @@ _LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_m
 LIVE_STATES = frozenset({"starting", "ready", "loading"})  # a session with an agent child
 
 
-class SessionError(Exception):
+class SessionError(HoplineError):
     """A route-level failure: HTTP status and a JSON error body naming what failed."""
 
     def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import HOP_PROVIDER, Budget, CeilingExceeded
+from hopline.budget import HOP_PROVIDER, Budget, CeilingExceeded, HoplineError
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -62,7 +62,7 @@ _FRAMING_HEADERS = frozenset({"content-type", "content-length", "transfer-encodi
 _SSE_DONE = "[DONE]"
 
 
-class ProviderSettingError(ValueError):
+class ProviderSettingError(HoplineError, ValueError):
     """A provider setting could not be used; the message names the variable, never a value."""
 
 
@@ -293,7 +293,7 @@ class OpenAIProvider:
                                   f"{exc.limit_bytes} bytes ({exc.setting}); cut", gateway_status=502,
                                   limit_bytes=exc.limit_bytes, observed_bytes=exc.observed_bytes) from None
         except ResponseTooLarge as exc:
-            raise self._too_large(exc.observed, "streamed answer") from None
+            raise self._too_large(exc.observed_bytes, "streamed answer") from None
         if not received.chunks:
             raise self._malformed("the stream held no chunk")
         try:

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import re
 
-from hopline.budget import HOP_ENGINE, HOP_PROVIDER
+from hopline.budget import CEILINGS_BY_KEY, HOP_ENGINE, HOP_PROVIDER
 from hopline.harness.model import Origin, TurnFailure
 
 
@@ -126,9 +126,10 @@ def cancelled() -> TurnFailure:
 
 def over_ceiling(body_bytes: int, ceiling_bytes: int, detail: str = "") -> TurnFailure:
     """Our side would send a body over the engine ceiling; it is never sent."""
+    setting = CEILINGS_BY_KEY["transport_max_body_bytes"].name
     message = (f"the llm-turn body is {body_bytes} bytes, over the engine ceiling "
-               f"HOPLINE_TRANSPORT_MAX_BODY_BYTES={ceiling_bytes} bytes; not sent")
+               f"{setting}={ceiling_bytes} bytes; not sent")
     if detail:
         message += f" ({detail})"
     return TurnFailure("code", message, hop=HOP_ENGINE, limit_bytes=ceiling_bytes, observed_bytes=body_bytes,
-                       size_error=True)
+                       size_error=True, setting=setting)

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, CeilingExceeded, KiB
-from hopline.harness.failures import classify_http_status
+from hopline.budget import HOP_GATEWAY, Budget, CeilingExceeded, KiB
+from hopline.harness.failures import classify_http_status, over_ceiling
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
 from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.bounded import read_bounded
@@ -101,12 +101,7 @@ class HttpModel:
     async def _exchange(self, encoded: EncodedRequest, on_text: TextSink | None) -> LlmTurnResponse:
         ceiling = self.budget.transport_max_body_bytes
         if self.enforce_ceiling and encoded.size > ceiling:
-            raise TurnFailure(
-                "code",
-                f"llm-turn body of {encoded.size} bytes is over the engine ceiling of {ceiling} bytes "
-                "(HOPLINE_TRANSPORT_MAX_BODY_BYTES); not sent",
-                hop=HOP_ENGINE, limit_bytes=ceiling, observed_bytes=encoded.size, size_error=True,
-            )
+            raise over_ceiling(encoded.size, ceiling)
         upload = _Upload(encoded.body)
         headers = {
             "content-type": "application/json",

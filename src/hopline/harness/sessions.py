@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from hopline.budget import HoplineError
 from hopline.vocabulary import DATA_DIR_ENV
 
 DB_FILE = "sessions.sqlite3"
@@ -76,7 +77,7 @@ class SessionRecord:
     updated_at: str
 
 
-class SessionNotFound(KeyError):
+class SessionNotFound(HoplineError, KeyError):
     pass
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.harness.events import ToolKind
 from hopline.vocabulary import CREDENTIAL_ENV
 
@@ -44,7 +44,7 @@ def tool_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
 
 
-class ToolError(Exception):
+class ToolError(HoplineError):
     """An expected tool failure: its message goes to the model as a failed result."""
 
 

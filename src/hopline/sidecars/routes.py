@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from hopline.budget import HOP_SIDECARS
+from hopline.budget import HOP_SIDECARS, HoplineError
 from hopline.sidecars.store import SidecarEntry, SidecarStore, is_valid_sidecar_id
 
 SIDECAR_ROUTE = "/session/{session_id}/sidecars/{sidecar_id}"
@@ -24,7 +24,7 @@ _RANGE_RE = re.compile(r"\A\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*\Z")
 _MAX_RANGE_HEADER_CHARS = 200  # longer Range headers are ignored, not parsed
 
 
-class RangeNotSatisfiable(Exception):
+class RangeNotSatisfiable(HoplineError):
     pass
 
 

@@ -25,12 +25,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from hopline.budget import HOP_SIDECARS, Budget
+from hopline.budget import HOP_SIDECARS, Budget, HoplineError
 from hopline.sidecars.store import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused, SidecarStore
 from hopline.vocabulary import SIDECAR_DIR_ENV
 
 
-class SidecarWriterError(RuntimeError):
+class SidecarWriterError(HoplineError, RuntimeError):
     pass
 
 
