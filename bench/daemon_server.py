@@ -57,16 +57,10 @@ def main() -> None:
     if args.journal_off:
         from hopline.daemon.journal import Journal
 
-        def append_nothing(self: Any, session_id: str, event_type: str, data: bytes) -> int:
-            seq = self.last_id(session_id) + 1
-            self._last[session_id] = seq
-            return seq
+        def write_nothing(self: Any, rows: Any) -> None:  # ids are still allocated and committed
+            return None
 
-        def append_many_nothing(self: Any, session_id: str, events: Any) -> list[int]:
-            return [append_nothing(self, session_id, event_type, data) for event_type, data in events]
-
-        Journal.append = append_nothing  # type: ignore[method-assign]
-        Journal.append_many = append_many_nothing  # type: ignore[method-assign]
+        Journal._write = write_nothing  # type: ignore[method-assign]
 
     from hopline.observe.pipe import PipeObservability
 
