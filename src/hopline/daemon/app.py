@@ -56,9 +56,6 @@ from hopline.wire.input import parse_decimal_id
 log = logging.getLogger("hopline.daemon")
 
 INTERNAL_PREFIX = "/internal"
-_ID_CHARS = 128
-# The TTL reaper runs this many times per sidecar time to live (hourly at the default 24 h).
-SIDECAR_REAPS_PER_TTL = 24  # path ids are opaque tokens; longer ones are refused before any lookup
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -280,7 +277,7 @@ def create_daemon_app(
         if store is not None:
             await asyncio.to_thread(store.collect_orphans)
             await asyncio.to_thread(store.reap_expired)
-            reaper = asyncio.create_task(store.run_reaper(budget.sidecar_ttl_seconds / SIDECAR_REAPS_PER_TTL))
+            reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
         await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
         try:
             yield
@@ -313,7 +310,7 @@ def create_daemon_app(
         return _error(exc)
 
     def session_of(session_id: str) -> DaemonSession:
-        if len(session_id) > _ID_CHARS:
+        if len(session_id) > budget.path_id_max_chars:  # opaque tokens: refused before any lookup
             raise SessionError(404, "unknown_session", "no such session")
         return manager.get(session_id)
 
@@ -403,8 +400,9 @@ def create_daemon_app(
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
     async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:
-        outcome = await manager.answer_permission(session_of(session_id), request_id[:_ID_CHARS],
-                                                  option_id=body.optionId, reject=body.outcome == "reject")
+        request = request_id[:budget.path_id_max_chars]
+        outcome = await manager.answer_permission(session_of(session_id), request, option_id=body.optionId,
+                                                  reject=body.outcome == "reject")
         return {"requestId": request_id, "outcome": outcome}
 
     @app.delete("/session/{session_id}", responses=errors)

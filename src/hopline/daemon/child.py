@@ -43,8 +43,6 @@ SAFE_BASE_PREFIXES: tuple[str, ...] = ("LC_",)
 # hopline's own non-secret settings the agent reads (the budget's variables travel via to_env()).
 HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERMISSION_MODE"})
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# How long a child gets to exit after its stdin closes, then after SIGTERM (process hygiene).
-STOP_GRACE_SECONDS = 2.0
 
 JSONRPC_METHOD_NOT_FOUND = -32601
 
@@ -317,7 +315,8 @@ class AcpChild:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, sig)
                 try:
-                    await asyncio.wait_for(asyncio.shield(self.exited.wait()), STOP_GRACE_SECONDS)
+                    await asyncio.wait_for(asyncio.shield(self.exited.wait()),
+                                           self.budget.child_stop_grace_seconds)
                     break
                 except TimeoutError:
                     continue

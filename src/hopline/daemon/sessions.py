@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_REPLAY, Budget, HoplineError, KiB
+from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_REPLAY, Budget, HoplineError
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import (
     JSONRPC_METHOD_NOT_FOUND,
@@ -64,8 +64,6 @@ from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
 
-# Agent error data echoed to a client is cut here: an error must never carry a payload-sized blob.
-ERROR_DATA_ECHO_MAX_BYTES = 4 * KiB
 PROTOCOL_VERSION = 1
 # Older agents sent the progress notification without the extension prefix.
 PROGRESS_METHODS = frozenset({PROGRESS_METHOD, PROGRESS_METHOD.removeprefix("_")})
@@ -354,7 +352,7 @@ class SessionManager:
             await self._forget(session)
             if isinstance(exc, AgentRpcError):
                 raise SessionError(422, "agent_refused", f"the agent refused session/new: {exc.message}",
-                                   code=exc.code, data=_small(exc.data)) from None
+                                   code=exc.code, data=self._echo(exc.data)) from None
             if isinstance(exc, AgentExited):
                 raise SessionError(502, "agent_exited",
                                    f"the agent exited during session setup with code {exc.returncode}",
@@ -640,6 +638,9 @@ class SessionManager:
         session.permissions.clear()
         log.info("agent exited", extra={"exitCode": returncode})
 
+    def _echo(self, data: Any) -> Any:
+        return _small(data, self.budget.error_data_echo_max_bytes)
+
     def _spawn_task(self, awaitable: Any) -> None:
         task = asyncio.ensure_future(awaitable)
         self._background.add(task)
@@ -725,7 +726,7 @@ class SessionManager:
                 return request.result()
             except AgentRpcError as exc:
                 raise SessionError(422, "agent_refused", f"the agent refused {method}: {exc.message}",
-                                   code=exc.code, data=_small(exc.data)) from None
+                                   code=exc.code, data=self._echo(exc.data)) from None
             except AgentExited as exc:
                 raise SessionError(502, "agent_exited",
                                    f"the agent exited during {method} with code {exc.returncode}",
@@ -820,9 +821,10 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _small(value: Any) -> Any:
-    """Agent error data echoed to the client, cut at ERROR_DATA_ECHO_MAX_BYTES."""
+def _small(value: Any, max_bytes: int) -> Any:
+    """Agent error data echoed to the client: whole up to ``max_bytes``
+    (``error_data_echo_max_bytes``), else only its size."""
     if value is None:
         return None
     raw = orjson.dumps(value, default=str)
-    return value if len(raw) <= ERROR_DATA_ECHO_MAX_BYTES else {"omittedBytes": len(raw)}
+    return value if len(raw) <= max_bytes else {"omittedBytes": len(raw)}

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
+from hopline.budget import CEILINGS_BY_KEY
 from hopline.harness.events import CompactionRecord
 from hopline.harness.model import Message
 from hopline.harness.tokens import body_bytes_for, message_bytes
@@ -297,8 +298,8 @@ def _sizes(messages: list[Message]) -> tuple[list[int], list[int]]:
     return [message_bytes(m) for m in messages], [len(orjson.dumps(m)) for m in messages]
 
 
-# Room for the summary message's own framing (marker, counts, JSON keys) beyond the summary text.
-SUMMARY_FRAME_BYTES = 512
+# Room for the summary message's own framing beyond its text: the budget's, unless a caller says.
+SUMMARY_FRAME_BYTES = int(CEILINGS_BY_KEY["summary_frame_bytes"].default)
 
 
 def plan_compaction(
@@ -310,6 +311,7 @@ def plan_compaction(
     envelope_bytes: int,
     summary_max_bytes: int,
     sizes: tuple[list[int], list[int]] | None = None,
+    summary_frame_bytes: int = SUMMARY_FRAME_BYTES,
 ) -> CompactionPlan:
     """Choose the cut: keep head and the newest groups that fit the targets, summarize the rest.
 
@@ -341,8 +343,8 @@ def plan_compaction(
         return sum(enc[g.start:g.end]) + len(g)  # + separators
 
     # JSON escaping can at most double ordinary text; reserve for the worst plausible summary.
-    reserve_est = summary_max + SUMMARY_FRAME_BYTES
-    reserve_enc = 2 * summary_max + SUMMARY_FRAME_BYTES
+    reserve_est = summary_max + summary_frame_bytes
+    reserve_enc = 2 * summary_max + summary_frame_bytes
     used_est = sum(group_est(g) for g in head_groups) + reserve_est
     used_enc = envelope_bytes + sum(group_enc(g) for g in head_groups) + reserve_enc
     prompt = _latest_prompt(messages, groups, head_end)

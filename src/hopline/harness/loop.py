@@ -249,7 +249,8 @@ class ToolLoop:
         plan = plan_compaction(
             conversation, target_tokens=target_tokens, target_body_bytes=target_body,
             bytes_per_token=self.bounds.bytes_per_token, envelope_bytes=self.sizer.envelope_bytes,
-            summary_max_bytes=self.budget.summary_max_bytes, sizes=self.sizer.message_sizes())
+            summary_max_bytes=self.budget.summary_max_bytes, sizes=self.sizer.message_sizes(),
+            summary_frame_bytes=self.budget.summary_frame_bytes)
         if not plan.possible:
             return None
         outcome = await summarize_with_fallback(self.summarizer, plan.old, plan.summary_max_bytes)

@@ -94,8 +94,6 @@ PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
 ALLOW_ONCE = "allow_once"
 REJECT_ONCE = "reject_once"
 
-# Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
-_RESPONSE_WRAPPER_BYTES = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,7 +491,8 @@ class HoplineAgent:
         limit = self.budget.bulk_replay_max_updates
         candidates = self.store.read_updates(session_id, start, limit)
         page = page_updates(candidates, start, max_updates=limit,
-                            max_bytes=self.budget.bulk_replay_max_bytes - _RESPONSE_WRAPPER_BYTES,
+                            max_bytes=(self.budget.bulk_replay_max_bytes
+                                       - self.budget.bulk_page_envelope_bytes),
                             envelope_bytes=envelope_bytes, total=total)
         return page, candidates[: page.count]
 
