@@ -24,11 +24,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from hopline.budget import (
     CEILINGS_BY_KEY,
@@ -41,9 +40,13 @@ from hopline.budget import (
     require_coherent,
 )
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
+from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
+from hopline.daemon.errors import SessionError
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
+from hopline.daemon.session import DaemonSession
+from hopline.daemon.sessions import SessionManager
+from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
@@ -55,7 +58,6 @@ from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
-INTERNAL_PREFIX = "/internal"
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -188,26 +190,6 @@ def _error(exc: SessionError) -> JSONResponse:
     return JSONResponse(exc.body, status_code=exc.status)
 
 
-class InternalDispatcher:
-    """``/internal/...`` -> the gateway (mounted as starlette's Mount would), else the daemon."""
-
-    def __init__(self, daemon: ASGIApp, gateway: ASGIApp | None, app: FastAPI) -> None:
-        self.daemon = daemon
-        self.gateway = gateway
-        self.app = app  # the daemon's FastAPI app (routes, OpenAPI)
-        self.state = app.state  # budget, manager, bus, journal, instruments, gateway
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.gateway is not None and scope["type"] == "http":
-            path: str = scope.get("path", "")
-            if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
-                root = scope.get("root_path", "")
-                child_scope = dict(scope, root_path=root + INTERNAL_PREFIX, app_root_path=root)
-                await self.gateway(child_scope, receive, send)
-                return
-        await self.daemon(scope, receive, send)
-
-
 def create_daemon_app(
     budget: Budget,
     *,
@@ -260,40 +242,32 @@ def create_daemon_app(
                              agent_env=agent_env, gateway_tokens=session_tokens)
 
     gateway: FastAPI | None = None
-    if embed_gateway:
-        from hopline.gateway.app import create_gateway_app
-        from hopline.gateway.providers import provider_from_env
-
-        gateway = create_gateway_app(budget, token=internal_token,
-                                     provider=provider if provider is not None else provider_from_env(budget),
-                                     route_prefix="", session_tokens=session_tokens)
+    if session_tokens is not None:
+        gateway = embedded_gateway(budget, internal_token=internal_token, provider=provider,
+                                   session_tokens=session_tokens)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        gateway_cm = gateway.router.lifespan_context(gateway) if gateway is not None else None
-        if gateway_cm is not None:
-            await gateway_cm.__aenter__()
-        reaper: asyncio.Task[None] | None = None
-        if store is not None:
-            await asyncio.to_thread(store.collect_orphans)
-            await asyncio.to_thread(store.reap_expired)
-            reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
-        await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
-        try:
-            yield
-        finally:
-            if reaper is not None:
-                reaper.cancel()
-                with contextlib.suppress(BaseException):
-                    await reaper
-            bus.close_all()
-            await manager.shutdown()
-            if gateway_cm is not None:
-                await gateway_cm.__aexit__(None, None, None)
-            instruments.shutdown()
-            journal.close()
+        async with running(gateway):
+            reaper: asyncio.Task[None] | None = None
             if store is not None:
-                store.close()
+                await asyncio.to_thread(store.collect_orphans)
+                await asyncio.to_thread(store.reap_expired)
+                reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
+            await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
+            try:
+                yield
+            finally:
+                if reaper is not None:
+                    reaper.cancel()
+                    with contextlib.suppress(BaseException):
+                        await reaper
+                bus.close_all()
+                await manager.shutdown()
+                instruments.shutdown()
+                journal.close()
+                if store is not None:
+                    store.close()
 
     app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.router.route_class = bounded_json_route(budget.json_max_depth)
@@ -376,27 +350,9 @@ def create_daemon_app(
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
         session = session_of(session_id)
         after = parse_decimal_id(cursor, "cursor") if cursor else 0
-        page_max = budget.transcript_page_max_bytes
-        # Room for {"events":[...],"nextCursor":"..."} and each event's {"id":..,"type":..,"data":}.
-        rows = journal.read_page(session.id, after, max_bytes=page_max)
-        parts: list[bytes] = []
-        total = 64
-        last = after
-        for row in rows:
-            piece = b'{"id":%d,"type":%s,"data":%s}' % (row.seq, orjson.dumps(row.type), row.data)
-            if len(piece) + 1 > page_max - 64:
-                # A single event larger than a page: named, not inlined (read it with SSE resume).
-                piece = orjson.dumps({"id": row.seq, "type": row.type,
-                                      "omitted": {"bytes": len(row.data), "limitBytes": page_max,
-                                                  "resumeWithLastEventId": row.seq - 1}})
-            if parts and total + len(piece) + 1 > page_max:
-                break
-            parts.append(piece)
-            total += len(piece) + 1
-            last = row.seq
-        next_cursor = str(last) if last < journal.last_id(session.id) else None
-        body = b'{"events":[' + b",".join(parts) + b'],"nextCursor":' + orjson.dumps(next_cursor) + b"}"
-        return Response(body, media_type="application/json")
+        page = transcript_page(journal, session.id, after, page_max_bytes=budget.transcript_page_max_bytes,
+                               envelope_bytes=budget.transcript_page_envelope_bytes)
+        return Response(page, media_type="application/json")
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
     async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:

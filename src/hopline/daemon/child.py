@@ -226,7 +226,7 @@ class AcpChild:
                 # really not reading.
                 await asyncio.sleep(0)
             for error in self.decoder.eof():
-                self._frame_error(error, error.size, type(error).__name__)
+                self._frame_error(error, error.size, error.reason)
         except Exception:
             log.exception("pipe reader failed")
         finally:
@@ -251,7 +251,7 @@ class AcpChild:
 
     def _dispatch(self, item: Frame | FrameError) -> Awaitable[None] | None:
         if not isinstance(item, Frame):
-            self._frame_error(item, item.size, type(item).__name__)
+            self._frame_error(item, item.size, item.reason)
             return None
         message = item.message
         self.inbound.notify_read(item.size, message)
