@@ -26,7 +26,9 @@ Named invariants, each enforced by code:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+import functools
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec
 
 import orjson
 
@@ -43,6 +45,7 @@ TASK_KEPT = "TASK_KEPT"
 CUT_BETWEEN_GROUPS = "CUT_BETWEEN_GROUPS"
 
 Trigger = Literal["model", "transport"]
+P = ParamSpec("P")
 
 SUMMARY_MARKER = "[hopline compaction summary]"
 INTERRUPTED_TEXT = "interrupted: the tool call did not complete (no result was recorded)"
@@ -349,6 +352,22 @@ def compaction_violations(messages: list[Message], plan: CompactionPlan) -> list
     return broken
 
 
+def _enforcing_invariants(planner: Callable[P, CompactionPlan]) -> Callable[P, CompactionPlan]:
+    """The planner, refusing any plan that breaks a compaction invariant (:class:`InvariantBroken`)."""
+
+    @functools.wraps(planner)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> CompactionPlan:
+        plan = planner(*args, **kwargs)
+        messages: list[Message] = args[0] if args else kwargs["messages"]  # type: ignore[assignment]
+        broken = compaction_violations(messages, plan)
+        if broken:
+            raise InvariantBroken(broken)
+        return plan
+
+    return checked
+
+
+@_enforcing_invariants
 def plan_compaction(
     messages: list[Message],
     *,
@@ -366,26 +385,6 @@ def plan_compaction(
     overshoots, the plan says why. ``summary_max_bytes`` is shrunk so the summary cannot by itself
     eat the target. A plan that breaks a compaction invariant is refused (:class:`InvariantBroken`).
     """
-    plan = _plan(messages, target_tokens=target_tokens, target_body_bytes=target_body_bytes,
-                 bytes_per_token=bytes_per_token, envelope_bytes=envelope_bytes,
-                 summary_max_bytes=summary_max_bytes, sizes=sizes, summary_frame_bytes=summary_frame_bytes)
-    broken = compaction_violations(messages, plan)
-    if broken:
-        raise InvariantBroken(broken)
-    return plan
-
-
-def _plan(
-    messages: list[Message],
-    *,
-    target_tokens: int,
-    target_body_bytes: int,
-    bytes_per_token: int,
-    envelope_bytes: int,
-    summary_max_bytes: int,
-    sizes: tuple[list[int], list[int]] | None = None,
-    summary_frame_bytes: int,
-) -> CompactionPlan:
     est, enc = sizes if sizes is not None else _sizes(messages)
     groups = group_by_iteration(messages)
     head_end = 0

@@ -18,8 +18,8 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
-from hopline.observe.stats import Direction, PipeStats
-from hopline.wire.hooks import FrameObservation, PipeTap
+from hopline.observe.stats import PipeStats
+from hopline.wire.hooks import Direction, FrameObservation, PipeTap
 
 
 class PipeObservability:
