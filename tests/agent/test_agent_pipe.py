@@ -71,6 +71,7 @@ def validate_stdout(lines: list[bytes]) -> None:
         assert ("method" in message) or ("id" in message and ("result" in message or "error" in message))
 
 
+@pytest.mark.e2e
 async def test_exact_max_frame_passes_one_byte_over_is_dropped_and_channel_goes_on(tmp_path: Path) -> None:
     limit = 4096
     env = {"HOPLINE_AGENT_MAX_FRAME_BYTES": str(limit), "HOPLINE_PIPE_MAX_FRAME_BYTES": str(limit)}
@@ -110,6 +111,7 @@ async def test_exact_max_frame_passes_one_byte_over_is_dropped_and_channel_goes_
     assert str(workspace).encode() not in stderr  # no paths in logs
 
 
+@pytest.mark.e2e
 async def test_incoherent_budget_refuses_to_start_with_findings_on_stderr(tmp_path: Path) -> None:
     async with raw_agent(tmp_path / "data", HOPLINE_AGENT_MAX_FRAME_BYTES="1mb") as agent:
         assert agent.process.stdout is not None and agent.process.stderr is not None
@@ -121,6 +123,7 @@ async def test_incoherent_budget_refuses_to_start_with_findings_on_stderr(tmp_pa
     assert b"pipe_ends_agree" in err and b"HOPLINE_AGENT_MAX_FRAME_BYTES" in err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["_hopline/nope", "session/nope"])
 async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: str) -> None:
     async with raw_agent(tmp_path / "data") as agent:
@@ -129,6 +132,7 @@ async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: s
     assert answer["error"]["code"] == -32601
 
 
+@pytest.mark.e2e
 async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -178,6 +178,7 @@ def assert_tool_meta(updates: list[dict[str, Any]]) -> None:
     assert {"list_files", "read_file", "run_command"} <= names
 
 
+@pytest.mark.e2e
 async def test_large_outputs_go_to_the_store_and_frames_stay_small(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
@@ -229,6 +230,7 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
             assert token.encode() not in path.read_bytes(), path.name
 
 
+@pytest.mark.e2e
 async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Path,
                                                   sidecar_store: SidecarStore) -> None:
     _, updates, sizes = await run_turn(tmp_path / "data", workspace,
@@ -246,6 +248,7 @@ async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Pat
     assert_tool_meta(updates)
 
 
+@pytest.mark.e2e
 async def test_over_quota_sends_flagged_truncated_previews(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)

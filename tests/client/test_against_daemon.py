@@ -12,6 +12,8 @@ from hopline.client import DaemonClient, DaemonError, Event, RequestTooLarge, Ss
 from hopline.client.turn import TurnTracker
 from hopline.embedded import EmbeddedStack
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 SCRIPT = {"iterations": 3, "toolsPerIteration": 2}
 
 

@@ -62,7 +62,7 @@ def test_failed_batch_commit_delivers_nothing_and_consumes_no_id(tmp_path: Path)
     assert [r.seq for r in bus.journal.read_page("s1", 0, upto=5, max_bytes=1 << 20)] == [2]  # rolled back
 
 
-def test_oversize_check_in_a_batch_uses_the_batched_ids(tmp_path: Path) -> None:
+def test_oversize_check_in_a_batch_sizes_each_event_with_its_journal_id(tmp_path: Path) -> None:
     # Event 10 has a two-digit id: a payload that fits with id 9 is one byte over with id 10.
     limit = 4096
     bus = _bus(tmp_path, sse_max_event_bytes=limit)

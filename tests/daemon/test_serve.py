@@ -18,6 +18,8 @@ import pytest
 
 from .support import Daemon, SseEvent, read_events, running_daemon
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 MiB = 1024 * 1024
 
 

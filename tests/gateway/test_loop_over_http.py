@@ -22,6 +22,8 @@ from hopline.harness.sample_workspace import make_sample_workspace
 
 from .conftest import TOKEN, GatewayFactory
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 # Scripted provider settings: 4 tool calls per iteration, and more iterations than the gate allows.
 SCRIPT = {"scripted": {"toolsPerIteration": 4, "iterations": 100}}
 

@@ -299,6 +299,7 @@ print(json.dumps({"first": project_fields(update, writer, Budget.from_env()).upd
 """
 
 
+@pytest.mark.e2e
 def test_writer_in_a_separate_agent_process_shares_quotas(make_store: StoreFactory) -> None:
     budget = Budget.defaults().replace(sidecar_max_session_bytes=250_000)
     store = make_store(budget)
