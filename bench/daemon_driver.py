@@ -22,9 +22,9 @@ import httpx
 
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
 from bench.sse_client import SseCounter
+from hopline.vocabulary import SERVER_TOKEN_ENV
 
 TIMEOUT_S = 90.0
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
 
 
 def available() -> str | None:
@@ -181,5 +181,5 @@ def measure_relay(path: Path, frames: int, settings: Settings, *, frame_bytes: i
 
 def observer_switch() -> str | None:
     """A note on how the observer A/B is done (no daemon flag exists)."""
-    return ("the daemon has no observer switch: the A/B run uses bench/daemon_server.py, which builds "
-            "the same app and replaces PipeInstruments.tap with a hook-less tap in its own process")
+    return ("the daemon has no CLI flag for it: the A/B run uses bench/daemon_server.py, which builds "
+            "the same app with PipeObservability(hooks=False) (create_daemon_app(instruments=...))")

@@ -3,11 +3,12 @@
     python bench/daemon_server.py PORT DATA_DIR TOKEN [--no-observer] [--sidecars] -- AGENT_ARGV...
 
 It builds the same app as ``hopline serve`` (``hopline.daemon.app.create_daemon_app`` with the
-embedded gateway). Two switches exist only here, for A/B runs, without touching daemon code:
+embedded gateway). The switches below exist only here, for A/B runs:
 
 * ``--no-observer``: every pipe tap gets no hooks (no stats, no histogram, no large-frame
-  observer), by substituting ``PipeInstruments.tap`` in this process only; ``--no-histogram``
-  keeps the stats and the observer and leaves out the OpenTelemetry histogram;
+  observer); ``--no-histogram`` keeps the stats and the observer and leaves out the OpenTelemetry
+  histogram. Both are the documented switches of :class:`hopline.observe.pipe.PipeObservability`
+  (``hooks=False``, ``histogram=False``), handed to ``create_daemon_app(instruments=...)``;
 * ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are
   not written, to show how much of the relay's time the synchronous journal write takes;
 * ``--sidecars on|off``: ``create_daemon_app(sidecars=...)`` (the app's switch; ``hopline serve``
@@ -53,43 +54,18 @@ def main() -> None:
     from hopline.daemon import app as daemon_app
     from hopline.logs import configure_json_logging
 
-    if args.no_observer:
-        from hopline.wire.hooks import PipeTap
-
-        def bare_tap(self: Any, direction: Any) -> PipeTap:
-            return PipeTap(direction)
-
-        daemon_app.PipeInstruments.tap = bare_tap  # type: ignore[method-assign]
-    elif args.no_histogram:
-        from hopline.wire.hooks import FrameObservation, PipeTap
-
-        def tap_without_histogram(self: Any, direction: Any) -> PipeTap:
-            tap = PipeTap(direction)
-            tap.add_byte_hook(lambda n: self.stats.record(direction, n))
-
-            def observe(obs: FrameObservation) -> None:
-                self.large_frames.observe(obs.direction, obs.bytes, obs.message)
-
-            tap.add_observer(observe)
-            return tap
-
-        daemon_app.PipeInstruments.tap = tap_without_histogram  # type: ignore[method-assign]
-
     if args.journal_off:
         from hopline.daemon.journal import Journal
 
-        def append_nothing(self: Any, session_id: str, event_type: str, data: bytes) -> int:
-            seq = self.last_id(session_id) + 1
-            self._last[session_id] = seq
-            return seq
+        def write_nothing(self: Any, rows: Any) -> None:  # ids are still allocated and committed
+            return None
 
-        def append_many_nothing(self: Any, session_id: str, events: Any) -> list[int]:
-            return [append_nothing(self, session_id, event_type, data) for event_type, data in events]
+        Journal._write = write_nothing  # type: ignore[method-assign]
 
-        Journal.append = append_nothing  # type: ignore[method-assign]
-        Journal.append_many = append_many_nothing  # type: ignore[method-assign]
+    from hopline.observe.pipe import PipeObservability
 
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {"instruments": PipeObservability(budget, hooks=not args.no_observer,
+                                                               histogram=not args.no_histogram)}
     if args.sidecars != "default":
         if "sidecars" in inspect.signature(daemon_app.create_daemon_app).parameters:
             kwargs["sidecars"] = args.sidecars == "on"

@@ -29,7 +29,7 @@ import psutil
 
 from hopline.client import DaemonClient, Event
 from hopline.client.daemon import to_event
-from hopline.client.sse import SseParser
+from hopline.wire.sse import SseParser
 
 REPLY_CHARS = 20_000_000
 MiB = 1 << 20

@@ -168,7 +168,10 @@ class StrictOpenAI:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="strict-openai", daemon=True)
+        # serve_forever checks for shutdown() every poll_interval (0.5 s by default): every test stop
+        # waited that long.
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01},
+                                        name="strict-openai", daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -258,6 +258,7 @@ def _hopline(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )
 
 
+@pytest.mark.e2e
 def test_limits_cli_on_defaults() -> None:
     table = _hopline("limits")
     assert table.returncode == 0, table.stderr
@@ -275,6 +276,7 @@ def test_limits_cli_on_defaults() -> None:
     assert doc["errors"] == [] and doc["warnings"] == []
 
 
+@pytest.mark.e2e
 def test_limits_cli_incoherent_exits_1_naming_both() -> None:
     env = {"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "12mb", "API_JSON_BODY_LIMIT": "10mb"}
     result = _hopline("limits", "--json", env=env)
@@ -287,12 +289,14 @@ def test_limits_cli_incoherent_exits_1_naming_both() -> None:
     assert _hopline("limits", env=env).returncode == 1
 
 
+@pytest.mark.e2e
 def test_limits_cli_marks_the_narrowest_when_the_gateway_is_narrower() -> None:
     result = _hopline("limits", "--json", env={"API_JSON_BODY_LIMIT": "100kb"})
     assert result.returncode == 1
     assert orjson.loads(result.stdout)["narrowestRequestCeiling"] == "API_JSON_BODY_LIMIT"
 
 
+@pytest.mark.e2e
 def test_limits_cli_bad_value_fails_at_startup() -> None:
     result = _hopline("limits", env={"HOPLINE_PIPE_MAX_FRAME_BYTES": "64 megs"})
     assert result.returncode == 2

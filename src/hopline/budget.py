@@ -41,7 +41,47 @@ _SIZE_UNITS: Mapping[str, int] = {
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
-class BudgetError(ValueError):
+# --- the error tree ---------------------------------------------------------------------------
+# One base for every error hopline raises on purpose (h11 has one ProtocolError, httpx one
+# HTTPError tree); it lives here because this module is the one every other imports and it imports
+# nothing of ours. Every size error on every hop is one :class:`CeilingExceeded`.
+
+
+class HoplineError(Exception):
+    """The base of every error hopline raises on purpose."""
+
+
+class CeilingExceeded(HoplineError):
+    """A payload passed a ceiling of the budget, on one hop.
+
+    ``setting`` is the ceiling's public name (its env var); ``observed_bytes`` is the size seen, a
+    lower bound when the payload was cut off as soon as it passed the limit. :meth:`to_json` is the
+    one JSON shape of "too large" on every hop: ``{"error": {"type", "hop", "setting", "limitBytes",
+    "observedBytes", "sizeError": true, "message", ...}}``, so a client handles it once.
+    """
+
+    def __init__(self, hop: str, setting: str, limit_bytes: int, observed_bytes: int,
+                 message: str | None = None, *, kind: str = "ceiling_exceeded", **extra: Any) -> None:
+        self.hop = hop
+        self.setting = setting
+        self.limit_bytes = limit_bytes
+        self.observed_bytes = observed_bytes
+        self.kind = kind
+        self.extra = extra
+        self.message = message or (f"{hop}: {observed_bytes} bytes exceed the limit of {limit_bytes} "
+                                   f"bytes ({setting})")
+        super().__init__(self.message)
+
+    def fields(self) -> dict[str, Any]:
+        """The size fields every rendering carries (an error body, an event, a JSON-RPC error)."""
+        return {"hop": self.hop, "setting": self.setting, "limitBytes": self.limit_bytes,
+                "observedBytes": self.observed_bytes, "sizeError": True}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": {"type": self.kind, **self.fields(), "message": self.message, **self.extra}}
+
+
+class BudgetError(HoplineError, ValueError):
     """A setting could not be read; the message names the variable and the value."""
 
 
@@ -132,6 +172,12 @@ class Ceiling:
         self.validate(value, raw)
         return value
 
+    def exceeded(self, limit_bytes: int, observed_bytes: int, message: str | None = None, *,
+                 hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> CeilingExceeded:
+        """The :class:`CeilingExceeded` of this ceiling (its hop unless ``hop`` names another)."""
+        return CeilingExceeded(hop or self.hop, self.name, limit_bytes, observed_bytes, message,
+                               kind=kind, **extra)
+
     def validate(self, value: int | float, shown: object) -> None:
         if value < self.minimum:
             raise BudgetError(f"{self.name}={shown!r}: must be at least {self.minimum}")
@@ -188,6 +234,8 @@ CEILINGS: tuple[Ceiling, ...] = (
             "room reserved in a summarization request for its prompt and JSON framing"),
     Ceiling("summary_max_bytes", HOP_CONTEXT, Unit.BYTES, 16 * KiB, "HOPLINE_SUMMARY_MAX_BYTES",
             "one summary message"),
+    Ceiling("summary_frame_bytes", HOP_CONTEXT, Unit.BYTES, 512, None,
+            "room reserved for a summary message's framing (marker, counts, JSON keys) beyond its text"),
     # --- the tool loop ------------------------------------------------------------------------
     Ceiling("tool_result_max_bytes", HOP_TOOLS, Unit.BYTES, 32 * KiB,
             "HOPLINE_TOOL_RESULT_MAX_BYTES", "one tool result, as given to the model"),
@@ -217,6 +265,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "ACP pipe max frame, agent SDK reader side (must equal the daemon's)"),
     Ceiling("child_stderr_line_max_bytes", HOP_PIPE, Unit.BYTES, 8 * KiB,
             "HOPLINE_CHILD_STDERR_LINE_MAX_BYTES", "one drained stderr line of a child"),
+    Ceiling("child_stop_grace_seconds", HOP_PIPE, Unit.SECONDS, 2.0, "HOPLINE_CHILD_STOP_GRACE_SECONDS",
+            "a stopped child's time to exit after its stdin closes, then again after SIGTERM (then SIGKILL)",
+            minimum=0.01),
     Ceiling("large_frame_threshold_bytes", HOP_OBSERVE, Unit.BYTES, 256 * KiB, None,
             "large-frame attribution threshold (inclusive)"),
     Ceiling("large_frame_log_quota", HOP_OBSERVE, Unit.COUNT, 50, None,
@@ -260,10 +311,25 @@ CEILINGS: tuple[Ceiling, ...] = (
             "replay ring per session, bytes"),
     Ceiling("transcript_page_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
             "HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES", "one transcript page"),
+    Ceiling("transcript_page_envelope_bytes", HOP_DAEMON_API, Unit.BYTES, 64, None,
+            "room reserved in a transcript page for its JSON envelope (events list, nextCursor)"),
+    Ceiling("sse_event_envelope_bytes", HOP_DAEMON_SSE, Unit.BYTES, 1 * KiB, None,
+            "room reserved in an SSE event for the envelope around an update (id and event lines, promptId)"),
+    Ceiling("stub_title_max_chars", HOP_DAEMON_SSE, Unit.COUNT, 128, None,
+            "characters of a tool title kept in the stub of an update over the SSE event limit"),
+    Ceiling("error_data_echo_max_bytes", HOP_DAEMON_API, Unit.BYTES, 4 * KiB,
+            "HOPLINE_ERROR_DATA_ECHO_MAX_BYTES",
+            "an agent's JSON-RPC error data echoed to a client (larger: only its size is)"),
+    Ceiling("serve_stop_grace_seconds", HOP_DAEMON_API, Unit.SECONDS, 5.0, None,
+            "a stopping daemon's time to finish its open requests (whole seconds, rounded up)"),
+    Ceiling("path_id_max_chars", HOP_DAEMON_API, Unit.COUNT, 128, None,
+            "a session or request id in a path (longer: 404 before any lookup)"),
     Ceiling("bulk_replay_max_updates", HOP_REPLAY, Unit.COUNT, 10_000,
             "HOPLINE_BULK_REPLAY_MAX_UPDATES", "bulk replay (session load), updates"),
     Ceiling("bulk_replay_max_bytes", HOP_REPLAY, Unit.BYTES, 32 * MiB,
             "HOPLINE_BULK_REPLAY_MAX_BYTES", "bulk replay (session load), bytes"),
+    Ceiling("bulk_page_envelope_bytes", HOP_REPLAY, Unit.BYTES, 256, None,
+            "room reserved in an agent's bulk replay page for the JSON-RPC response around it"),
     # --- hostile input and load (D-10): client input never makes work past these ------------
     Ceiling("json_max_depth", HOP_DAEMON_API, Unit.COUNT, 64, "HOPLINE_JSON_MAX_DEPTH",
             "JSON nesting of a request body (daemon API and gateway alike)", minimum=2, maximum=128),
@@ -298,9 +364,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SIDECAR_MAX_STORE_BYTES", "the whole sidecar store"),
     Ceiling("sidecar_ttl_seconds", HOP_SIDECARS, Unit.SECONDS, 24 * 3600.0,
             "HOPLINE_SIDECAR_TTL_SECONDS", "sidecar time to live", minimum=1),
-    Ceiling("sidecar_reap_interval_seconds", HOP_SIDECARS, Unit.SECONDS, 60.0,
-            "HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS", "how often expired sidecars are reaped",
+    Ceiling("sidecar_reap_interval_seconds", HOP_SIDECARS, Unit.SECONDS, 3600.0,
+            "HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS", "how often the daemon reaps expired sidecars",
             minimum=0.01),
+    Ceiling("range_header_max_chars", HOP_SIDECARS, Unit.COUNT, 200, None,
+            "a sidecar download's Range header (longer: ignored, the whole object is sent)"),
 )
 
 CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
@@ -334,6 +402,7 @@ class Budget:
     summary_chunk_bytes: int
     summary_request_overhead_bytes: int
     summary_max_bytes: int
+    summary_frame_bytes: int
     tool_result_max_bytes: int
     tool_arguments_max_bytes: int
     tool_calls_per_iteration_max: int
@@ -347,6 +416,7 @@ class Budget:
     pipe_max_frame_bytes: int
     agent_max_frame_bytes: int
     child_stderr_line_max_bytes: int
+    child_stop_grace_seconds: float
     large_frame_threshold_bytes: int
     large_frame_log_quota: int
     large_frame_log_window_seconds: float
@@ -364,8 +434,15 @@ class Budget:
     ring_max_events: int
     ring_max_bytes: int
     transcript_page_max_bytes: int
+    transcript_page_envelope_bytes: int
+    sse_event_envelope_bytes: int
+    stub_title_max_chars: int
+    error_data_echo_max_bytes: int
+    serve_stop_grace_seconds: float
+    path_id_max_chars: int
     bulk_replay_max_updates: int
     bulk_replay_max_bytes: int
+    bulk_page_envelope_bytes: int
     json_max_depth: int
     body_read_timeout_seconds: float
     keep_alive_timeout_seconds: float
@@ -382,6 +459,7 @@ class Budget:
     sidecar_max_store_bytes: int
     sidecar_ttl_seconds: float
     sidecar_reap_interval_seconds: float
+    range_header_max_chars: int
     warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
@@ -588,7 +666,28 @@ def check_coherence(budget: Budget) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "error")
 
 
-class IncoherentBudget(RuntimeError):
+def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
+    """Every ceiling in force, where it came from, and the coherence findings: `hopline limits --json`
+    and the ``budget`` of ``GET /daemon/status``."""
+    ceilings: list[dict[str, object]] = []
+    for c in CEILINGS:
+        row: dict[str, object] = {"name": c.name, "hop": c.hop}
+        if c.unit is Unit.BYTES:
+            row["bytes"] = budget.value(c.key)
+        else:
+            row["value"] = budget.value(c.key)
+            row["unit"] = c.unit.value
+        row["source"] = budget.source(c.key)
+        ceilings.append(row)
+    return {
+        "ceilings": ceilings,
+        "narrowestRequestCeiling": budget.narrowest_request_ceiling().name,
+        "errors": [f.to_json() for f in findings if f.severity == "error"],
+        "warnings": [f.to_json() for f in findings if f.severity == "warning"],
+    }
+
+
+class IncoherentBudget(HoplineError, RuntimeError):
     """The chain of ceilings is incoherent; a component refuses to start."""
 
     def __init__(self, errors: list[Finding]):

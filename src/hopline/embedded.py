@@ -27,10 +27,11 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from hopline.budget import HoplineError
+from hopline.vocabulary import DATA_DIR_ENV, SERVER_TOKEN_ENV
+
 log = logging.getLogger("hopline.embedded")
 
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
-DATA_DIR_ENV = "HOPLINE_DATA_DIR"
 # --- FALLBACKS (not byte ceilings; the coordinator may move them to the budget): how long the
 # embedded daemon may take to answer /health, and to exit after SIGTERM.
 FALLBACK_STARTUP_TIMEOUT_SECONDS = 30.0
@@ -39,7 +40,7 @@ _POLL_SECONDS = 0.05
 _STDERR_TAIL_CHARS = 4000
 
 
-class EmbeddedStackError(RuntimeError):
+class EmbeddedStackError(HoplineError, RuntimeError):
     """The embedded daemon did not start; the message carries the tail of its stderr."""
 
 

@@ -62,6 +62,7 @@ def assert_no_orphans(conversation: list[dict[str, Any]]) -> None:
     assert sorted(calls) == sorted(answers)
 
 
+@pytest.mark.e2e
 async def test_prompt_streams_chunks_tool_calls_in_order_and_ends_turn(
         tmp_path: Path, workspace: Path) -> None:
     async with spawn_agent(tmp_path / "data") as (conn, client, _):
@@ -90,6 +91,7 @@ async def test_prompt_streams_chunks_tool_calls_in_order_and_ends_turn(
     assert progress[0]["progress"]["iteration"] == 1
 
 
+@pytest.mark.e2e
 async def test_rejected_permission_fails_that_tool_and_the_turn_goes_on(
         tmp_path: Path, workspace: Path) -> None:
     client = RecordingClient(permission=lambda _req: "reject_once")
@@ -111,6 +113,7 @@ async def test_rejected_permission_fails_that_tool_and_the_turn_goes_on(
     assert others and all(u["status"] == "completed" for u in others)
 
 
+@pytest.mark.e2e
 async def test_cancel_mid_turn_then_next_turn_is_valid(tmp_path: Path, workspace: Path) -> None:
     data = tmp_path / "data"
     client = RecordingClient()
@@ -142,6 +145,7 @@ async def test_cancel_mid_turn_then_next_turn_is_valid(tmp_path: Path, workspace
     assert_no_orphans(persisted_conversation(data, session.session_id))
 
 
+@pytest.mark.e2e
 async def test_five_mib_tool_output_reaches_the_client_whole(tmp_path: Path, workspace: Path) -> None:
     big = ("0123456789abcdef" * 64 + "\n") * (5 * MiB // 1025)
     (workspace / "logs" / "run.log").unlink()
@@ -175,6 +179,7 @@ def _validated(raw: list[dict[str, Any]], session_id: str) -> list[dict[str, Any
             .update.model_dump(mode="json", by_alias=True, exclude_none=True) for u in raw]
 
 
+@pytest.mark.e2e
 async def test_restart_then_load_replays_the_same_updates(tmp_path: Path, workspace: Path) -> None:
     data = tmp_path / "data"
     session_id, original = await _prompt_once(data, workspace)
@@ -189,6 +194,7 @@ async def test_restart_then_load_replays_the_same_updates(tmp_path: Path, worksp
         assert answer.stop_reason == "end_turn"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("limits", [{"HOPLINE_BULK_REPLAY_MAX_UPDATES": "5"},
                                     {"HOPLINE_BULK_REPLAY_MAX_BYTES": "2048"}])
 async def test_bulk_load_and_load_updates_page_within_both_limits(
@@ -237,6 +243,7 @@ async def test_bulk_load_and_load_updates_page_within_both_limits(
         assert paged == bulk
 
 
+@pytest.mark.e2e
 async def test_unknown_session_load_is_a_clear_error(tmp_path: Path, workspace: Path) -> None:
     async with spawn_agent(tmp_path / "data") as (conn, _, _):
         with pytest.raises(RequestError) as err:
@@ -244,6 +251,7 @@ async def test_unknown_session_load_is_a_clear_error(tmp_path: Path, workspace: 
     assert err.value.code == -32602 and err.value.data["reason"] == "unknown session"
 
 
+@pytest.mark.e2e
 async def test_failed_turn_answers_a_json_rpc_error_with_its_origin(tmp_path: Path, workspace: Path) -> None:
     import socket
 
@@ -268,6 +276,7 @@ async def test_failed_turn_answers_a_json_rpc_error_with_its_origin(tmp_path: Pa
         assert again.value.data["origin"] == "model"
 
 
+@pytest.mark.e2e
 async def test_hints_past_their_ceilings_and_bad_cursors_are_invalid_params(tmp_path: Path,
                                                                             workspace: Path) -> None:
     async with spawn_agent(tmp_path / "data") as (conn, _, _):
@@ -285,6 +294,7 @@ async def test_hints_past_their_ceilings_and_bad_cursors_are_invalid_params(tmp_
             assert err.value.code == -32602 and err.value.data["field"] == "cursor"
 
 
+@pytest.mark.e2e
 async def test_session_credentials_stay_in_memory(tmp_path: Path, workspace: Path) -> None:
     data = tmp_path / "data"
     canary = "gateway-token-canary-3c9e"
@@ -302,9 +312,9 @@ async def test_session_credentials_stay_in_memory(tmp_path: Path, workspace: Pat
 
 def test_credentials_of_reads_both_tokens_and_refuses_bad_shapes() -> None:
     from hopline.harness.acp.agent import SessionCredentials, credentials_of
-    from hopline.sidecars.writer import CREDENTIAL_GATEWAY_TOKEN as GATEWAY
-    from hopline.sidecars.writer import CREDENTIAL_SIDECAR_WRITE_TOKEN as WRITE
-    from hopline.sidecars.writer import META_CREDENTIALS
+    from hopline.vocabulary import CREDENTIAL_GATEWAY_TOKEN as GATEWAY
+    from hopline.vocabulary import CREDENTIAL_SIDECAR_WRITE_TOKEN as WRITE
+    from hopline.vocabulary import META_CREDENTIALS
 
     assert credentials_of({}) is None
     both = credentials_of({META_CREDENTIALS: {GATEWAY: "canary-gw-71", WRITE: "canary-wr-72"}})

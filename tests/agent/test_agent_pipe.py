@@ -71,6 +71,7 @@ def validate_stdout(lines: list[bytes]) -> None:
         assert ("method" in message) or ("id" in message and ("result" in message or "error" in message))
 
 
+@pytest.mark.e2e
 async def test_exact_max_frame_passes_one_byte_over_is_dropped_and_channel_goes_on(tmp_path: Path) -> None:
     limit = 4096
     env = {"HOPLINE_AGENT_MAX_FRAME_BYTES": str(limit), "HOPLINE_PIPE_MAX_FRAME_BYTES": str(limit)}
@@ -110,6 +111,7 @@ async def test_exact_max_frame_passes_one_byte_over_is_dropped_and_channel_goes_
     assert str(workspace).encode() not in stderr  # no paths in logs
 
 
+@pytest.mark.e2e
 async def test_incoherent_budget_refuses_to_start_with_findings_on_stderr(tmp_path: Path) -> None:
     async with raw_agent(tmp_path / "data", HOPLINE_AGENT_MAX_FRAME_BYTES="1mb") as agent:
         assert agent.process.stdout is not None and agent.process.stderr is not None
@@ -121,6 +123,7 @@ async def test_incoherent_budget_refuses_to_start_with_findings_on_stderr(tmp_pa
     assert b"pipe_ends_agree" in err and b"HOPLINE_AGENT_MAX_FRAME_BYTES" in err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("method", ["_hopline/nope", "session/nope"])
 async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: str) -> None:
     async with raw_agent(tmp_path / "data") as agent:
@@ -129,6 +132,7 @@ async def test_unknown_methods_answer_method_not_found(tmp_path: Path, method: s
     assert answer["error"]["code"] == -32601
 
 
+@pytest.mark.e2e
 async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -165,3 +169,61 @@ async def test_stdout_carries_only_json_rpc_over_a_whole_run(tmp_path: Path) -> 
     secrets = (session_id.encode(), str(workspace).encode(), b"ERROR one", b"notes.txt", b"look at notes")
     for secret in secrets:
         assert secret not in stderr
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def _frame_of(request_id: int, size: int) -> bytes:
+    base = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "m", "params": {"p": ""}})
+    frame = base[:-3] + b"x" * (size - len(base)) + b'"}}'
+    assert len(frame) == size
+    return frame
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+async def test_both_pipe_ends_agree_at_the_max_frame(ending: bytes) -> None:
+    """B-4: the agent's reader and the daemon's decoder accept the same frames, ``\\r\\n`` included."""
+    from hopline.harness.acp.pipe import PipeTransport
+    from hopline.wire.ndjson import Frame, FrameTooLarge, NdjsonDecoder
+
+    limit = 4096
+    stream = _frame_of(1, limit) + ending + _frame_of(2, limit + 1) + ending + _frame_of(3, 64) + ending
+    reader = asyncio.StreamReader()
+    reader.feed_data(stream)
+    reader.feed_eof()
+    agent_end = PipeTransport(reader, _Sink(), limit)
+    received = []
+    while (message := await agent_end.receive()) is not None:
+        received.append(message["id"])
+    daemon_end = NdjsonDecoder(limit).feed(stream)
+    assert received == [1, 3] and agent_end.frames_dropped == 1
+    assert [item.message["id"] for item in daemon_end if isinstance(item, Frame)] == [1, 3]
+    assert [item.size for item in daemon_end if isinstance(item, FrameTooLarge)] == [limit + 1]
+
+
+async def test_the_agent_refuses_to_write_a_frame_over_the_max() -> None:
+    from hopline.budget import CeilingExceeded
+    from hopline.harness.acp.pipe import PipeTransport
+
+    limit = 4096
+    sink = _Sink()
+    agent_end = PipeTransport(asyncio.StreamReader(), sink, limit)
+    at_limit = orjson.loads(_frame_of(1, limit))
+    await agent_end.send(at_limit)
+    assert sink.data == _frame_of(1, limit) + b"\n"
+    with pytest.raises(CeilingExceeded) as refused:
+        await agent_end.send(orjson.loads(_frame_of(2, limit + 1)))
+    assert (refused.value.limit_bytes, refused.value.observed_bytes) == (limit, limit + 1)
+    assert refused.value.setting == "HOPLINE_AGENT_MAX_FRAME_BYTES" and sink.data.count(b"\n") == 1

@@ -26,15 +26,17 @@ from acp.transports import spawn_stdio_transport
 from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
 from hopline.budget import Budget
 from hopline.harness.acp.agent import tool_result_update_of
-from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, store_from_env, writer_for
+from hopline.harness.acp.sidecars import needs_offload, offload_update, store_from_env, writer_for
 from hopline.harness.events import ToolCallFinished
-from hopline.sidecars.projection import META_KEY, preview_text
+from hopline.sidecars.projection import preview_text
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import (
+from hopline.sidecars.writer import SidecarWriter
+from hopline.vocabulary import (
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    ENV_SIDECAR_DIR,
     META_CREDENTIALS,
-    SidecarWriter,
+    META_SIDECAR,
+    META_TOOL,
+    SIDECAR_DIR_ENV,
 )
 
 TIMEOUT = 60.0
@@ -176,12 +178,13 @@ def assert_tool_meta(updates: list[dict[str, Any]]) -> None:
     assert {"list_files", "read_file", "run_command"} <= names
 
 
+@pytest.mark.e2e
 async def test_large_outputs_go_to_the_store_and_frames_stay_small(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
     data = tmp_path / "data"
     session_id, updates, sizes = await run_turn(data, workspace, token,
-                                                **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
+                                                **{SIDECAR_DIR_ENV: str(sidecar_store.root)})
 
     # Every frame on the pipe is far under the large-frame threshold: only stubs travelled.
     assert max(sizes) < BUDGET.large_frame_threshold_bytes
@@ -192,7 +195,7 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
     for update in results(updates):
         call = calls[update["toolCallId"]]
         expected = expected_output(call, workspace)
-        entries = (update.get("_meta") or {}).get(META_KEY)
+        entries = (update.get("_meta") or {}).get(META_SIDECAR)
         if expected is None:  # small outputs stay inline, no sidecar
             assert entries is None
             assert len(update["content"][0]["content"]["text"].encode()) <= BUDGET.sidecar_threshold_bytes
@@ -227,15 +230,16 @@ async def test_large_outputs_go_to_the_store_and_frames_stay_small(
             assert token.encode() not in path.read_bytes(), path.name
 
 
+@pytest.mark.e2e
 async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Path,
                                                   sidecar_store: SidecarStore) -> None:
     _, updates, sizes = await run_turn(tmp_path / "data", workspace,
-                                       **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
+                                       **{SIDECAR_DIR_ENV: str(sidecar_store.root)})
     assert max(sizes) > 200 * KiB  # the same run, whole outputs in the frames
     calls = calls_by_id(updates)
     whole = 0
     for update in results(updates):
-        assert META_KEY not in (update.get("_meta") or {})
+        assert META_SIDECAR not in (update.get("_meta") or {})
         expected = expected_output(calls[update["toolCallId"]], workspace)
         if expected is not None:
             assert update["content"][0]["content"]["text"] == expected
@@ -244,13 +248,14 @@ async def test_without_a_token_output_goes_inline(tmp_path: Path, workspace: Pat
     assert_tool_meta(updates)
 
 
+@pytest.mark.e2e
 async def test_over_quota_sends_flagged_truncated_previews(
         tmp_path: Path, workspace: Path, sidecar_store: SidecarStore) -> None:
     token = sidecar_store.mint_write_token(DAEMON_SESSION)
     limit = 100 * KiB  # one sidecar object: under the 200 KiB outputs
     _, updates, sizes = await run_turn(
         tmp_path / "data", workspace, token, HOPLINE_SIDECAR_MAX_OBJECT_BYTES=str(limit),
-        **{ENV_SIDECAR_DIR: str(sidecar_store.root)})
+        **{SIDECAR_DIR_ENV: str(sidecar_store.root)})
     assert max(sizes) <= BUDGET.sidecar_threshold_bytes + ENVELOPE_BYTES
     calls = calls_by_id(updates)
     flagged = 0
@@ -259,7 +264,7 @@ async def test_over_quota_sends_flagged_truncated_previews(
         if expected is None:
             continue
         data = expected.encode("utf-8")
-        [entry] = update["_meta"][META_KEY]
+        [entry] = update["_meta"][META_SIDECAR]
         assert entry == {"field": "content[0].content.text", "path": ["content", 0, "content", "text"],
                          "truncated": True, "reason": "over_object_quota", "bytes": len(data),
                          "mediaType": "text/plain; charset=utf-8",
@@ -309,7 +314,7 @@ def test_threshold_is_exact_in_utf8_bytes(writer: SidecarWriter, sidecar_store: 
     assert len(orjson.dumps(over)) == threshold + 1
     assert needs_offload(over, BUDGET)
     stubbed = offload_update(over, writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["bytes"] == len((text + "a").encode()) and entry["field"] == "content[0].content.text"
     assert stubbed["_meta"][META_TOOL] == {"name": "read_file", "provenance": "builtin"}
     assert over["content"][0]["content"]["text"] == text + "a"  # not mutated
@@ -321,7 +326,7 @@ def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer
     threshold = BUDGET.sidecar_threshold_bytes
     text = big_text("gamma", threshold + 10)
     stubbed = offload_update({**result_update("short"), "rawOutput": text}, writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["field"] == "rawOutput" and entry["bytes"] == len(text.encode())
     assert stubbed["rawOutput"] == preview_text(text.encode(), BUDGET.sidecar_preview_bytes, entry["id"])
     assert stubbed["content"][0]["content"]["text"] == "short"
@@ -330,7 +335,7 @@ def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer
     encoded = orjson.dumps(structured)
     assert len(encoded) > threshold
     stubbed = offload_update(result_update("short", structured), writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["mediaType"] == "application/json" and entry["bytes"] == len(encoded)
     preview = preview_text(encoded, BUDGET.sidecar_preview_bytes, entry["id"])
     assert stubbed["rawOutput"] == {"hopline.sidecar": entry["id"], "bytes": len(encoded), "preview": preview}
@@ -342,14 +347,14 @@ def test_message_and_plan_updates_are_projected_too(writer: SidecarWriter,
     text = big_text("msg", 3 * BUDGET.sidecar_threshold_bytes)
     chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
     stubbed = offload_update(chunk, writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["field"] == "content.text" and entry["path"] == ["content", "text"]
     stored = sidecar_store.get(DAEMON_SESSION, entry["id"])
     assert stored is not None and sidecar_store.read_bytes(stored) == text.encode()
     plan = {"sessionUpdate": "plan", "entries": [{"content": f"step {i} " + "p" * 60, "priority": "medium",
                                                    "status": "pending"} for i in range(2000)]}
     stubbed = offload_update(plan, writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["field"] == "entries" and entry["items"] == 2000
     assert stubbed["entries"] == plan["entries"][:entry["itemsShown"]]
 
@@ -358,11 +363,11 @@ def test_existing_meta_entries_are_kept_and_new_ones_appended(writer: SidecarWri
     earlier = {"field": "rawOutput", "id": "x" * 32, "bytes": 1, "sha256": "0" * 64,
                "mediaType": "text/plain"}
     update = result_update(big_text("delta", BUDGET.sidecar_threshold_bytes + 1))
-    update["_meta"][META_KEY] = [earlier]
+    update["_meta"][META_SIDECAR] = [earlier]
     stubbed = offload_update(update, writer, BUDGET)
-    entries = stubbed["_meta"][META_KEY]
+    entries = stubbed["_meta"][META_SIDECAR]
     assert entries[0] == earlier and entries[1]["field"] == "content[0].content.text" and len(entries) == 2
-    assert update["_meta"][META_KEY] == [earlier]  # the input is not mutated
+    assert update["_meta"][META_SIDECAR] == [earlier]  # the input is not mutated
 
 
 def test_revoked_token_falls_back_to_a_flagged_preview(writer: SidecarWriter,
@@ -370,7 +375,7 @@ def test_revoked_token_falls_back_to_a_flagged_preview(writer: SidecarWriter,
     sidecar_store.revoke_write_tokens(DAEMON_SESSION)  # the daemon deleted the session meanwhile
     text = big_text("eps", BUDGET.sidecar_threshold_bytes + 1)
     stubbed = offload_update(result_update(text), writer, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["truncated"] is True and entry["reason"] == "write_token_revoked" and "id" not in entry
     assert stubbed["content"][0]["content"]["text"] == preview_text(
         text.encode(), BUDGET.sidecar_preview_bytes, None, "write_token_revoked")
@@ -382,7 +387,7 @@ def test_a_failing_store_still_sends_the_update(sidecar_store: SidecarStore) -> 
     broken.close()  # its database is gone: every write raises
     text = big_text("zeta", BUDGET.sidecar_threshold_bytes + 1)
     stubbed = offload_update(result_update(text), broken, BUDGET)
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry == {"field": "content[0].content.text", "path": ["content", 0, "content", "text"],
                      "truncated": True, "reason": "disk_error", "bytes": len(text.encode()),
                      "mediaType": "text/plain; charset=utf-8",
@@ -393,8 +398,8 @@ def test_a_failing_store_still_sends_the_update(sidecar_store: SidecarStore) -> 
 def test_store_from_env_and_writer_for(sidecar_store: SidecarStore, caplog: pytest.LogCaptureFixture) -> None:
     assert store_from_env(BUDGET, {}) is None
     with caplog.at_level(logging.ERROR, logger="hopline.agent.sidecars"):
-        assert store_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root / "missing")}) is None
-        store = store_from_env(BUDGET, {ENV_SIDECAR_DIR: str(sidecar_store.root)})
+        assert store_from_env(BUDGET, {SIDECAR_DIR_ENV: str(sidecar_store.root / "missing")}) is None
+        store = store_from_env(BUDGET, {SIDECAR_DIR_ENV: str(sidecar_store.root)})
         assert store is not None
         assert writer_for(store, None) is None
         assert writer_for(None, "token") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from rich.console import Console
 
 from hopline.budget import Budget
@@ -25,6 +26,7 @@ def test_gateway_statuses_read_from_prometheus_text() -> None:
     assert gateway_statuses("") == {}
 
 
+@pytest.mark.e2e
 def test_demo_gate_run_has_no_413_and_compacts() -> None:
     result = run_cli(["demo", "--json"], timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -52,6 +54,7 @@ def test_demo_gate_run_has_no_413_and_compacts() -> None:
         assert label in table
 
 
+@pytest.mark.e2e
 def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     result = run_cli(["demo", "--naive", "--json"], timeout=120)
     assert result.returncode == 1, result.stderr[-3000:]
@@ -68,6 +71,7 @@ def test_demo_naive_reproduces_the_413_with_origin_code() -> None:
     assert summary["largestBodyBytes"] == error["observedBytes"]
 
 
+@pytest.mark.e2e
 def test_demo_runs_whole_through_a_strict_openai_compatible_provider() -> None:
     # The provider refuses any field outside the chat-completions schema (400), like the real APIs;
     # our hints never reach it, so it is told the demo's plan by its own settings.

@@ -9,9 +9,13 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from hopline.embedded import EmbeddedStack
 
 from .conftest import HOPLINE, run_cli, run_in_pty
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 SCRIPT = '{"iterations": 3, "toolsPerIteration": 2}'
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")

@@ -12,6 +12,8 @@ from hopline.client import DaemonClient, DaemonError, Event, RequestTooLarge, Ss
 from hopline.client.turn import TurnTracker
 from hopline.embedded import EmbeddedStack
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 SCRIPT = {"iterations": 3, "toolsPerIteration": 2}
 
 
@@ -122,7 +124,7 @@ async def test_event_over_the_client_limit_is_refused_against_the_daemon(daemon:
                 async for _ in stream:
                     pass
         except SseEventTooLarge as exc:
-            assert exc.limit == limit and exc.seen > limit
+            assert exc.limit_bytes == limit and exc.observed_bytes > limit
             assert str(exc).startswith(f"hop client.sse: event exceeds {limit} bytes (read ")
         else:
             raise AssertionError("expected SseEventTooLarge")
@@ -141,7 +143,7 @@ async def test_prompt_at_the_daemon_body_limit_passes_one_byte_over_is_refused_u
         with pytest.raises(RequestTooLarge) as err:
             await client.prompt(session_id, "x" * (limit - overhead + 1))
         assert err.value.status == 413 and err.value.hop == "daemon.api"
-        assert (err.value.limit, err.value.observed) == (limit, limit + 1)
+        assert (err.value.limit_bytes, err.value.observed_bytes) == (limit, limit + 1)
         assert f"limitBytes {limit}, observedBytes {limit + 1}" in str(err.value)
         # Exactly the limit: the daemon accepts it (its own boundary is inclusive too).
         prompt_id = await client.prompt(session_id, "x" * (limit - overhead))

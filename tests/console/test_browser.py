@@ -24,6 +24,8 @@ from hopline.budget import Budget
 
 from .conftest import DroppingProxy, PageWatch, screenshot
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 TOKEN = "console-browser-token-93ab"
 WAIT_MS = 60_000
 

@@ -56,6 +56,7 @@ class _Markup(html.parser.HTMLParser):
             self.inline.append("inline <script> body")
 
 
+@pytest.mark.e2e
 def test_every_console_file_is_served_without_a_token_and_with_the_csp(daemon: Daemon) -> None:
     files = static_files()
     assert {"index.html", "console.css", "js/app.js", "js/sse.js", "js/sidecars.js"} <= set(files)
@@ -120,6 +121,7 @@ def _raw_get(daemon: Daemon, target: str, method: str = "GET") -> tuple[int, byt
     ("POST", "/ui/", 405),
     ("DELETE", "/ui/index.html", 405),
 ])
+@pytest.mark.e2e
 def test_bad_console_requests_get_a_4xx_naming_the_hop(daemon: Daemon, method: str, target: str,
                                                        status: int) -> None:
     got, body = _raw_get(daemon, target, method)
@@ -127,6 +129,7 @@ def test_bad_console_requests_get_a_4xx_naming_the_hop(daemon: Daemon, method: s
     assert b'"hop":"daemon.api"' in body and b"console" in body
 
 
+@pytest.mark.e2e
 def test_serve_prints_the_console_url_with_the_token_only_when_it_made_the_token(tmp_path: Path) -> None:
     with running_daemon(tmp_path, token="", log_name="generated.log") as generated:
         assert generated.console_url == f"{generated.url}/ui/#token={generated.token}"
@@ -144,6 +147,7 @@ async def _run_turn(client: DaemonClient, session_id: str, text: str) -> None:
                 assert event.type == "turn_complete", event.data
 
 
+@pytest.mark.e2e
 async def test_daemon_frames_has_the_histogram_the_lines_and_the_large_frame_records(
         tmp_path: Path) -> None:
     budget = Budget.defaults()
@@ -180,6 +184,7 @@ async def test_daemon_frames_has_the_histogram_the_lines_and_the_large_frame_rec
     assert session_id not in text and str(tmp_path) not in text  # O-5: sizes and kinds only
 
 
+@pytest.mark.e2e
 async def test_lost_bytes_count_what_a_client_cannot_have(tmp_path: Path) -> None:
     """A zero is honest: with a sidecar object quota under the output, the preview goes out
     flagged as truncated and the session's lostBytes moves by exactly the bytes the preview does not

@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from hopline.harness.sample_workspace import make_sample_workspace
 
 from .support import read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, turns_done
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 
 async def test_prompt_runs_through_the_embedded_gateway_and_streams_in_order(tmp_path: Path) -> None:

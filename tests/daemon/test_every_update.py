@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from hopline.client import DaemonClient, Event
 from hopline.sidecars.projection import value_at
@@ -27,6 +28,8 @@ from .support import Daemon, free_port, running_daemon, start_daemon, stop_daemo
 
 sys.path.insert(0, str(Path(__file__).parent / "agents"))
 from big_update_agent import as_sent, kind_updates
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -20,6 +20,8 @@ import pytest
 from .support import Daemon, read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, texts, turns_done
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 MiB = 1024 * 1024
 MAX_ID = 2**63 - 1
 DEPTH_LIMIT = 64  # HOPLINE_JSON_MAX_DEPTH's default

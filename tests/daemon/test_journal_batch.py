@@ -62,7 +62,7 @@ def test_failed_batch_commit_delivers_nothing_and_consumes_no_id(tmp_path: Path)
     assert [r.seq for r in bus.journal.read_page("s1", 0, upto=5, max_bytes=1 << 20)] == [2]  # rolled back
 
 
-def test_oversize_check_in_a_batch_uses_the_batched_ids(tmp_path: Path) -> None:
+def test_oversize_check_in_a_batch_sizes_each_event_with_its_journal_id(tmp_path: Path) -> None:
     # Event 10 has a two-digit id: a payload that fits with id 9 is one byte over with id 10.
     limit = 4096
     bus = _bus(tmp_path, sse_max_event_bytes=limit)
@@ -82,3 +82,26 @@ def test_new_journal_uses_large_pages(tmp_path: Path) -> None:
     mode = journal._db.execute("PRAGMA journal_mode").fetchone()[0]
     journal.close()
     assert (page_size, mode) == (PAGE_SIZE_BYTES, "wal")
+
+
+def test_the_journal_alone_allocates_ids_and_a_failed_commit_releases_them(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    journal.create_session("s1", {})
+    journal.create_session("s2", {})
+    assert journal.next_id("s1") == journal.next_id("s1") == 1  # asking allocates nothing
+    staged = [journal.stage(session, "e", b"{}") for session in ("s1", "s2", "s1")]
+    assert staged == [1, 1, 2]
+    assert journal.last_id("s1") == 0 and journal.next_id("s1") == 3  # staged, not committed
+    journal.commit()
+    assert (journal.last_id("s1"), journal.last_id("s2")) == (2, 1)
+    outside = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    outside.execute("INSERT INTO events (session_id, seq, type, data) VALUES ('s1', 4, 'x', x'00')")
+    outside.commit()
+    outside.close()
+    journal.stage("s1", "e", b"{}")  # id 3
+    journal.stage("s1", "e", b"{}")  # id 4: taken outside, the transaction fails
+    with pytest.raises(sqlite3.IntegrityError):
+        journal.commit()
+    assert journal.last_id("s1") == 2 and journal.next_id("s1") == 3  # released, none written
+    assert [r.seq for r in journal.read_page("s1", 0, upto=9, max_bytes=1 << 20)] == [1, 2, 4]
+    journal.close()

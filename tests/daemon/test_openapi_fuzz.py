@@ -22,6 +22,8 @@ from schemathesis import GenerationMode
 
 from .support import Daemon, running_daemon
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 EXAMPLES = 12
 SPAWNING_EXAMPLES = 5  # POST /session starts a real agent process per accepted case
 SURROGATE_EXAMPLES = 15

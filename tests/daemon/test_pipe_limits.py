@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from .support import read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, texts, turns_done
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 MiB = 1024 * 1024
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import orjson
 
 from hopline.budget import Budget
-from hopline.daemon.projection import EVENT_ENVELOPE_BYTES, oversize_replacement
+from hopline.daemon.projection import oversize_replacement
+
+EVENT_ENVELOPE_BYTES = Budget.defaults().sse_event_envelope_bytes
 
 
 def _update(text_bytes: int) -> dict[str, object]:

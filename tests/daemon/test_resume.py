@@ -9,9 +9,12 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .support import Daemon, SseEvent, iter_sse, read_events, running_daemon, start_daemon, stop_daemon_proc
 from .test_serve import new_session, prompt, texts, turns_done
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 
 async def _transcript(client: httpx.AsyncClient, sid: str, page_max: int) -> list[dict[str, object]]:

@@ -36,6 +36,8 @@ from hopline.logs import JsonLineFormatter
 from .support import read_events, running_daemon
 from .test_serve import new_session, prompt, session_status, texts, turns_done
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 CANARIES = {
     "OPENAI_API_KEY": "canary-openai-5d1e8a",
     "HOPLINE_INTERNAL_TOKEN": "canary-internal-77aa31",

@@ -18,6 +18,8 @@ import pytest
 
 from .support import Daemon, SseEvent, read_events, running_daemon
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 MiB = 1024 * 1024
 
 
@@ -360,3 +362,29 @@ async def test_cancel_stops_the_running_turn(daemon: Daemon, tmp_path: Path) -> 
         assert done[-1].type == "turn_complete"
         assert done[-1].data == {"promptId": pid, "stopReason": "cancelled", "turn": None,
                                  "lostBytes": 0, "degraded": False}
+
+
+def test_the_daemon_reaps_expired_sidecars_every_reap_interval(tmp_path: Path) -> None:
+    """HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS is the reaper's period: a sidecar that expires while the
+    daemon runs is deleted within it. The daemon keeps its default TTL (24 h, which once set the
+    period to an hour): only the interval can make it reap this sidecar during the test."""
+    import time
+
+    from hopline.budget import Budget
+    from hopline.sidecars.store import SidecarStore
+
+    with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS": "0.2"}) as d:
+        # This store writes a sidecar that expires in a second into the daemon's store.
+        store = SidecarStore(d.data_dir / "sidecars", Budget.defaults().replace(sidecar_ttl_seconds=1.0))
+        try:
+            entry = store.put("s1", b"expires in a second", "text/plain")
+            blob = store._blob_path(entry.id)
+            assert blob.exists()
+            deadline = time.monotonic() + 30
+            while blob.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not blob.exists()
+            rows = store._execute("SELECT COUNT(*) FROM sidecars WHERE id = ?", (entry.id,)).fetchone()
+            assert rows[0] == 0
+        finally:
+            store.close()

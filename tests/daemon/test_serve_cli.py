@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .support import iter_sse, start_daemon, stop_daemon_proc
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 
 def test_incoherent_budget_refuses_to_start(tmp_path: Path) -> None:

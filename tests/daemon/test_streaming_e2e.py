@@ -17,6 +17,8 @@ from strict_openai import Reply, StrictOpenAI
 from .support import SseEvent, iter_sse, read_events, running_daemon
 from .test_serve import new_session, prompt, texts, turns_done
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 REPLY = ("The gate passes: the three failing tests in logs/test_api.log are flaky timeouts, "
          "not regressions; rerun them with a longer deadline before merging.")
 

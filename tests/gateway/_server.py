@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -22,6 +23,51 @@ def bound_socket() -> socket.socket:
     return sock
 
 
+class PromptServer(uvicorn.Server):
+    """uvicorn's server, stopping as soon as it is asked: its main loop waits for the stop instead
+    of ticking every 0.1 s, and its shutdown polls the connections and tasks it waits for every
+    10 ms instead of every 0.1 s (after a fixed 0.1 s). Serving is uvicorn's own, untouched."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._loop, self._wake = asyncio.get_running_loop(), asyncio.Event()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.1)
+            should_exit = await self.on_tick(counter)
+
+    def request_exit(self) -> None:
+        self.should_exit = True
+        if self._loop is not None and self._wake is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+        while (self.server_state.connections or self.server_state.tasks) and not self.force_exit:
+            if time.monotonic() > deadline:
+                for task in self.server_state.tasks:
+                    task.cancel()
+                break
+            await asyncio.sleep(0.01)
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 class ServerThread:
     """Runs ``app`` with uvicorn on a socket bound to 127.0.0.1:0 (a free port), or on ``sock`` (bound by
     the caller, for an app that must know its own URL before it is built)."""
@@ -31,7 +77,7 @@ class ServerThread:
         self.port: int = self.sock.getsockname()[1]
         options: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "on"}
         options.update(config)
-        self.server = uvicorn.Server(uvicorn.Config(app, **options))
+        self.server = PromptServer(uvicorn.Config(app, **options))
         self.thread = threading.Thread(target=self._run, name=f"uvicorn-{self.port}", daemon=True)
         self.error: BaseException | None = None
 
@@ -57,7 +103,7 @@ class ServerThread:
         return self
 
     def stop(self) -> None:
-        self.server.should_exit = True
+        self.server.request_exit()
         self.thread.join(STOP_TIMEOUT_SECONDS)
         if self.thread.is_alive():
             self.server.force_exit = True

@@ -11,8 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
 
 from ._bodies import body_of_size
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 STARTUP_TIMEOUT_SECONDS = 20
 

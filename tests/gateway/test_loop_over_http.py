@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget, KiB
-from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import ScriptedProvider
 from hopline.harness.events import LoopEvent, ToolCallFinished
+from hopline.harness.http_model import HttpModel
 from hopline.harness.loop import ToolLoop, TurnResult
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
 from hopline.harness.profiles import get_profile
 from hopline.harness.sample_workspace import make_sample_workspace
 
 from .conftest import TOKEN, GatewayFactory
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 # Scripted provider settings: 4 tool calls per iteration, and more iterations than the gate allows.
 SCRIPT = {"scripted": {"toolsPerIteration": 4, "iterations": 100}}

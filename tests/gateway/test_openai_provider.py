@@ -15,8 +15,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hopline.budget import HOP_PROVIDER, Budget
-from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import OpenAIProvider, ProviderFailure, provider_from_env
+from hopline.harness.http_model import HttpModel
 from hopline.harness.model import LlmTurnRequest, TurnFailure, encode_request
 
 from ._server import ServerThread

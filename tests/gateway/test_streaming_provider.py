@@ -13,7 +13,6 @@ import orjson
 import pytest
 
 from hopline.budget import HOP_PROVIDER, Budget
-from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import (
     OpenAIProvider,
     ProviderFailure,
@@ -23,6 +22,7 @@ from hopline.gateway.providers import (
     provider_from_env,
     text_pieces,
 )
+from hopline.harness.http_model import HttpModel
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure, encode_request
 from hopline.harness.summarize import SUMMARY_SYSTEM_PROMPT
 from hopline.harness.tools import tool_schemas

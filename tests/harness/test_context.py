@@ -5,15 +5,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hopline.harness.context import (
+    CUT_BETWEEN_GROUPS,
     INTERRUPTED_TEXT,
     SUMMARY_MARKER,
+    SYSTEM_KEPT,
+    TASK_KEPT,
     Bounds,
+    CompactionPlan,
     apply_compaction,
+    compaction_violations,
     effective_window,
     group_by_iteration,
     plan_compaction,
     repair,
     violations,
+    walk_calls,
 )
 from hopline.harness.summarize import extractive_summary
 from hopline.harness.tokens import body_bytes_for, estimate
@@ -166,6 +172,7 @@ def test_property_compaction_keeps_protocol_and_lands_under_target_or_says_why(
     assert len(plan.head) + len(plan.old) + len(plan.pinned) in starts
     assert len(plan.pinned) <= 1 and all(m["role"] == "user" for m in plan.pinned)
     assert len(plan.head) in starts
+    assert compaction_violations(messages, plan) == []  # what plan_compaction itself enforces
     # lands under the target or says why
     assert (record.bytes_after <= target_body and estimate(result) <= target_tokens) or record.reason
     assert record.messages_replaced == len(plan.old) > 0
@@ -207,3 +214,38 @@ def test_latest_prompt_of_a_later_turn_survives_compaction() -> None:
     assert result[2]["content"].startswith(SUMMARY_MARKER)
     assert violations(result) == [] and record.bytes_after <= 16_000
     assert record.messages_replaced == len(plan.old) and "second prompt" not in str(plan.old)
+
+
+def test_one_walker_reads_every_call_and_its_run_of_results() -> None:
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "a", "function": {"name": "f", "arguments": ""}},
+        {"id": "b", "function": {"name": "f", "arguments": ""}}]}
+    messages = [{"role": "tool", "tool_call_id": "x", "content": ""},  # 0: before any call
+                call,                                                  # 1
+                {"role": "tool", "tool_call_id": "a", "content": ""},  # 2: answers a
+                {"role": "tool", "tool_call_id": "a", "content": ""},  # 3: a again
+                {"role": "tool", "tool_call_id": "z", "content": ""},  # 4: answers nothing
+                {"role": "user", "content": "u"}]                      # 5
+    segments = walk_calls(messages)
+    assert [(s.index, s.orphan) for s in segments] == [(0, True), (1, False), (5, False)]
+    assert segments[1].results == ((2, "answer"), (3, "duplicate"), (4, "stray"))
+    assert segments[1].calls == ("a", "b") and segments[1].missing == ("b",)
+    # the three readers agree with the walk
+    assert [(g.start, g.end, g.kind) for g in group_by_iteration(messages)] == [
+        (0, 1, "orphan"), (1, 4, "iteration"), (4, 5, "orphan"), (5, 6, "task")]
+    assert violations(messages) == [("TOOL_RESULT_FOLLOWS_CALL", 0), ("NO_DUPLICATE_RESULT", 3),
+                                    ("TOOL_RESULT_FOLLOWS_CALL", 4), ("CALL_HAS_RESULT", 1)]
+    fixed, report = repair(messages)
+    assert [m.get("tool_call_id") for m in fixed] == [None, "a", "b", None]
+    assert (report.orphan_results_removed, report.interrupted_results_added) == (3, 1)
+
+
+def test_compaction_invariants_are_checked_on_a_plan() -> None:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+                *iteration(1, 2, 10), *iteration(2, 1, 10)]
+    good = CompactionPlan(messages[:2], messages[2:5], messages[5:], 64)
+    assert compaction_violations(messages, good) == []
+    inside_a_group = CompactionPlan(messages[:2], messages[2:4], messages[4:], 64)  # splits iteration 1
+    assert compaction_violations(messages, inside_a_group) == [CUT_BETWEEN_GROUPS]
+    without_head = CompactionPlan([], messages[:5], messages[5:], 64)
+    assert compaction_violations(messages, without_head) == [SYSTEM_KEPT, TASK_KEPT]

@@ -1,11 +1,20 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
 
-from hopline.harness.failures import classify_exception, classify_http_status
+from hopline.harness.failures import (
+    Attempt,
+    Reaction,
+    ReactionKind,
+    classify_exception,
+    classify_http_status,
+    react,
+)
+from hopline.harness.model import TurnFailure
 
 STATUS_TABLE = [
     (413, "", "code", True, False),
@@ -45,3 +54,35 @@ def test_exception_origins(exc: BaseException, uploading: bool, origin: str, siz
                            retryable: bool) -> None:
     failure = classify_exception(exc, during_upload=uploading, body_bytes=9_000_000)
     assert (failure.origin, failure.size_error, failure.retryable) == (origin, size_error, retryable)
+
+
+# --- the reaction table (H-8): every failure kind at every attempt ----------------------------------
+
+
+_SIZE = TurnFailure("code", "413", status=413, size_error=True)
+_TRANSIENT = TurnFailure("model", "503", status=503, retryable=True)
+_FINAL = TurnFailure("model", "malformed")
+_BOUNDS: dict[str, Any] = {"max_model_retries": 2, "backoff_seconds": 0.5}
+
+
+@pytest.mark.parametrize(("failure", "attempt", "reaction"), [
+    (_SIZE, Attempt(**_BOUNDS), Reaction(ReactionKind.COMPACT_AND_RETRY)),
+    (_SIZE, Attempt(**_BOUNDS, size_retried=True),
+     Reaction(ReactionKind.FAIL, detail="after compaction and one retry")),
+    (_SIZE, Attempt(**_BOUNDS, naive=True), Reaction(ReactionKind.FAIL, detail="(naive rules: no retry)")),
+    (_SIZE, Attempt(**_BOUNDS, model_retries=2), Reaction(ReactionKind.COMPACT_AND_RETRY)),
+    (_TRANSIENT, Attempt(**_BOUNDS), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
+    (_TRANSIENT, Attempt(**_BOUNDS, model_retries=1), Reaction(ReactionKind.RETRY, delay_seconds=1.0)),
+    (_TRANSIENT, Attempt(**_BOUNDS, model_retries=2), Reaction(ReactionKind.FAIL)),  # at the bound
+    (_TRANSIENT, Attempt(**_BOUNDS, size_retried=True), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
+    (_TRANSIENT, Attempt(**_BOUNDS, naive=True), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
+    (_FINAL, Attempt(**_BOUNDS), Reaction(ReactionKind.FAIL)),
+    (TurnFailure("cancelled", "cancelled"), Attempt(**_BOUNDS), Reaction(ReactionKind.FAIL)),
+])
+def test_react_table(failure: TurnFailure, attempt: Attempt, reaction: Reaction) -> None:
+    assert react(failure, attempt) == reaction
+
+
+def test_an_attempt_moves_on_without_changing_its_bounds() -> None:
+    attempt = Attempt(**_BOUNDS).retried_model().retried_model().retried_size()
+    assert (attempt.model_retries, attempt.size_retried, attempt.max_model_retries) == (2, True, 2)

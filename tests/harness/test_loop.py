@@ -58,6 +58,7 @@ def gate_loop(sample: Path, budget: Budget, *, tools: int = 4, iterations: int =
     return ToolLoop(model, profile, sample, budget, sink=recorder, **kw), model, recorder
 
 
+@pytest.mark.e2e
 async def test_seed_scenario_gate_60_iterations_never_passes_the_ceiling(sample: Path) -> None:
     loop, model, rec = gate_loop(sample, DEFAULT, tools=4)
     conversation: list[dict] = []
@@ -85,6 +86,7 @@ async def test_seed_scenario_gate_60_iterations_never_passes_the_ceiling(sample:
     loop.close()
 
 
+@pytest.mark.e2e
 async def test_transport_bound_with_huge_context_window(sample: Path) -> None:
     budget = DEFAULT.replace(context_window_tokens=4_000_000)
     loop, model, _ = gate_loop(sample, budget, tools=8)
@@ -95,6 +97,7 @@ async def test_transport_bound_with_huge_context_window(sample: Path) -> None:
     assert model.orphans == 0
 
 
+@pytest.mark.e2e
 async def test_small_transport_ceiling_every_body_under_256k(sample: Path) -> None:
     budget = DEFAULT.replace(transport_max_body_bytes=256 * KiB)
     loop, model, rec = gate_loop(sample, budget, tools=4)
@@ -126,6 +129,7 @@ async def test_naive_rules_pass_the_ceiling_default_rules_do_not(sample: Path) -
     assert len(list((sample / "generated").iterdir())) == 40
 
 
+@pytest.mark.e2e
 async def test_size_error_compacts_and_retries_once_with_a_smaller_body(sample: Path) -> None:
     model = CheckingModel(ScriptedModel(tools_per_iteration=3, iterations=100), max_body_bytes=300 * KiB)
     profile = get_profile("qa_strategy", DEFAULT).replace(max_iterations=12)
@@ -185,6 +189,7 @@ class Flaky:
         return await self.inner.complete(encoded)
 
 
+@pytest.mark.e2e
 async def test_transient_503_is_retried_then_succeeds(sample: Path) -> None:
     budget = DEFAULT.replace(model_retry_backoff_seconds=0.001, model_retry_attempts=3)
     model = Flaky([503, 429], InProcessModel(ScriptedModel(iterations=2)))
@@ -282,6 +287,7 @@ class Hangs:
         return await self.inner.complete(encoded)
 
 
+@pytest.mark.e2e
 async def test_cancel_while_waiting_for_the_model(sample: Path) -> None:
     model = Hangs(InProcessModel(ScriptedModel()), after=2)
     loop = ToolLoop(model, get_profile("appsec", DEFAULT), sample, DEFAULT)
@@ -296,14 +302,19 @@ async def test_cancel_while_waiting_for_the_model(sample: Path) -> None:
     assert violations(conversation) == []
 
 
+@pytest.mark.e2e
 async def test_cancel_during_a_tool_leaves_no_unanswered_call(sample: Path) -> None:
     model = OneShot([("run_command", '{"command": "sleep 5"}'), ("list_files", "{}")])
-    loop = ToolLoop(model, get_profile("appsec", DEFAULT), sample, DEFAULT)
+    started = asyncio.Event()
+
+    async def sink(event: LoopEvent) -> None:
+        if isinstance(event, ToolCallStarted) and event.name == "run_command":
+            started.set()  # the tool runs right after this event: cancel it there
+
+    loop = ToolLoop(model, get_profile("appsec", DEFAULT), sample, DEFAULT, sink=sink)
     conversation: list[dict] = []
     task = asyncio.create_task(loop.run(conversation, "go"))
-    while not any(m.get("tool_calls") for m in conversation):
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.1)
+    await asyncio.wait_for(started.wait(), 5)
     task.cancel()
     result = await asyncio.wait_for(task, 5)
     assert result.stop_reason == "cancelled"
@@ -321,6 +332,7 @@ class FailingSummarizer:
         raise classify_http_status(500, "boom")
 
 
+@pytest.mark.e2e
 async def test_summarizer_failure_falls_back_to_extractive_and_is_recorded(sample: Path) -> None:
     budget = DEFAULT.replace(transport_max_body_bytes=256 * KiB)
     summarizer = FailingSummarizer()
@@ -338,6 +350,7 @@ async def test_summarizer_failure_falls_back_to_extractive_and_is_recorded(sampl
     assert len(summaries) == 1 and "Extractive summary" in summaries[0]["content"]
 
 
+@pytest.mark.e2e
 async def test_model_summary_is_chunked_under_the_ceiling(sample: Path) -> None:
     budget = DEFAULT.replace(transport_max_body_bytes=512 * KiB, summary_chunk_bytes=64 * KiB,
                              summary_request_overhead_bytes=16 * KiB)

@@ -45,6 +45,7 @@ class StreamingScripted(InProcessModel):
         return answer
 
 
+@pytest.mark.e2e
 async def test_streamed_text_reaches_the_sink_piece_by_piece_and_only_once(sample: Path) -> None:
     model = StreamingScripted(ScriptedModel(iterations=2))
     rec = Recorder()
@@ -99,6 +100,7 @@ async def _run_dense(sample: Path, factor: int) -> tuple[Any, Recorder]:
         loop.close()
 
 
+@pytest.mark.e2e
 async def test_usage_anchoring_changes_the_compaction_decision(sample: Path) -> None:
     plain, plain_rec = await _run_dense(sample, 0)  # no usage: the bytes estimate decides
     dense, dense_rec = await _run_dense(sample, 3)  # the provider counts 3x the bytes estimate
@@ -126,6 +128,7 @@ async def test_usage_anchoring_changes_the_compaction_decision(sample: Path) -> 
         [dense_by_iteration[i].body_bytes for i in range(1, 5)]
 
 
+@pytest.mark.e2e
 async def test_plan_follows_the_loop_and_only_changes_are_sent(sample: Path) -> None:
     budget = DEFAULT.replace(plan_max_entries=3)
     rec = Recorder()

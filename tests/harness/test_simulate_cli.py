@@ -8,6 +8,10 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
+
 KiB = 1024
 
 

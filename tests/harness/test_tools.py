@@ -98,6 +98,7 @@ async def test_search_bounded_by_budget(tmp_path: Path) -> None:
     assert "stopped at 10 matches" in out
 
 
+@pytest.mark.e2e
 async def test_run_command_output_and_capture_limit(tmp_path: Path) -> None:
     budget = Budget.defaults().replace(command_output_max_bytes=1000, tool_result_max_bytes=300)
     ws = Workspace(tmp_path, budget)
@@ -115,6 +116,7 @@ async def test_run_command_output_and_capture_limit(tmp_path: Path) -> None:
     ws.close()
 
 
+@pytest.mark.e2e
 async def test_run_command_timeout_kills(tmp_path: Path) -> None:
     ws = Workspace(tmp_path, Budget.defaults().replace(command_timeout_seconds=0.2))
     outcome = await ws.run("run_command", {"command": "echo started; sleep 5; echo never"}, "c")

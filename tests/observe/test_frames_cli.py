@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 from hopline.budget import Budget
 from hopline.wire.ndjson import encode
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 THRESHOLD = Budget.defaults().large_frame_threshold_bytes
 

@@ -1,19 +1,17 @@
-"""Sidecar fixtures: real SQLite stores in tmp dirs, a real uvicorn server on 127.0.0.1."""
+"""Sidecar fixtures: real SQLite stores in tmp dirs, a real uvicorn server on 127.0.0.1
+(the gateway tests' :class:`~gateway._server.ServerThread`)."""
 
 from __future__ import annotations
 
-import socket
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
+from gateway._server import ServerThread
 from hopline.budget import Budget
 from hopline.sidecars.store import SidecarStore
 
@@ -75,42 +73,12 @@ def make_store(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Count
         store.close()
 
 
-class ServerThread:
-    """uvicorn on a free 127.0.0.1 port in a thread; stopped (with a timeout) by the fixture."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ServerThread:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-        self.sock.close()
-
-
 @pytest.fixture
 def serve() -> Iterator[Callable[[FastAPI], ServerThread]]:
     servers: list[ServerThread] = []
 
     def start(app: FastAPI) -> ServerThread:
-        server = ServerThread(app).start()
+        server = ServerThread(app, lifespan="off").start()
         servers.append(server)
         return server
 

@@ -15,9 +15,10 @@ from hopline.budget import Budget
 from hopline.harness.acp.agent import tool_result_update_of
 from hopline.harness.acp.sidecars import offload_update
 from hopline.harness.events import ToolCallFinished
-from hopline.sidecars.projection import META_KEY, project_message, project_update
+from hopline.sidecars.projection import project_message, project_update
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
+from hopline.vocabulary import META_SIDECAR
 
 SESSION = "daemon-session-1"
 BUDGET = Budget.defaults()
@@ -53,7 +54,7 @@ def notification(update: dict[str, Any]) -> dict[str, Any]:
 
 def test_stubbed_update_passes_the_projection_unchanged(store: SidecarStore, writer: SidecarWriter) -> None:
     stubbed = offload_update(full_update(big("a", 200 * 1024)), writer, BUDGET)
-    assert len(stubbed["_meta"][META_KEY]) == 1
+    assert len(stubbed["_meta"][META_SIDECAR]) == 1
     before = store.stats()
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
     message = notification(stubbed)
@@ -65,12 +66,13 @@ def test_structured_and_string_raw_output_stubs_pass_unchanged(store: SidecarSto
                                                                writer: SidecarWriter) -> None:
     text = big("b", BUDGET.sidecar_threshold_bytes + 1)
     stubbed = offload_update({**full_update(text), "rawOutput": text}, writer, BUDGET)
-    assert sorted(e["field"] for e in stubbed["_meta"][META_KEY]) == ["content[0].content.text", "rawOutput"]
+    fields = sorted(e["field"] for e in stubbed["_meta"][META_SIDECAR])
+    assert fields == ["content[0].content.text", "rawOutput"]
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
 
     structured = {"chunks": [text[:4096]] * 20}
     stubbed = offload_update(full_update("ok", structured), writer, BUDGET)
-    assert stubbed["rawOutput"]["hopline.sidecar"] == stubbed["_meta"][META_KEY][0]["id"]
+    assert stubbed["rawOutput"]["hopline.sidecar"] == stubbed["_meta"][META_SIDECAR][0]["id"]
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
 
 
@@ -82,7 +84,7 @@ def test_truncated_fallback_stub_passes_unchanged(store: SidecarStore) -> None:
         stubbed = offload_update(full_update(big("c", 100 * 1024)), quota_writer, small)
     finally:
         quota_writer.close()
-    [entry] = stubbed["_meta"][META_KEY]
+    [entry] = stubbed["_meta"][META_SIDECAR]
     assert entry["truncated"] is True and entry["reason"] == "over_object_quota"
     # The daemon (default quotas) does not retry: the body is not in the update any more.
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
@@ -101,14 +103,14 @@ def test_agent_stub_equals_the_daemon_projection_of_the_full_update(store: Sidec
 def test_projection_keeps_agent_entries_when_it_moves_another_field(store: SidecarStore,
                                                                     writer: SidecarWriter) -> None:
     stubbed = offload_update(full_update(big("e", 100 * 1024)), writer, BUDGET)
-    agent_entry = stubbed["_meta"][META_KEY][0]
+    agent_entry = stubbed["_meta"][META_SIDECAR][0]
     # A field over the threshold the agent did not move (e.g. added by a relay): the daemon moves it
     # and appends its entry after the agent's.
     extra = big("f", BUDGET.sidecar_threshold_bytes + 1)
     mixed = {**stubbed, "content": [*stubbed["content"],
                                     {"type": "content", "content": {"type": "text", "text": extra}}]}
     projected = project_update(mixed, SESSION, store, BUDGET)
-    entries = projected["_meta"][META_KEY]
+    entries = projected["_meta"][META_SIDECAR]
     assert entries[0] == agent_entry
     assert [e["field"] for e in entries] == ["content[0].content.text", "content[1].content.text"]
     assert entries[1]["path"] == ["content", 1, "content", "text"]

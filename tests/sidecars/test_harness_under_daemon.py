@@ -9,11 +9,15 @@ from __future__ import annotations
 from contextlib import aclosing
 from pathlib import Path
 
+import pytest
+
 from hopline.budget import Budget
 from hopline.client import DaemonClient
 from hopline.client.turn import TurnTracker
 from hopline.embedded import start_embedded
 from hopline.harness.sample_workspace import make_sample_workspace
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes
 
 
 async def test_sixty_iterations_of_200_kib_outputs_stay_off_the_pipe(tmp_path: Path) -> None:

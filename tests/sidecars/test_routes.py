@@ -36,7 +36,7 @@ def app_for(store: SidecarStore) -> FastAPI:
 
 
 def url(server: ServerThread, session_id: str, sidecar_id: str) -> str:
-    return f"{server.base_url}/session/{session_id}/sidecars/{sidecar_id}"
+    return f"{server.url}/session/{session_id}/sidecars/{sidecar_id}"
 
 
 def raw_get(server: ServerThread, path: str) -> int:

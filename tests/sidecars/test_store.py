@@ -21,12 +21,8 @@ from hopline.sidecars.store import (
     new_sidecar_id,
     safe_media_type,
 )
-from hopline.sidecars.writer import (
-    ENV_SIDECAR_DIR,
-    SidecarWriter,
-    SidecarWriterError,
-    open_store,
-)
+from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_store
+from hopline.vocabulary import SIDECAR_DIR_ENV
 
 from .conftest import CountingStore, FakeClock
 
@@ -261,7 +257,7 @@ def test_stats_shape_and_counters_survive_restart(make_store: StoreFactory) -> N
 def test_writer_binds_to_the_token_session(make_store: StoreFactory) -> None:
     store = make_store()
     token = store.mint_write_token("daemon-session-1")
-    opened = open_store(store.budget, {ENV_SIDECAR_DIR: str(store.root)})
+    opened = open_store(store.budget, {SIDECAR_DIR_ENV: str(store.root)})
     assert opened is not None
     writer = SidecarWriter(opened, token)
     try:
@@ -284,7 +280,7 @@ def test_store_from_env_absent_or_bad(make_store: StoreFactory, tmp_path: Path) 
     store = make_store()
     assert open_store(store.budget, {}) is None
     with pytest.raises(SidecarWriterError, match="HOPLINE_SIDECAR_DIR"):
-        open_store(store.budget, {ENV_SIDECAR_DIR: str(tmp_path / "missing")})
+        open_store(store.budget, {SIDECAR_DIR_ENV: str(tmp_path / "missing")})
     with pytest.raises(SidecarWriterError, match="write token"):
         SidecarWriter(store, "nope")
 
@@ -303,12 +299,13 @@ print(json.dumps({"first": project_fields(update, writer, Budget.from_env()).upd
 """
 
 
+@pytest.mark.e2e
 def test_writer_in_a_separate_agent_process_shares_quotas(make_store: StoreFactory) -> None:
     budget = Budget.defaults().replace(sidecar_max_session_bytes=250_000)
     store = make_store(budget)
     token = store.mint_write_token("sess")
     # The token travels like the daemon sends it (in the request, here stdin), never in the env.
-    env = {**os.environ, **budget.to_env(), ENV_SIDECAR_DIR: str(store.root)}
+    env = {**os.environ, **budget.to_env(), SIDECAR_DIR_ENV: str(store.root)}
     done = subprocess.run([sys.executable, "-c", _AGENT_SCRIPT], env=env, capture_output=True, timeout=60,
                           check=True, input=token.encode())
     import json

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import typer
 
 from hopline.budget import Budget, BudgetError, IncoherentBudget, require_coherent
+from hopline.vocabulary import NAIVE_ENV
 
 
 def budget_or_exit() -> Budget:
@@ -23,7 +24,6 @@ def budget_or_exit() -> Budget:
 # `HOPLINE_NAIVE=1` replays the seed's incident on purpose (the seed's old rules: content-only
 # estimate, no transport bound, an implicit 100 KB gateway limit). Only then is an incoherent chain
 # reported and run anyway; outside naive mode an incoherent chain refuses to start.
-NAIVE_ENV = "HOPLINE_NAIVE"
 # The seed's gateway limit: Express's implicit `100kb`, part of the incident the naive mode replays.
 NAIVE_GATEWAY_LIMIT = "100kb"
 

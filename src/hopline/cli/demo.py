@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import NAIVE_ENV, NAIVE_GATEWAY_LIMIT, budget_or_exit
+from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit
+from hopline.vocabulary import NAIVE_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console

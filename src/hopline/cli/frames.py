@@ -14,8 +14,6 @@ import typer
 
 from hopline.cli._common import budget_or_exit
 
-READ_CHUNK_BYTES = 64 * 1024  # read size, not a ceiling: the codec enforces the max frame
-
 
 def analyze(stream: Any, *, direction: str, budget: Any, threshold: int | None,
             emit: Any) -> dict[str, Any]:
@@ -24,7 +22,14 @@ def analyze(stream: Any, *, direction: str, budget: Any, threshold: int | None,
 
     from hopline.observe.large_frames import LargeFrameObserver
     from hopline.observe.stats import PipeStats
-    from hopline.wire.ndjson import Frame, FrameTooLarge, IncompleteFrame, InvalidFrame, NdjsonDecoder
+    from hopline.wire.ndjson import (
+        READ_CHUNK_BYTES,
+        Frame,
+        FrameTooLarge,
+        IncompleteFrame,
+        InvalidFrame,
+        NdjsonDecoder,
+    )
 
     approx_budget = budget.large_frame_threshold_bytes  # --threshold is for analysis only
     if threshold is not None:

@@ -17,17 +17,16 @@ from pathlib import Path
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit
-
-TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
+from hopline.vocabulary import INTERNAL_TOKEN_ENV
 
 
 def resolve_token(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str]:
     """The token and where it came from; a generated one is exported for child processes."""
-    token = environ.get(TOKEN_ENV, "").strip()
+    token = environ.get(INTERNAL_TOKEN_ENV, "").strip()
     if token:
-        return token, TOKEN_ENV
+        return token, INTERNAL_TOKEN_ENV
     token = secrets.token_urlsafe(32)
-    environ[TOKEN_ENV] = token
+    environ[INTERNAL_TOKEN_ENV] = token
     return token, "generated"
 
 

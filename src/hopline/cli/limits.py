@@ -4,27 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from hopline.budget import CEILINGS, Budget, Finding, Unit, check_coherence, format_size
+from hopline.budget import CEILINGS, Budget, Finding, Unit, check_coherence, format_size, limits_json
 from hopline.cli._common import budget_or_exit
-
-
-def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
-    ceilings: list[dict[str, object]] = []
-    for c in CEILINGS:
-        row: dict[str, object] = {"name": c.name, "hop": c.hop}
-        if c.unit is Unit.BYTES:
-            row["bytes"] = budget.value(c.key)
-        else:
-            row["value"] = budget.value(c.key)
-            row["unit"] = c.unit.value
-        row["source"] = budget.source(c.key)
-        ceilings.append(row)
-    return {
-        "ceilings": ceilings,
-        "narrowestRequestCeiling": budget.narrowest_request_ceiling().name,
-        "errors": [f.to_json() for f in findings if f.severity == "error"],
-        "warnings": [f.to_json() for f in findings if f.severity == "warning"],
-    }
 
 
 def _print_table(budget: Budget, findings: list[Finding]) -> None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import budget_or_exit
-from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.vocabulary import SERVER_TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -183,7 +183,7 @@ class LiveView:
         self.console.file.flush()
 
     async def on_event(self, event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
-        from hopline.client.events import COMPACTION, PROGRESS
+        from hopline.vocabulary import COMPACTION, PROGRESS
 
         self._tracker = tracker
         moved = event.sidecars() if event.update_kind not in (None, "tool_call", "tool_call_update") else []
@@ -356,7 +356,7 @@ def register(app: typer.Typer) -> None:
         prompt: str = typer.Argument(..., help="The prompt for the agent."),
         cwd: str = typer.Option(None, "--cwd", help="Workspace directory (default: the current one)."),
         url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
-        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${SERVER_TOKEN_ENV})."),
         profile: str = typer.Option(None, "--profile", help="Agent profile (dev, qa_automation, ...)."),
         as_json: bool = typer.Option(False, "--json", help="Print events as JSON lines, then the final."),
         ask: bool = typer.Option(False, "--ask", help="Ask before each tool permission (default: auto)."),
@@ -375,7 +375,7 @@ def register(app: typer.Typer) -> None:
         hints = parse_scripted(scripted)
         workspace = os.path.abspath(cwd or os.getcwd())
         if url is not None and token is None:
-            token = os.environ.get(TOKEN_ENV)
+            token = os.environ.get(SERVER_TOKEN_ENV)
         try:
             code = asyncio.run(run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
                                           profile=profile, as_json=as_json, ask=ask, scripted=hints))

@@ -5,9 +5,7 @@ from __future__ import annotations
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
-
-# How long open responses get to finish on SIGTERM before they are cut (process hygiene, not a limit).
-STOP_GRACE_SECONDS = 5
+from hopline.vocabulary import AGENT_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 
 def register(app: typer.Typer) -> None:
@@ -42,8 +40,8 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.console import CONSOLE_PREFIX
-        from hopline.daemon.app import INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, create_daemon_app
-        from hopline.daemon.child import AGENT_ENV, agent_env_names
+        from hopline.daemon.app import create_daemon_app
+        from hopline.daemon.child import agent_env_names
         from hopline.logs import configure_json_logging
 
         try:
@@ -92,7 +90,7 @@ def register(app: typer.Typer) -> None:
                 await super().shutdown(sockets)
 
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=STOP_GRACE_SECONDS,
+                                timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds),
                                 timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
         server = DaemonServer(config)
         # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.

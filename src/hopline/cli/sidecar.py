@@ -17,7 +17,7 @@ import typer
 
 from hopline.cli._common import budget_or_exit
 from hopline.cli.status import URL_ENV
-from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.vocabulary import SERVER_TOKEN_ENV
 
 # The daemon keeps its sidecar store here, under its data directory.
 SIDECARS_SUBDIR = "sidecars"
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         session_id: str = typer.Argument(..., help="The session that owns the sidecar."),
         sidecar_id: str = typer.Argument(..., help="The sidecar id (from _meta[\"hopline.sidecar\"])."),
         url: str = typer.Option(None, "--url", help=f"A running daemon (default: ${URL_ENV})."),
-        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${SERVER_TOKEN_ENV})."),
         data_dir: str = typer.Option(None, "--data-dir",
                                      help="Read the store of this daemon data directory instead."),
     ) -> None:
@@ -94,7 +94,8 @@ def register(app: typer.Typer) -> None:
             print(f"hopline sidecar: give --url (or set {URL_ENV}) or --data-dir", file=sys.stderr)
             raise typer.Exit(2)
         try:
-            code = asyncio.run(_from_daemon(base, token or os.environ.get(TOKEN_ENV), session_id, sidecar_id))
+            token = token or os.environ.get(SERVER_TOKEN_ENV)
+            code = asyncio.run(_from_daemon(base, token, session_id, sidecar_id))
         except (DaemonError, SidecarIntegrityError) as exc:
             print(f"hopline sidecar: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None

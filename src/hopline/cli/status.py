@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import budget_or_exit
-from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.vocabulary import SERVER_TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def status(
         url: str = typer.Option(None, "--url", help=f"The daemon's URL (default: ${URL_ENV})."),
-        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${SERVER_TOKEN_ENV})."),
         as_json: bool = typer.Option(False, "--json", help="Print the status object as JSON."),
     ) -> None:
         """Show a running daemon's sessions, pipe stats, large frames, sidecars and budget."""
@@ -135,7 +135,8 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
 
         async def fetch() -> dict[str, Any]:
-            async with DaemonClient(target, token or os.environ.get(TOKEN_ENV), budget=budget) as client:
+            bearer = token or os.environ.get(SERVER_TOKEN_ENV)
+            async with DaemonClient(target, bearer, budget=budget) as client:
                 return await client.status()
 
         try:

@@ -9,7 +9,7 @@ from hopline.client.daemon import (
     TranscriptPage,
 )
 from hopline.client.events import Event, SidecarRef, content_text
-from hopline.client.sse import SseEventTooLarge, SseMessage, SseParser
+from hopline.wire.sse import SseEventTooLarge, SseMessage, SseParser
 
 __all__ = [
     "DaemonClient",

@@ -1,6 +1,6 @@
 """``DaemonClient``: the async Python SDK for the hopline daemon's HTTP + SSE API (SPEC C-1).
 
-The event iterator reads SSE with the bounded :class:`~hopline.client.sse.SseParser` over
+The event iterator reads SSE with the bounded :class:`~hopline.wire.sse.SseParser` over
 ``response.aiter_bytes()`` and resumes a dropped stream with ``Last-Event-ID``; events are
 deduplicated by id, so a resume neither loses nor repeats one.
 """
@@ -16,14 +16,23 @@ from typing import Any
 import httpx
 import orjson
 
-from hopline.budget import HOP_CLIENT_SSE, HOP_DAEMON_API, HOP_SIDECARS, Budget
+from hopline.budget import (
+    CEILINGS_BY_KEY,
+    HOP_CLIENT_SSE,
+    HOP_DAEMON_API,
+    HOP_SIDECARS,
+    Budget,
+    CeilingExceeded,
+    HoplineError,
+)
 from hopline.client.events import Event, SidecarRef
-from hopline.client.sse import SseMessage, SseParser
-from hopline.sidecars.projection import META_KEY, restore_update
+from hopline.sidecars.projection import restore_update
+from hopline.vocabulary import META_SIDECAR
+from hopline.wire.sse import SseMessage, SseParser
 
 log = logging.getLogger("hopline.client")
 
-class DaemonError(Exception):
+class DaemonError(HoplineError):
     """The daemon answered an API call with an error status."""
 
     def __init__(self, status: int, body: Any, method: str, route: str) -> None:
@@ -36,23 +45,23 @@ class DaemonError(Exception):
         self.type = fields.get("type")
         detail = fields.get("message") or fields.get("detail") or (fields or body)
         sizes = "".join(f", {key} {fields[key]}" for key in ("limitBytes", "observedBytes") if key in fields)
-        super().__init__(f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
+        # Named, not super(): a subclass may also be a CeilingExceeded (RequestTooLarge).
+        HoplineError.__init__(self, f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
 
 
-class RequestTooLarge(DaemonError):
-    """A request body over the daemon's JSON body limit: refused by the client, never sent."""
+class RequestTooLarge(DaemonError, CeilingExceeded):
+    """A request body over the daemon's JSON body limit: refused by the client, never sent. Both a
+    :class:`DaemonError` (status 413, the daemon's body) and a :class:`CeilingExceeded`."""
 
     def __init__(self, method: str, route: str, limit: int, observed: int) -> None:
-        error = {"type": "request_too_large", "hop": HOP_DAEMON_API, "limitBytes": limit,
-                 "observedBytes": observed,
-                 "message": "request body over the daemon JSON body limit (HOPLINE_DAEMON_JSON_BODY_LIMIT); "
-                            "not sent"}
-        super().__init__(413, {"error": error}, method, route)
-        self.limit = limit
-        self.observed = observed
+        ceiling = CEILINGS_BY_KEY["daemon_json_body_limit"]
+        CeilingExceeded.__init__(self, ceiling.hop, ceiling.name, limit, observed,
+                                 f"request body over the daemon JSON body limit ({ceiling.name}); not sent",
+                                 kind="request_too_large")
+        DaemonError.__init__(self, 413, self.to_json(), method, route)
 
 
-class SseReconnectExhausted(Exception):
+class SseReconnectExhausted(HoplineError):
     """The event stream dropped and every reconnect attempt failed."""
 
     def __init__(self, attempts: int, last_event_id: int | None, cause: BaseException) -> None:
@@ -62,7 +71,7 @@ class SseReconnectExhausted(Exception):
                          f"(last event id {last_event_id}): {type(cause).__name__}: {cause}")
 
 
-class SidecarIntegrityError(Exception):
+class SidecarIntegrityError(HoplineError):
     """A fetched sidecar does not match its declared size or sha256."""
 
     def __init__(self, sidecar_id: str, message: str) -> None:
@@ -232,7 +241,7 @@ class DaemonClient:
         """Yield the session's events in id order; resume a dropped stream with ``Last-Event-ID``.
 
         Events with an id at or below the last one seen are skipped (a resume may repeat them).
-        Raises :class:`~hopline.client.sse.SseEventTooLarge` for an event over the client limit and
+        Raises :class:`~hopline.wire.sse.SseEventTooLarge` for an event over the client limit and
         :class:`SseReconnectExhausted` when the stream cannot be re-established.
         """
         last_id = last_event_id
@@ -355,7 +364,7 @@ class DaemonClient:
         set back at its path. Raises :class:`SidecarIntegrityError` for a truncated field (its
         bytes were lost: the entry says how many) or a body that does not match its entry."""
         meta = update.get("_meta")
-        entries = meta.get(META_KEY) if isinstance(meta, dict) else None
+        entries = meta.get(META_SIDECAR) if isinstance(meta, dict) else None
         if not isinstance(entries, list) or not entries:
             return update
         bodies: dict[str, bytes] = {}

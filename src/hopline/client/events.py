@@ -5,19 +5,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hopline.vocabulary import (
+    META_SIDECAR,
+    SESSION_UPDATE,
+    TURN_END_TYPES,
+)
+
 # Event types the daemon emits with an id (journaled) and without one (synthetic, SPEC D-3).
-SESSION_UPDATE = "session_update"
-PROGRESS = "progress"
-COMPACTION = "compaction"
-TURN_COMPLETE = "turn_complete"
-TURN_ERROR = "turn_error"
-PERMISSION_REQUEST = "permission_request"
-SYNTHETIC_TYPES = frozenset({
-    "replay_complete", "slow_client_warning", "client_evicted", "state_resync_required",
-    "stream_error", "frame_dropped",
-})
-TURN_END_TYPES = frozenset({TURN_COMPLETE, TURN_ERROR})
-SIDECAR_META_KEY = "hopline.sidecar"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +105,7 @@ class Event:
         meta = self.update.get("_meta")
         if not isinstance(meta, dict):
             return []
-        entries = meta.get(SIDECAR_META_KEY)
+        entries = meta.get(META_SIDECAR)
         if isinstance(entries, dict):
             entries = [entries]
         if not isinstance(entries, list):

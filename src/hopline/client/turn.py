@@ -11,16 +11,14 @@ import dataclasses
 import re
 from typing import Any
 
-from hopline.client.events import (
+from hopline.client.events import Event, SidecarRef, content_text
+from hopline.vocabulary import (
     COMPACTION,
     PERMISSION_REQUEST,
     PROGRESS,
     SESSION_UPDATE,
     TURN_COMPLETE,
     TURN_ERROR,
-    Event,
-    SidecarRef,
-    content_text,
 )
 
 # How much of a tool output the tracker keeps for a preview line, head and tail together (the wire

@@ -12,9 +12,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
-from hopline.daemon.child import PipeInstruments
 from hopline.gateway.body_limit import send_json
 from hopline.observe.metrics import HISTOGRAM_NAME, HISTOGRAM_UNIT
+from hopline.observe.pipe import PipeObservability
 
 CONSOLE_PREFIX = "/ui"
 STATIC_DIR = Path(__file__).parent / "static"
@@ -79,7 +79,7 @@ class ConsoleDispatcher:
             await send_json(send, exc.status_code, body, extra_headers=headers)
 
 
-def frames_json(budget: Budget, instruments: PipeInstruments) -> dict[str, Any]:
+def frames_json(budget: Budget, instruments: PipeObservability) -> dict[str, Any]:
     """The pipe frame histogram per direction, the ceilings drawn on it, and the large-frame records."""
     large = instruments.large_frames.snapshot()
     return {
@@ -92,7 +92,7 @@ def frames_json(budget: Budget, instruments: PipeInstruments) -> dict[str, Any]:
     }
 
 
-def frames_router(budget: Budget, instruments: PipeInstruments) -> APIRouter:
+def frames_router(budget: Budget, instruments: PipeObservability) -> APIRouter:
     router = APIRouter()
 
     @router.get("/daemon/frames", responses={401: {}})

@@ -24,11 +24,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import orjson
 from fastapi import FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from hopline.budget import (
     CEILINGS_BY_KEY,
@@ -37,29 +36,28 @@ from hopline.budget import (
     MAX_QUEUED_RANGE,
     Budget,
     check_coherence,
+    limits_json,
     require_coherent,
 )
-from hopline.daemon.body_limit import ReadAheadBodyLimit
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
-from hopline.daemon.child import PipeInstruments
+from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
+from hopline.daemon.errors import SessionError
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.sessions import DaemonSession, SessionError, SessionManager
+from hopline.daemon.session import DaemonSession
+from hopline.daemon.sessions import SessionManager
+from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
+from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
+from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
+from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
-INTERNAL_PREFIX = "/internal"
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"
-INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
-GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
-_ID_CHARS = 128
-# The TTL reaper runs this many times per sidecar time to live (hourly at the default 24 h).
-SIDECAR_REAPS_PER_TTL = 24  # path ids are opaque tokens; longer ones are refused before any lookup
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -192,26 +190,6 @@ def _error(exc: SessionError) -> JSONResponse:
     return JSONResponse(exc.body, status_code=exc.status)
 
 
-class InternalDispatcher:
-    """``/internal/...`` -> the gateway (mounted as starlette's Mount would), else the daemon."""
-
-    def __init__(self, daemon: ASGIApp, gateway: ASGIApp | None, app: FastAPI) -> None:
-        self.daemon = daemon
-        self.gateway = gateway
-        self.app = app  # the daemon's FastAPI app (routes, OpenAPI)
-        self.state = app.state  # budget, manager, bus, journal, instruments, gateway
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.gateway is not None and scope["type"] == "http":
-            path: str = scope.get("path", "")
-            if path == INTERNAL_PREFIX or path.startswith(INTERNAL_PREFIX + "/"):
-                root = scope.get("root_path", "")
-                child_scope = dict(scope, root_path=root + INTERNAL_PREFIX, app_root_path=root)
-                await self.gateway(child_scope, receive, send)
-                return
-        await self.daemon(scope, receive, send)
-
-
 def create_daemon_app(
     budget: Budget,
     *,
@@ -227,6 +205,7 @@ def create_daemon_app(
     allow_incoherent: bool = False,
     agent_env: Sequence[str] = (),
     gateway_tokens: SessionTokens | None = None,
+    instruments: PipeObservability | None = None,
 ) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
@@ -238,14 +217,15 @@ def create_daemon_app(
     Children get an allow-listed environment (:func:`hopline.daemon.child.child_environment`) plus
     the variables named in ``agent_env``; with the gateway embedded, each session's agent gets its
     own gateway token in ``session/new`` (D-11), never ``internal_token``; ``gateway_tokens`` replaces
-    the registry of those tokens."""
+    the registry of those tokens. ``instruments`` replaces the pipe's instruments (the benchmarks'
+    A/B switches, :class:`~hopline.observe.pipe.PipeObservability`)."""
     if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
         require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
     journal = Journal(data_dir)
     bus = EventBus(budget, journal)
-    instruments = PipeInstruments(budget)
+    instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env: dict[str, str] = {}
     if gateway_url:
         child_env[GATEWAY_URL_ENV] = gateway_url
@@ -262,40 +242,32 @@ def create_daemon_app(
                              agent_env=agent_env, gateway_tokens=session_tokens)
 
     gateway: FastAPI | None = None
-    if embed_gateway:
-        from hopline.gateway.app import create_gateway_app
-        from hopline.gateway.providers import provider_from_env
-
-        gateway = create_gateway_app(budget, token=internal_token,
-                                     provider=provider if provider is not None else provider_from_env(budget),
-                                     route_prefix="", session_tokens=session_tokens)
+    if session_tokens is not None:
+        gateway = embedded_gateway(budget, internal_token=internal_token, provider=provider,
+                                   session_tokens=session_tokens)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        gateway_cm = gateway.router.lifespan_context(gateway) if gateway is not None else None
-        if gateway_cm is not None:
-            await gateway_cm.__aenter__()
-        reaper: asyncio.Task[None] | None = None
-        if store is not None:
-            await asyncio.to_thread(store.collect_orphans)
-            await asyncio.to_thread(store.reap_expired)
-            reaper = asyncio.create_task(store.run_reaper(budget.sidecar_ttl_seconds / SIDECAR_REAPS_PER_TTL))
-        await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
-        try:
-            yield
-        finally:
-            if reaper is not None:
-                reaper.cancel()
-                with contextlib.suppress(BaseException):
-                    await reaper
-            bus.close_all()
-            await manager.shutdown()
-            if gateway_cm is not None:
-                await gateway_cm.__aexit__(None, None, None)
-            instruments.metrics.shutdown()
-            journal.close()
+        async with running(gateway):
+            reaper: asyncio.Task[None] | None = None
             if store is not None:
-                store.close()
+                await asyncio.to_thread(store.collect_orphans)
+                await asyncio.to_thread(store.reap_expired)
+                reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
+            await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
+            try:
+                yield
+            finally:
+                if reaper is not None:
+                    reaper.cancel()
+                    with contextlib.suppress(BaseException):
+                        await reaper
+                bus.close_all()
+                await manager.shutdown()
+                instruments.shutdown()
+                journal.close()
+                if store is not None:
+                    store.close()
 
     app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.router.route_class = bounded_json_route(budget.json_max_depth)
@@ -312,7 +284,7 @@ def create_daemon_app(
         return _error(exc)
 
     def session_of(session_id: str) -> DaemonSession:
-        if len(session_id) > _ID_CHARS:
+        if len(session_id) > budget.path_id_max_chars:  # opaque tokens: refused before any lookup
             raise SessionError(404, "unknown_session", "no such session")
         return manager.get(session_id)
 
@@ -378,32 +350,15 @@ def create_daemon_app(
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
         session = session_of(session_id)
         after = parse_decimal_id(cursor, "cursor") if cursor else 0
-        page_max = budget.transcript_page_max_bytes
-        # Room for {"events":[...],"nextCursor":"..."} and each event's {"id":..,"type":..,"data":}.
-        rows = journal.read_page(session.id, after, max_bytes=page_max)
-        parts: list[bytes] = []
-        total = 64
-        last = after
-        for row in rows:
-            piece = b'{"id":%d,"type":%s,"data":%s}' % (row.seq, orjson.dumps(row.type), row.data)
-            if len(piece) + 1 > page_max - 64:
-                # A single event larger than a page: named, not inlined (read it with SSE resume).
-                piece = orjson.dumps({"id": row.seq, "type": row.type,
-                                      "omitted": {"bytes": len(row.data), "limitBytes": page_max,
-                                                  "resumeWithLastEventId": row.seq - 1}})
-            if parts and total + len(piece) + 1 > page_max:
-                break
-            parts.append(piece)
-            total += len(piece) + 1
-            last = row.seq
-        next_cursor = str(last) if last < journal.last_id(session.id) else None
-        body = b'{"events":[' + b",".join(parts) + b'],"nextCursor":' + orjson.dumps(next_cursor) + b"}"
-        return Response(body, media_type="application/json")
+        page = transcript_page(journal, session.id, after, page_max_bytes=budget.transcript_page_max_bytes,
+                               envelope_bytes=budget.transcript_page_envelope_bytes)
+        return Response(page, media_type="application/json")
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
     async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:
-        outcome = await manager.answer_permission(session_of(session_id), request_id[:_ID_CHARS],
-                                                  option_id=body.optionId, reject=body.outcome == "reject")
+        request = request_id[:budget.path_id_max_chars]
+        outcome = await manager.answer_permission(session_of(session_id), request, option_id=body.optionId,
+                                                  reject=body.outcome == "reject")
         return {"requestId": request_id, "outcome": outcome}
 
     @app.delete("/session/{session_id}", responses=errors)
@@ -421,15 +376,9 @@ def create_daemon_app(
 
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
-        from hopline.cli.limits import limits_json
-
-        large = instruments.large_frames.snapshot()
         return {
             "sessions": manager.status(),
-            "runtime": {"perf": {"pipe": instruments.stats.snapshot()}},
-            "largeFrames": {"logged": large["logged"], "suppressed": large["suppressed"],
-                            "thresholdBytes": large["thresholdBytes"]},
-            "framesDropped": instruments.frames_dropped,
+            **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
@@ -450,8 +399,8 @@ def create_daemon_app(
 
     app.include_router(frames_router(budget, instruments))
 
-    guarded = ReadAheadBodyLimit(app, limit=budget.daemon_json_body_limit, hop=HOP_DAEMON_API,
-                                 read_timeout=budget.body_read_timeout_seconds)
+    guarded = BodyLimit(app, limit=budget.daemon_json_body_limit, ceiling="daemon_json_body_limit",
+                        read_timeout=budget.body_read_timeout_seconds)
     authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",),
                                    token_env=SERVER_TOKEN_ENV)
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.

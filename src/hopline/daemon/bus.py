@@ -1,6 +1,6 @@
 """The event bus (SPEC D-3..D-5): journal, per-session ring, per-subscriber bounded queues.
 
-``publish`` journals the event first (its id comes from the journal), then appends it to the
+``publish`` journals the event first (its id is allocated by the journal), then appends it to the
 session's ring (bounded by ``ring_max_events`` and ``ring_max_bytes``) and offers it to every
 subscriber. A subscriber's queue is bounded by count (``maxQueued``, the only client knob) and by
 ``sse_queue_max_bytes`` (not client-settable); an empty queue always accepts one event, so a single
@@ -13,8 +13,9 @@ reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in
 Synthetic events (no id, not journaled) go to the live subscribers only.
 
 Inside :meth:`EventBus.batch` (a synchronous stretch, e.g. every frame of one pipe read) publishing
-is deferred: at the end of the batch its events are journaled in one transaction per session, then
-ringed and offered in publication order (synthetic ones in their place). D-5 holds: nothing reaches
+is deferred: its events are staged in the journal (which gives them their ids), and at the end of the
+batch committed in one transaction, then ringed and offered in publication order (synthetic ones in
+their place). D-5 holds: nothing reaches
 the ring or a subscriber before its commit.
 """
 
@@ -36,8 +37,6 @@ from hopline.daemon.journal import Journal
 log = logging.getLogger("hopline.daemon.bus")
 
 WARN_FRACTION = 0.75  # SPEC D-4: warn at 75 % of a subscriber's queue, evict at 100 %
-SYNTHETIC_TYPES = frozenset({"replay_complete", "slow_client_warning", "client_evicted",
-                             "state_resync_required", "stream_error", "frame_dropped"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,7 +203,6 @@ class EventBus:
         self.evictions = 0
         self.oversize_dropped = 0
         self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
-        self._batch_last: dict[str, int] = {}  # ids already given to batched events, per session
 
     def _ring(self, session_id: str) -> _Ring:
         ring = self._rings.get(session_id)
@@ -215,7 +213,7 @@ class EventBus:
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
         """Defer the events published inside (synchronous code only: no await in the block) and
-        journal them in one transaction per session at its end, then deliver them in order. The
+        journal them in one transaction at its end, then deliver them in order. The
         events published before an exception in the block are still journaled and delivered. A
         nested batch joins the outer one."""
         if self._batch is not None:
@@ -227,25 +225,9 @@ class EventBus:
             yield
         finally:
             self._batch = None
-            self._batch_last.clear()
-            self._commit(pending)
-
-    def _commit(self, pending: list[tuple[str, Event]]) -> None:
-        by_session: dict[str, list[Event]] = {}
-        for session_id, event in pending:
-            if event.id is not None:
-                by_session.setdefault(session_id, []).append(event)
-        for session_id, events in by_session.items():
-            ids = self.journal.append_many(session_id, [(e.type, e.data) for e in events])
-            if ids != [e.id for e in events]:  # the journal is only written through the bus
-                raise RuntimeError("journal ids diverged from the batched event ids")
-        for session_id, event in pending:
-            self._deliver(session_id, event)
-
-    def _next_id(self, session_id: str) -> int:
-        if self._batch is not None and session_id in self._batch_last:
-            return self._batch_last[session_id] + 1
-        return self.journal.last_id(session_id) + 1
+            self.journal.commit()
+            for session_id, event in pending:
+                self._deliver(session_id, event)
 
     def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
         """Journal, ring, subscribers, in that order (deferred to the end of a :meth:`batch`). An
@@ -253,8 +235,7 @@ class EventBus:
         its size and the limit goes out instead."""
         payload = orjson.dumps(data)
         limit = self.budget.sse_max_event_bytes
-        event_id = self._next_id(session_id)
-        if wire_size(event_id, event_type, len(payload)) > limit:
+        if wire_size(self.journal.next_id(session_id), event_type, len(payload)) > limit:
             self.oversize_dropped += 1
             self.publish_synthetic(session_id, "frame_dropped", {
                 "direction": "sse", "bytes": len(payload), "limitBytes": limit,
@@ -263,12 +244,11 @@ class EventBus:
             log.warning("event over the sse event limit dropped",
                         extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
             return None
+        event = Event(self.journal.stage(session_id, event_type, payload), event_type, payload)
         if self._batch is not None:
-            event = Event(event_id, event_type, payload)
-            self._batch_last[session_id] = event_id
             self._batch.append((session_id, event))
             return event
-        event = Event(self.journal.append(session_id, event_type, payload), event_type, payload)
+        self.journal.commit()
         self._deliver(session_id, event)
         return event
 

@@ -24,19 +24,14 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import Budget, KiB
-from hopline.harness.tools import HOPLINE_TOKEN_ENV
-from hopline.observe.large_frames import LargeFrameObserver
-from hopline.observe.metrics import PipeMetrics
-from hopline.observe.stats import Direction, PipeStats
-from hopline.wire.hooks import FrameObservation, PipeTap
+from hopline.budget import Budget, HoplineError
+from hopline.observe.pipe import PipeObservability
+from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV
 from hopline.wire.jsonrpc import message_kind
-from hopline.wire.ndjson import Frame, FrameError, NdjsonDecoder
+from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError, NdjsonDecoder
 
 log = logging.getLogger("hopline.daemon.child")
 
-# I/O granularity of the pipe reads, not a limit: frames of any size up to the max are reassembled.
-READ_CHUNK_BYTES = 64 * KiB
 # The safe base every child gets from the daemon's environment (when set): what a process needs
 # to run, find its home and speak the user's locale, and nothing that authenticates anything.
 SAFE_BASE_ENV: frozenset[str] = frozenset({
@@ -47,21 +42,18 @@ SAFE_BASE_ENV: frozenset[str] = frozenset({
 SAFE_BASE_PREFIXES: tuple[str, ...] = ("LC_",)
 # hopline's own non-secret settings the agent reads (the budget's variables travel via to_env()).
 HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERMISSION_MODE"})
-AGENT_ENV = "HOPLINE_AGENT_ENV"
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# How long a child gets to exit after its stdin closes, then after SIGTERM (process hygiene).
-STOP_GRACE_SECONDS = 2.0
 
 JSONRPC_METHOD_NOT_FOUND = -32601
 
 
-class AgentExited(Exception):
+class AgentExited(HoplineError):
     def __init__(self, returncode: int | None) -> None:
         super().__init__(f"the agent process exited with code {returncode}")
         self.returncode = returncode
 
 
-class AgentRpcError(Exception):
+class AgentRpcError(HoplineError):
     """The child answered a request with a JSON-RPC error."""
 
     def __init__(self, error: Mapping[str, Any]) -> None:
@@ -70,36 +62,6 @@ class AgentRpcError(Exception):
         self.message = message if isinstance(message, str) else "agent error"
         self.data = error.get("data")
         super().__init__(self.message)
-
-
-class PipeInstruments:
-    """The per-daemon pipe observers shared by every child: stats, histogram, large frames."""
-
-    def __init__(self, budget: Budget) -> None:
-        self.stats = PipeStats()
-        self.metrics = PipeMetrics(budget)
-        self.large_frames = LargeFrameObserver(budget)
-        self.frames_dropped = 0
-
-    def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:
-        """A frame that was not relayed (SPEC D-8). One that was never decoded (``observed`` false)
-        and is at least the large-frame threshold also gets a large-frame record: its origin is
-        ``unknown`` and it holds sizes only."""
-        self.frames_dropped += 1
-        self.stats.record_dropped(direction, nbytes)
-        if not observed:
-            self.large_frames.observe(direction, nbytes, None)
-
-    def tap(self, direction: Any) -> PipeTap:
-        tap = PipeTap(direction)
-        tap.add_byte_hook(lambda n: self.stats.record(direction, n))
-        tap.add_byte_hook(lambda n: self.metrics.record(direction, n))
-
-        def observe(obs: FrameObservation) -> None:
-            self.large_frames.observe(obs.direction, obs.bytes, obs.message)
-
-        tap.add_observer(observe)
-        return tap
 
 
 class ChildHandler(Protocol):
@@ -154,7 +116,7 @@ def child_environment(base: Mapping[str, str], extra: Mapping[str, str],
 
 class AcpChild:
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str], budget: Budget,
-                 instruments: PipeInstruments, handler: ChildHandler) -> None:
+                 instruments: PipeObservability, handler: ChildHandler) -> None:
         self.argv = list(argv)
         self.env = dict(env)
         self.budget = budget
@@ -265,7 +227,7 @@ class AcpChild:
                 # really not reading.
                 await asyncio.sleep(0)
             for error in self.decoder.eof():
-                self._frame_error(error, error.size, type(error).__name__)
+                self._frame_error(error, error.size, error.reason)
         except Exception:
             log.exception("pipe reader failed")
         finally:
@@ -290,7 +252,7 @@ class AcpChild:
 
     def _dispatch(self, item: Frame | FrameError) -> Awaitable[None] | None:
         if not isinstance(item, Frame):
-            self._frame_error(item, item.size, type(item).__name__)
+            self._frame_error(item, item.size, item.reason)
             return None
         message = item.message
         self.inbound.notify_read(item.size, message)
@@ -354,7 +316,8 @@ class AcpChild:
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(proc.pid, sig)
                 try:
-                    await asyncio.wait_for(asyncio.shield(self.exited.wait()), STOP_GRACE_SECONDS)
+                    await asyncio.wait_for(asyncio.shield(self.exited.wait()),
+                                           self.budget.child_stop_grace_seconds)
                     break
                 except TimeoutError:
                     continue

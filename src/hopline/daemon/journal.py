@@ -2,8 +2,12 @@
 
 One file under the daemon's data directory, WAL mode, one transaction per appended event or per
 batch of events (WAL with ``synchronous=NORMAL`` survives a daemon crash; an acknowledged event is
-on disk). Event ids are per session, monotonic from 1, assigned here so the journal and the SSE
-stream agree. Reads are paged by bytes so a replay never materializes a whole session.
+on disk). Reads are paged by bytes so a replay never materializes a whole session.
+
+Event ids are per session, monotonic from 1, and allocated here only: :meth:`Journal.stage` gives an
+event its id and holds it, :meth:`Journal.commit` writes everything staged in one transaction (a
+failed commit writes nothing and releases the staged ids). :meth:`Journal.next_id` tells the id the
+next staged event gets (the bus sizes an event's SSE form with it before staging it).
 
 Synchronous on purpose: appends are small and ordered, and the event loop is the only writer.
 """
@@ -19,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
+from hopline.vocabulary import TURN_END_TYPES
 
 JOURNAL_FILE = "journal.sqlite3"
 # Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
@@ -50,7 +56,6 @@ CREATE TABLE IF NOT EXISTS prompts (
     PRIMARY KEY (session_id, prompt_id)
 ) WITHOUT ROWID;
 """
-TURN_END_TYPES = ("turn_complete", "turn_error")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +82,9 @@ class Journal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
-        self._last: dict[str, int] = {}
+        self._last: dict[str, int] = {}  # last committed id per session
+        self._allocated: dict[str, int] = {}  # last id given to a staged event, per session
+        self._staged: list[tuple[str, int, str, bytes]] = []  # (session id, id, type, data)
 
     def close(self) -> None:
         self._db.close()
@@ -107,6 +114,8 @@ class Journal:
             self._db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
         self._last.pop(session_id, None)
+        self._allocated.pop(session_id, None)
+        self._staged = [row for row in self._staged if row[0] != session_id]
 
     # --- prompts: accepted and not yet ended (a restart ends them, D-8) -------------------------
 
@@ -142,6 +151,7 @@ class Journal:
     # --- events ---------------------------------------------------------------------------------
 
     def last_id(self, session_id: str) -> int:
+        """The id of the session's last committed event (0 for none)."""
         last = self._last.get(session_id)
         if last is None:
             row = self._db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?",
@@ -150,30 +160,48 @@ class Journal:
             self._last[session_id] = last
         return last
 
+    def next_id(self, session_id: str) -> int:
+        """The id the session's next staged event gets (nothing is allocated)."""
+        return self._allocated.get(session_id, self.last_id(session_id)) + 1
+
+    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
+        """Allocate the session's next id to an event and hold it until :meth:`commit`."""
+        seq = self.next_id(session_id)
+        self._allocated[session_id] = seq
+        self._staged.append((session_id, seq, event_type, data))
+        return seq
+
+    def commit(self) -> None:
+        """Write every staged event in ONE transaction. All of them are on disk when this returns,
+        or none, and then their ids are released (the next staged event reuses them)."""
+        rows, self._staged = self._staged, []
+        self._allocated.clear()
+        if not rows:
+            return
+        self._write(rows)
+        for session_id, seq, _, _ in rows:
+            self._last[session_id] = seq
+
+    def _write(self, rows: Sequence[tuple[str, int, str, bytes]]) -> None:
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany("INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)", rows)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+
     def append(self, session_id: str, event_type: str, data: bytes) -> int:
-        """Write one event; return its id (previous id + 1). Committed before returning."""
-        seq = self.last_id(session_id) + 1
-        self._db.execute("INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
-                         (session_id, seq, event_type, data))
-        self._last[session_id] = seq
+        """Write one event (with anything staged before it); return its id. Committed on return."""
+        seq = self.stage(session_id, event_type, data)
+        self.commit()
         return seq
 
     def append_many(self, session_id: str, events: Sequence[tuple[str, bytes]]) -> list[int]:
         """Write ``(type, data)`` events in ONE transaction; return their ids, in order. All of them
         are committed before returning, or none (the ids are then not consumed)."""
-        first = self.last_id(session_id) + 1
-        seqs = list(range(first, first + len(events)))
-        if not events:
-            return seqs
-        self._db.execute("BEGIN")
-        try:
-            self._db.executemany("INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)",
-                                 [(session_id, seq, t, d) for seq, (t, d) in zip(seqs, events, strict=True)])
-            self._db.execute("COMMIT")
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._last[session_id] = seqs[-1]
+        seqs = [self.stage(session_id, event_type, data) for event_type, data in events]
+        self.commit()
         return seqs
 
     def count(self, session_id: str, event_type: str) -> int:

@@ -19,19 +19,15 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget, KiB
-from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, META_KEY, TOOL_UPDATE_KINDS
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
+from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, TOOL_UPDATE_KINDS
 from hopline.sidecars.store import FALLBACK_KEYS
+from hopline.vocabulary import META_DROPPED, META_SIDECAR
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update
 
-# Room kept in an SSE event for the envelope around the update ({"promptId": ..., "update": ...} and
-# the id/event lines); derived from the shape, not a ceiling.
-EVENT_ENVELOPE_BYTES = 1 * KiB
-_TITLE_CHARS = 128
 _MESSAGE_KINDS = MESSAGE_UPDATE_KINDS
 _TOOL_KINDS = TOOL_UPDATE_KINDS
-DROPPED_META_KEY = "hopline.dropped"
 # Reasons a loss may name; anything else an agent wrote there is reported as "other" (it is the
 # agent's text, and reasons are logged).
 LOSS_REASONS = frozenset({*FALLBACK_KEYS, "sse_max_event_bytes"})
@@ -42,7 +38,7 @@ def dropped_note(size: int, limit: int) -> str:
             f"({CEILINGS_BY_KEY['sse_max_event_bytes'].name}); its payload was not relayed]")
 
 
-def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]:
+def stub_update(update: dict[str, Any], size: int, limit: int, title_max_chars: int) -> dict[str, Any]:
     kind = update.get("sessionUpdate")
     note = dropped_note(size, limit)
     stub: dict[str, Any] = {"sessionUpdate": kind}
@@ -54,9 +50,9 @@ def stub_update(update: dict[str, Any], size: int, limit: int) -> dict[str, Any]
                 stub[key] = update[key]
         title = update.get("title")
         if isinstance(title, str):
-            stub["title"] = title[:_TITLE_CHARS]
+            stub["title"] = title[:title_max_chars]
         stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
-    stub["_meta"] = {DROPPED_META_KEY: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
+    stub["_meta"] = {META_DROPPED: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
                                         "reason": "sse_max_event_bytes", "lostBytes": size}}
     return stub
 
@@ -72,13 +68,13 @@ def losses(update: Any) -> tuple[int, list[str]]:
         return 0, []
     lost = 0
     reasons: list[str] = []
-    entries = meta.get(META_KEY)
+    entries = meta.get(META_SIDECAR)
     for entry in entries if isinstance(entries, list) else ():
         if isinstance(entry, dict) and entry.get("truncated"):
             # An entry from an older agent has no lostBytes: the whole field counts.
             lost += _count(entry.get("lostBytes", entry.get("bytes")))
             reasons.append(_reason(entry.get("reason")))
-    dropped = meta.get(DROPPED_META_KEY)
+    dropped = meta.get(META_DROPPED)
     if isinstance(dropped, dict):
         lost += _count(dropped.get("lostBytes", dropped.get("bytes")))
         reasons.append(_reason(dropped.get("reason")))
@@ -94,8 +90,8 @@ def oversize_replacement(budget: Budget) -> InboundProjector:
 
     def project(session_id: str, update: dict[str, Any]) -> dict[str, Any]:
         size = len(orjson.dumps(update))
-        if size + EVENT_ENVELOPE_BYTES <= limit:
+        if size + budget.sse_event_envelope_bytes <= limit:
             return update
-        return stub_update(update, size, limit)
+        return stub_update(update, size, limit, budget.stub_title_max_chars)
 
     return project

@@ -34,39 +34,39 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_REPLAY, Budget, KiB
+from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import (
     JSONRPC_METHOD_NOT_FOUND,
     AcpChild,
     AgentExited,
     AgentRpcError,
-    PipeInstruments,
     child_environment,
 )
+from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
 from hopline.daemon.journal import Journal
+from hopline.daemon.load import SessionLoader
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
+from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
 from hopline.gateway.auth import SessionTokens
+from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import (
+from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    ENV_SIDECAR_DIR,
     META_CREDENTIALS,
+    PERMISSION_METHOD,
+    PROGRESS_METHOD,
+    SIDECAR_DIR_ENV,
 )
 from hopline.wire.ndjson import FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
 
-# Agent error data echoed to a client is cut here: an error must never carry a payload-sized blob.
-ERROR_DATA_ECHO_MAX_BYTES = 4 * KiB
 PROTOCOL_VERSION = 1
-META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
-LOAD_REPLAY_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
-LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
-PROGRESS_METHODS = frozenset({"_hopline/progress", "hopline/progress"})
-PERMISSION_METHOD = "session/request_permission"
+# Older agents sent the progress notification without the extension prefix.
+PROGRESS_METHODS = frozenset({PROGRESS_METHOD, PROGRESS_METHOD.removeprefix("_")})
 # frame_dropped reasons of frames that decoded but are not relayed (D-8)
 DROP_FOREIGN_SESSION = "foreign_session"
 DROP_INVALID_UPDATE = "invalid_update"
@@ -76,59 +76,6 @@ REASON_DAEMON_RESTARTED = "daemon_restarted"
 # agent's free text).
 _LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
                            "tool_call_update", "plan", "available_commands_update", "current_mode_update"})
-LIVE_STATES = frozenset({"starting", "ready", "loading"})  # a session with an agent child
-
-
-class SessionError(Exception):
-    """A route-level failure: HTTP status and a JSON error body naming what failed."""
-
-    def __init__(self, status: int, kind: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = {"error": {"type": kind, "message": message, **extra}}
-
-
-@dataclasses.dataclass
-class PendingPermission:
-    child_request_id: Any
-    options: list[dict[str, Any]]
-    child: AcpChild
-
-
-@dataclasses.dataclass
-class LoadState:
-    suppress: bool  # the journal already holds the history: replayed updates are counted, not published
-    streamed: int = 0
-    streamed_bytes: int = 0
-    frame_error: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    frame_error_size: int = 0
-
-
-class DaemonSession:
-    def __init__(self, session_id: str, options: dict[str, Any], agent_session_id: str | None) -> None:
-        self.id = session_id
-        self.options = options
-        self.agent_session_id = agent_session_id
-        self.child: AcpChild | None = None
-        self.state = "detached"  # starting | ready | loading | detached
-        self.exit_code: int | None = None
-        self.turn_lock = asyncio.Lock()
-        self.load_lock = asyncio.Lock()
-        self.current_prompt: str | None = None
-        self.prompts: dict[str, asyncio.Task[None]] = {}
-        self.permissions: dict[str, PendingPermission] = {}
-        self.loading: LoadState | None = None
-        self.frames_dropped = 0
-        # Updates received before session/new answered: (their sessionId, projected update), held
-        # until the agent's session id is known (bounded by the ring's bounds).
-        self.early: list[tuple[Any, dict[str, Any]]] | None = None
-        self.early_bytes = 0
-        self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
-        self.lost_bytes = 0
-
-    @property
-    def cwd(self) -> str:
-        return str(self.options.get("cwd") or "")
 
 
 class _ChildEvents:
@@ -173,7 +120,7 @@ class _ChildEvents:
 
 
 class SessionManager:
-    def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeInstruments,
+    def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeObservability,
                  agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
                  sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
@@ -191,6 +138,7 @@ class SessionManager:
         self.agent_env = tuple(agent_env)
         self.gateway_tokens = gateway_tokens
         self.sessions: dict[str, DaemonSession] = {}
+        self.loader = SessionLoader(self)
         self._background: set[asyncio.Task[Any]] = set()
         # One warm pool per agent command (D-9); this daemon runs one command.
         self.pools: dict[tuple[str, ...], WarmPool] = {}
@@ -241,10 +189,10 @@ class SessionManager:
         if self.sidecars is not None:
             # S-3: an agent on this machine may write its large outputs straight to the store;
             # the write token for one session comes with that session's request (_credentials).
-            extra[ENV_SIDECAR_DIR] = str(self.sidecars.root)
+            extra[SIDECAR_DIR_ENV] = str(self.sidecars.root)
         return child_environment(os.environ, extra, self.agent_env)
 
-    def _check_live_capacity(self) -> None:
+    def check_live_capacity(self) -> None:
         limit = self.budget.max_live_sessions
         live = sum(1 for s in self.sessions.values() if s.state in LIVE_STATES)
         if live >= limit:
@@ -254,7 +202,7 @@ class SessionManager:
                                f"({setting}); delete one or retry later", limit=limit, observed=live + 1,
                                setting=setting)
 
-    def _credentials(self, session: DaemonSession) -> dict[str, str]:
+    def credentials(self, session: DaemonSession) -> dict[str, str]:
         """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only,
         minted for the child about to get them (the write token and the gateway token are scoped to
         the session and revoked with it, D-11)."""
@@ -270,10 +218,9 @@ class SessionManager:
         try:
             return await asyncio.wait_for(awaitable, self.handshake_timeout)
         except TimeoutError:
-            raise SessionError(504, "agent_timeout",
-                               f"the agent did not answer {what} within {self.handshake_timeout} s") from None
+            raise agent_timeout(what, self.handshake_timeout) from None
 
-    async def _spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
+    async def spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
         """A child for ``session``: a warm one from the pool when one is ready, else a new one."""
         pool = self.pool
         taken = pool.take() if pool is not None else None
@@ -307,11 +254,11 @@ class SessionManager:
                 "clientInfo": {"name": "hopline-daemon", "version": "0.1.0"},
             }), "initialize")
         except BaseException:
-            await self._discard_child(session, child)
+            await self.discard_child(session, child)
             raise
         return child, init if isinstance(init, dict) else {}
 
-    async def _discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:
+    async def discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:
         if session is not None and session.child is child:
             session.child = None
         await child.stop()
@@ -324,17 +271,16 @@ class SessionManager:
 
     async def create(self, *, cwd: str, profile: str | None, permission_mode: str | None,
                      scripted: dict[str, Any] | None) -> DaemonSession:
-        self._check_live_capacity()
+        self.check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
         self.journal.create_session(session_id, options)
-        session = DaemonSession(session_id, options, None)
-        session.state = "starting"
+        session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
         try:
-            child, _ = await self._spawn(session)
-            meta: dict[str, Any] = {META_CREDENTIALS: self._credentials(session)}
+            child, _ = await self.spawn(session)
+            meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
             if profile is not None:
                 meta["hopline.profile"] = profile
             if permission_mode is not None:
@@ -350,20 +296,16 @@ class SessionManager:
                                    "the agent answered session/new without a sessionId")
         except BaseException as exc:
             await self._forget(session)
-            if isinstance(exc, AgentRpcError):
-                raise SessionError(422, "agent_refused", f"the agent refused session/new: {exc.message}",
-                                   code=exc.code, data=_small(exc.data)) from None
-            if isinstance(exc, AgentExited):
-                raise SessionError(502, "agent_exited",
-                                   f"the agent exited during session setup with code {exc.returncode}",
-                                   reason="agent_exited", exitCode=exc.returncode) from None
-            raise
+            failure = agent_failure(exc, "session/new", echo_max_bytes=self.budget.error_data_echo_max_bytes)
+            if failure is None:
+                raise
+            raise failure from None
         session.agent_session_id = agent_session_id
         if self.gateway_tokens is not None:
             self.gateway_tokens.bind(session_id, agent_session_id)
         self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
-        session.state = "ready"
+        session.move(SessionState.READY)
         log.info("session created", extra={"agentPid": child.pid})
         return session
 
@@ -384,8 +326,8 @@ class SessionManager:
 
     def _require_ready(self, session: DaemonSession) -> AcpChild:
         child = session.child
-        if child is None or not child.alive or session.state != "ready":
-            state = "loading" if session.state == "loading" else "detached"
+        if child is None or not child.alive or session.state is not SessionState.READY:
+            state = "loading" if session.state is SessionState.LOADING else "detached"
             message = ("the session is being loaded" if state == "loading" else
                        f"the session has no running agent (last exit code {session.exit_code}); "
                        "POST /session/{id}/load restores it")
@@ -542,18 +484,18 @@ class SessionManager:
             early.append((sender, update))
             session.early_bytes += size
             return
-        self._publish_update(session, prompt_id, update, count=session.loading is None)
+        self.publish_update(session, prompt_id, update, count=session.loading is None)
 
     def _release_early(self, session: DaemonSession) -> None:
         """session/new answered: publish the held updates that are this session's, drop the rest."""
         early, session.early, session.early_bytes = session.early or [], None, 0
         for sender, update in early:
             if sender == session.agent_session_id:
-                self._publish_update(session, None, update)
+                self.publish_update(session, None, update)
             else:
                 self._drop_frame(session, len(orjson.dumps(update)), DROP_FOREIGN_SESSION)
 
-    def _publish_update(self, session: DaemonSession, prompt_id: str | None, update: dict[str, Any], *,
+    def publish_update(self, session: DaemonSession, prompt_id: str | None, update: dict[str, Any], *,
                         count: bool = True) -> None:
         """One ``session_update`` event; what the update says it lost is on the event (``lostBytes``)
         and, with ``count``, in the turn's and the daemon's counters."""
@@ -618,12 +560,10 @@ class SessionManager:
     def _on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                         reason: str) -> None:
         limit = error.limit if isinstance(error, FrameTooLarge) else None
-        reason_name = {"FrameTooLarge": "frame_too_large", "IncompleteFrame": "incomplete_frame",
-                       "InvalidFrame": getattr(error, "reason", "invalid")}.get(reason, reason)
         details: dict[str, Any] = {"limitBytes": limit}
         if limit is not None:
             details["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
-        self._drop_frame(session, size, reason_name, decoded=False, **details)
+        self._drop_frame(session, size, reason, decoded=False, **details)
         if session is not None and session.loading is not None and limit is not None:
             session.loading.frame_error_size = size
             session.loading.frame_error.set()
@@ -633,8 +573,8 @@ class SessionManager:
         if self.gateway_tokens is not None:  # the child's credential dies with it; a load mints anew
             self.gateway_tokens.revoke(session.id)
         session.exit_code = returncode
-        if session.state in ("ready", "loading"):
-            session.state = "detached"
+        if session.state in (SessionState.READY, SessionState.LOADING):
+            session.move(SessionState.DETACHED)
         session.permissions.clear()
         log.info("agent exited", extra={"exitCode": returncode})
 
@@ -643,117 +583,10 @@ class SessionManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    # --- load (D-6) -------------------------------------------------------------------------------
+    # --- load (D-6): hopline.daemon.load ---------------------------------------------------------
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
-        async with session.load_lock:
-            child = session.child
-            if child is not None and child.alive and session.state == "ready":
-                return {"sessionId": session.id, "source": "journal", "replayedUpdates": 0,
-                        "lastEventId": self.journal.last_id(session.id)}
-            if session.agent_session_id is None:
-                raise SessionError(409, "session_not_loadable", "the session never got an agent session id")
-            self._check_live_capacity()
-            session.state = "loading"
-            try:
-                return await self._load_from_child(session)
-            except BaseException:
-                session.state = "detached"
-                session.loading = None
-                if session.child is not None:
-                    await self._discard_child(session, session.child)
-                raise
-
-    async def _load_from_child(self, session: DaemonSession) -> dict[str, Any]:
-        child, init = await self._spawn(session)
-        caps = _dict(init.get("agentCapabilities"))
-        if not caps.get("loadSession"):
-            raise SessionError(409, "agent_cannot_load", "the agent does not support session/load")
-        loading = LoadState(suppress=self.journal.count(session.id, "session_update") > 0)
-        session.loading = loading
-        params: dict[str, Any] = {"sessionId": session.agent_session_id,
-                                  "cwd": session.cwd or str(self.data_dir),
-                                  "mcpServers": [], "_meta": {META_LOAD_REPLAY_MODE: "bulk",
-                                                              META_CREDENTIALS: self._credentials(session)}}
-        result, size = await self._load_request(child, loading, "session/load", params)
-        updates: list[Any] = []
-        replay = _replay_of(result)
-        pages = 0
-        while replay is not None:
-            page_updates = _list(replay.get("updates"))
-            self._check_bulk(len(page_updates), size)
-            updates.extend(page_updates)
-            pages += 1
-            cursor = replay.get("nextCursor")
-            if not replay.get("hasMore") or cursor is None:
-                break
-            result, size = await self._load_request(child, loading, LOAD_UPDATES_METHOD,
-                                                    {"sessionId": session.agent_session_id, "cursor": cursor})
-            replay = result if isinstance(result, dict) else None
-        self._check_bulk(loading.streamed, 0)
-        published = 0
-        if not loading.suppress:
-            # Projected off the loop (sidecar writes), then published in order; a replay's losses
-            # were counted when the updates were live.
-            mine = [u for u in updates if isinstance(u, dict)]
-            projected = await asyncio.to_thread(lambda: [self.projector(session.id, u) for u in mine])
-            for update in projected:
-                self._publish_update(session, None, update, count=False)
-                published += 1
-        session.loading = None
-        session.state = "ready"
-        log.info("session loaded", extra={"updates": len(updates) + loading.streamed, "pages": pages,
-                                          "published": published})
-        return {"sessionId": session.id, "source": "child",
-                "replayedUpdates": len(updates) + loading.streamed,
-                "publishedUpdates": published + (0 if loading.suppress else loading.streamed),
-                "lastEventId": self.journal.last_id(session.id)}
-
-    async def _load_request(self, child: AcpChild, loading: LoadState, method: str,
-                            params: dict[str, Any]) -> tuple[Any, int]:
-        request = asyncio.ensure_future(child.request(method, params))
-        dropped = asyncio.ensure_future(loading.frame_error.wait())
-        try:
-            done, _ = await asyncio.wait({request, dropped}, timeout=self.handshake_timeout,
-                                         return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            dropped.cancel()
-        if request in done:
-            try:
-                return request.result()
-            except AgentRpcError as exc:
-                raise SessionError(422, "agent_refused", f"the agent refused {method}: {exc.message}",
-                                   code=exc.code, data=_small(exc.data)) from None
-            except AgentExited as exc:
-                raise SessionError(502, "agent_exited",
-                                   f"the agent exited during {method} with code {exc.returncode}",
-                                   reason="agent_exited", exitCode=exc.returncode) from None
-        request.cancel()
-        if dropped in done:
-            limit = self.budget.pipe_max_frame_bytes
-            raise SessionError(
-                422, "bulk_replay_too_large",
-                f"bulk replay response of {loading.frame_error_size} bytes exceeds the pipe max frame of "
-                f"{limit} bytes ({CEILINGS_BY_KEY['pipe_max_frame_bytes'].name})",
-                hop=HOP_PIPE, limitBytes=limit, observedBytes=loading.frame_error_size)
-        raise SessionError(504, "agent_timeout", f"the agent did not answer {method} within "
-                           f"{self.handshake_timeout} s")
-
-    def _check_bulk(self, count: int, size: int) -> None:
-        max_updates = self.budget.bulk_replay_max_updates
-        max_bytes = self.budget.bulk_replay_max_bytes
-        if count > max_updates:
-            raise SessionError(
-                422, "bulk_replay_too_large",
-                f"bulk replay of {count} updates exceeds the limit of {max_updates} updates "
-                f"({CEILINGS_BY_KEY['bulk_replay_max_updates'].name})",
-                hop=HOP_REPLAY, limit=max_updates, observed=count)
-        if size > max_bytes:
-            raise SessionError(
-                422, "bulk_replay_too_large",
-                f"bulk replay of {size} bytes exceeds the limit of {max_bytes} bytes "
-                f"({CEILINGS_BY_KEY['bulk_replay_max_bytes'].name})",
-                hop=HOP_REPLAY, limitBytes=max_bytes, observedBytes=size)
+        return await self.loader.load(session)
 
     # --- delete / shutdown ----------------------------------------------------------------------
 
@@ -797,30 +630,9 @@ class SessionManager:
         return out
 
 
-def _replay_of(result: Any) -> dict[str, Any] | None:
-    if not isinstance(result, dict):
-        return None
-    meta = result.get("_meta")
-    if not isinstance(meta, dict):
-        return None
-    for key in LOAD_REPLAY_KEYS:
-        value = meta.get(key)
-        if isinstance(value, dict):
-            return value
-    return None
-
-
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
-
-
-def _small(value: Any) -> Any:
-    """Agent error data echoed to the client, cut at ERROR_DATA_ECHO_MAX_BYTES."""
-    if value is None:
-        return None
-    raw = orjson.dumps(value, default=str)
-    return value if len(raw) <= ERROR_DATA_ECHO_MAX_BYTES else {"omittedBytes": len(raw)}

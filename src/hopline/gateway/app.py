@@ -30,7 +30,7 @@ from pydantic import ValidationError
 
 from hopline.budget import HOP_GATEWAY, Budget
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
-from hopline.gateway.body_limit import BodyLimitMiddleware, BodyLimitStats
+from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
 from hopline.gateway.errors import error_response, install_error_handlers
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
@@ -166,7 +166,7 @@ def create_gateway_app(
     # A body our own engine may build (up to its ceiling, even when misconfigured over this limit)
     # gets a readable 413 rather than a reset; anything larger has its connection closed.
     discard_up_to = max(2 * limit, budget.transport_max_body_bytes)
-    app.add_middleware(BodyLimitMiddleware, limit=limit, hop=HOP_GATEWAY, stats=app.state.body_stats,
+    app.add_middleware(BodyLimit, limit=limit, ceiling="api_json_body_limit", stats=app.state.body_stats,
                        discard_up_to=discard_up_to, read_timeout=budget.body_read_timeout_seconds)
     app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY, session_tokens=session_tokens,
                        session_of_path=llm_turn_session(route_prefix))

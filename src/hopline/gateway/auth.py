@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopline.gateway.body_limit import send_json
-
-TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
+from hopline.vocabulary import INTERNAL_TOKEN_ENV
 
 
 def route_path(scope: Scope) -> str:
@@ -104,7 +103,7 @@ class BearerTokenMiddleware:
 
     def __init__(
         self, app: ASGIApp, *, token: str, hop: str, open_paths: Iterable[str] = ("/health",),
-        token_env: str = TOKEN_ENV, session_tokens: SessionTokens | None = None,
+        token_env: str = INTERNAL_TOKEN_ENV, session_tokens: SessionTokens | None = None,
         session_of_path: Callable[[str], str | None] | None = None,
     ) -> None:
         if not token:

@@ -1,46 +1,40 @@
-"""A request body limit enforced while reading (SPEC G-2), as a pure ASGI middleware.
+"""The request body limit of both apps (SPEC G-2, D-10), enforced while reading, as one pure ASGI
+middleware: the gateway guards ``API_JSON_BODY_LIMIT`` with it, the daemon API
+``HOPLINE_DAEMON_JSON_BODY_LIMIT``.
 
 Why not the framework's ``max_body_size`` (Starlette >= 1.6, FastAPI >= 0.164)? It enforces the same
 boundary, but answers ``413`` with a plain-text (Starlette) or ``{"detail": ...}`` (FastAPI) body that
 names neither the hop nor the limit, and checks ``Content-Length`` only when the app first reads the
-body. This middleware refuses a too-large ``Content-Length`` before calling the app at all, cuts a
-chunked body off at the first message that passes the limit (so the app holds at most the limit
-plus one received chunk), and answers one JSON shape naming the hop, the limit and the size seen.
-
-It is generic (``limit`` and ``hop`` are parameters) so the daemon can guard its own API with it.
+body. This middleware refuses a too-large ``Content-Length`` before calling the app at all, and
+reads every other body itself before the app runs: a chunked body is cut off at the first message
+that passes the limit (so it holds at most the limit plus one received message), and a body within
+the limit is replayed to the app whole. Reading first is what makes one middleware serve both apps:
+FastAPI's body-parameter parsing turns an exception raised from ``receive()`` into a 400, so a
+limit enforced from inside the app's reads could not answer the daemon's routes with a 413. The
+413 is the one "too large" shape, :meth:`hopline.budget.CeilingExceeded.to_json`, naming the hop,
+the setting, the limit and the size seen.
 
 Two more rules for hostile clients (SPEC D-10): a body still incomplete ``read_timeout`` seconds
 after the request started (``HOPLINE_BODY_READ_TIMEOUT``) gets a 408 and its connection closed; and
 a chunked body cut off at the limit is drained (read and discarded, at most the limit again)
 before the 413 is sent, because closing a connection with unread data resets it, and a client
-that sends its whole body before reading (curl, browsers) then loses the answer.
+that sends its whole body before reading (curl, browsers) then loses the answer. Methods that
+carry no body (GET, HEAD, DELETE, OPTIONS) pass through unread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hopline.budget import CEILINGS_BY_KEY
+from hopline.budget import CEILINGS_BY_KEY, HoplineError
 
 
-class BodyTooLarge(Exception):
-    """Raised from ``receive()`` once the bytes read pass the limit; answered with a 413."""
-
-    def __init__(self, limit: int, received: int) -> None:
-        super().__init__(f"request body passed {limit} bytes")
-        self.limit = limit
-        self.received = received
-
-
-_E = TypeVar("_E", bound=BaseException)
-
-
-class BodyReadTimeout(Exception):
+class BodyReadTimeout(HoplineError):
     """Raised from ``receive()`` when the body is still incomplete at its deadline; answered 408."""
 
     def __init__(self, timeout: float, received: int) -> None:
@@ -59,27 +53,26 @@ class BodyLimitStats:
     max_consumed_bytes: int = 0
     max_message_bytes: int = 0  # the largest single receive() message: "one chunk"
 
+    def record(self, consumed: int, message_size: int) -> None:
+        self.last_consumed_bytes = consumed
+        self.max_consumed_bytes = max(self.max_consumed_bytes, consumed)
+        self.max_message_bytes = max(self.max_message_bytes, message_size)
 
-def too_large_error(hop: str, limit: int, *, observed: int | None = None,
-                    received: int | None = None) -> dict[str, Any]:
-    """The 413 JSON body: the hop, its limit and what was seen of the request."""
-    if observed is not None:
-        message = f"request body of {observed} bytes is over the {hop} limit of {limit} bytes"
+
+def too_large_error(ceiling: str, limit: int, observed: int, *, cut: bool) -> dict[str, Any]:
+    """The 413 body: the :class:`~hopline.budget.CeilingExceeded` of ``ceiling``. ``cut``: the body
+    was read until it passed the limit (``observedBytes`` is what was read, also ``receivedBytes``),
+    else its declared ``Content-Length`` alone was over it."""
+    hop = CEILINGS_BY_KEY[ceiling].hop
+    if cut:
+        message = f"request body passed the {hop} limit of {limit} bytes (read {observed} bytes, then cut)"
+        extra: dict[str, Any] = {"receivedBytes": observed}
     else:
-        message = f"request body passed the {hop} limit of {limit} bytes (read {received} bytes, then cut)"
-    error: dict[str, Any] = {
-        "type": "request_entity_too_large",
-        "hop": hop,
-        "limitBytes": limit,
-        "origin": "code",
-        "sizeError": True,
-        "message": message,
-    }
-    if observed is not None:
-        error["observedBytes"] = observed
-    if received is not None:
-        error["receivedBytes"] = received
-    return {"error": error}
+        message = f"request body of {observed} bytes is over the {hop} limit of {limit} bytes"
+        extra = {}
+    exceeded = CEILINGS_BY_KEY[ceiling].exceeded(limit, observed, message, kind="request_entity_too_large",
+                                                 origin="code", **extra)
+    return exceeded.to_json()
 
 
 def body_timeout_error(hop: str, timeout: float, received: int, declared: int | None) -> dict[str, Any]:
@@ -154,30 +147,21 @@ async def send_json(send: Send, status: int, body: dict[str, Any], *,
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
-def _find(exc: BaseException, kind: type[_E]) -> _E | None:
-    """``exc`` or the first ``kind`` inside an exception group (anyio task groups wrap them)."""
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _find(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
 # The connection is closed after a refusal: the rest of an unread body is never read.
 _CLOSE = [(b"connection", b"close")]
+_BODILESS_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 
 
-class BodyLimitMiddleware:
-    """Refuse request bodies over ``limit`` bytes with a JSON 413 naming ``hop``."""
+class BodyLimit:
+    """Refuse request bodies over ``limit`` bytes with a JSON 413 naming the hop of ``ceiling``
+    (a budget key); read a body within it before the app runs, and replay it to the app."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, hop: str, stats: BodyLimitStats | None = None,
+    def __init__(self, app: ASGIApp, *, limit: int, ceiling: str, stats: BodyLimitStats | None = None,
                  discard_up_to: int | None = None, read_timeout: float | None = None) -> None:
         self.app = app
         self.limit = limit
-        self.hop = hop
+        self.ceiling = ceiling
+        self.hop = CEILINGS_BY_KEY[ceiling].hop
         self.read_timeout = read_timeout
         # A refused body declared at most this large is discarded by the server (never buffered) so
         # that the client reads the 413; a larger one gets the connection closed at once.
@@ -185,7 +169,7 @@ class BodyLimitMiddleware:
         self.stats = stats if stats is not None else BodyLimitStats()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("method") in _BODILESS_METHODS:
             await self.app(scope, receive, send)
             return
         self.stats.requests += 1
@@ -197,56 +181,44 @@ class BodyLimitMiddleware:
             # buffered) so the client reads the 413 rather than a reset that can overtake it; beyond,
             # the connection is closed at once, which a client still uploading sees as a reset.
             close = _CLOSE if declared > self.discard_up_to else None
-            await send_json(send, 413, too_large_error(self.hop, self.limit, observed=declared),
+            await send_json(send, 413, too_large_error(self.ceiling, self.limit, declared, cut=False),
                             extra_headers=close)
             return
-
+        chunks: list[bytes] = []
         consumed = 0
-        started = False
-        complete = False
         deadline = body_deadline(self.read_timeout)
-
-        async def limited_receive() -> Message:
-            nonlocal consumed, complete
-            if complete:  # the body is read: later calls only wait for a disconnect, undeadlined
-                return await receive()
-            message = await receive_by(receive, deadline, self.read_timeout or 0.0, consumed)
-            if message["type"] == "http.request":
-                size = len(message.get("body", b""))
-                consumed += size
-                complete = not message.get("more_body", False)
-                # Recorded as it is read, so the numbers are current before any response is sent.
-                self._record(consumed, size)
-                if consumed > self.limit:
-                    raise BodyTooLarge(self.limit, consumed)
-            return message
-
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracked_send)
-        except BaseException as exc:
-            timed_out = _find(exc, BodyReadTimeout)
-            if timed_out is not None and not started:
-                await send_json(send, 408, body_timeout_error(self.hop, timed_out.timeout, timed_out.received,
-                                                              declared), extra_headers=_CLOSE)
+        while True:
+            try:
+                message = await receive_by(receive, deadline, self.read_timeout or 0.0, consumed)
+            except BodyReadTimeout as timed_out:
+                timeout = body_timeout_error(self.hop, timed_out.timeout, consumed, declared)
+                await send_json(send, 408, timeout, extra_headers=_CLOSE)
                 return
-            too_large = _find(exc, BodyTooLarge)
-            if too_large is not None:
+            if message["type"] == "http.disconnect":
+                return
+            if message["type"] != "http.request":
+                continue
+            body = message.get("body", b"")
+            consumed += len(body)
+            self.stats.record(consumed, len(body))
+            if consumed > self.limit:
                 self.stats.refused += 1
-            if too_large is None or started:
-                raise
-            if not complete:  # the message that passed the limit may have been the body's last
-                await drain_body(receive, self.limit, deadline)
-            await send_json(send, 413, too_large_error(self.hop, self.limit, received=too_large.received),
-                            extra_headers=_CLOSE)
-            return
+                chunks.clear()
+                if message.get("more_body", False):  # this message may have been the body's last
+                    await drain_body(receive, self.limit, deadline)
+                await send_json(send, 413, too_large_error(self.ceiling, self.limit, consumed, cut=True),
+                                extra_headers=_CLOSE)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-    def _record(self, consumed: int, message_size: int) -> None:
-        self.stats.last_consumed_bytes = consumed
-        self.stats.max_consumed_bytes = max(self.stats.max_consumed_bytes, consumed)
-        self.stats.max_message_bytes = max(self.stats.max_message_bytes, message_size)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

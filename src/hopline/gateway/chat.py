@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hopline.budget import CEILINGS_BY_KEY, CeilingExceeded
 from hopline.harness.failures import CONTEXT_LENGTH_RE, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure, Usage
 
@@ -106,13 +107,8 @@ def _utf8(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-class ResponseTooLarge(Exception):
+class ResponseTooLarge(CeilingExceeded):
     """The deltas of a streamed answer passed the response ceiling."""
-
-    def __init__(self, limit: int, observed: int) -> None:
-        super().__init__(f"streamed answer passed {limit} bytes")
-        self.limit = limit
-        self.observed = observed
 
 
 class _CallParts:
@@ -148,7 +144,10 @@ class ChatStreamAssembler:
     def _count(self, *pieces: str) -> None:
         added = sum(_utf8(p) for p in pieces)
         if self.delta_bytes + added > self.max_delta_bytes:
-            raise ResponseTooLarge(self.max_delta_bytes, self.delta_bytes + added)
+            ceiling = CEILINGS_BY_KEY["provider_response_max_bytes"]
+            observed = self.delta_bytes + added
+            raise ResponseTooLarge(ceiling.hop, ceiling.name, self.max_delta_bytes, observed,
+                                   f"streamed answer passed {self.max_delta_bytes} bytes")
         self.delta_bytes += added
 
     def add(self, chunk: Any) -> str:

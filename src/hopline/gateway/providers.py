@@ -34,8 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import HOP_PROVIDER, Budget
-from hopline.client.sse import SseEventTooLarge, SseParser  # the project's one bounded, sans-IO SSE parser
+from hopline.budget import HOP_PROVIDER, Budget, CeilingExceeded, HoplineError
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -45,6 +44,8 @@ from hopline.gateway.chat import (
 )
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure
+from hopline.wire.bounded import read_bounded
+from hopline.wire.sse import SseEventTooLarge, SseParser
 
 PROVIDER_ENV = "HOPLINE_PROVIDER"
 OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -61,7 +62,7 @@ _FRAMING_HEADERS = frozenset({"content-type", "content-length", "transfer-encodi
 _SSE_DONE = "[DONE]"
 
 
-class ProviderSettingError(ValueError):
+class ProviderSettingError(HoplineError, ValueError):
     """A provider setting could not be used; the message names the variable, never a value."""
 
 
@@ -260,7 +261,7 @@ class OpenAIProvider:
                         raise failure_for_status(resp.status_code, text, len(payload))
                     yield self._whole_answer(raw)
                     return
-                parser = SseParser(self.stream_max_bytes)
+                parser = SseParser(self.stream_max_bytes, ceiling="provider_stream_max_bytes")
                 done = False
                 async for chunk in resp.aiter_bytes():
                     raw_bytes += len(chunk)
@@ -288,11 +289,11 @@ class OpenAIProvider:
             if not received.finished:  # a break after the finish_reason loses only the usage chunk
                 raise self._cut(received, raw_bytes, type(exc).__name__, timed_out=timed_out) from None
         except SseEventTooLarge as exc:
-            raise ProviderFailure("model", f"one event of the provider's stream passed {exc.limit} bytes "
-                                  "(HOPLINE_PROVIDER_STREAM_MAX_BYTES); cut", gateway_status=502,
-                                  limit_bytes=exc.limit, observed_bytes=exc.seen) from None
+            raise ProviderFailure("model", f"one event of the provider's stream passed "
+                                  f"{exc.limit_bytes} bytes ({exc.setting}); cut", gateway_status=502,
+                                  limit_bytes=exc.limit_bytes, observed_bytes=exc.observed_bytes) from None
         except ResponseTooLarge as exc:
-            raise self._too_large(exc.observed, "streamed answer") from None
+            raise self._too_large(exc.observed_bytes, "streamed answer") from None
         if not received.chunks:
             raise self._malformed("the stream held no chunk")
         try:
@@ -342,14 +343,11 @@ class OpenAIProvider:
                                limit_bytes=self.response_max_bytes, observed_bytes=observed)
 
     async def _read_bounded(self, resp: httpx.Response) -> bytes:
-        chunks: list[bytes] = []
-        total = 0
-        async for chunk in resp.aiter_bytes():
-            total += len(chunk)
-            if total > self.response_max_bytes:
-                raise self._too_large(total, "answer")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await read_bounded(resp.aiter_bytes(), self.response_max_bytes,
+                                      ceiling="provider_response_max_bytes")
+        except CeilingExceeded as exc:
+            raise self._too_large(exc.observed_bytes, "answer") from None
 
     async def aclose(self) -> None:
         if self._own_client:

@@ -28,14 +28,11 @@ from starlette.types import Receive, Scope, Send
 
 from hopline.gateway.providers import Provider, StreamingProvider, StreamItem, TextDelta, gateway_status
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure
+from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.ndjson import encode
 
 log = logging.getLogger("hopline.gateway")
 
-NDJSON_MEDIA_TYPE = "application/x-ndjson"
-LINE_DELTA = "delta"
-LINE_MESSAGE = "message"
-LINE_ERROR = "error"
 
 
 def _no_answer() -> TurnFailure:

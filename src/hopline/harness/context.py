@@ -7,23 +7,32 @@
 * ``plan_compaction`` / ``apply_compaction`` replace the oldest groups with one summary message;
 * ``repair`` restores the tool-use protocol before every send, and reports what it did.
 
-Named invariants (checked by ``violations``, kept by ``repair`` and by compaction):
+One walker, :func:`walk_calls`, reads "an assistant message plus its tool results" for every rule
+here: ``group_by_iteration``, ``violations`` and ``repair`` are each a few lines over its segments.
+
+Named invariants, each enforced by code:
 
 * ``TOOL_RESULT_FOLLOWS_CALL`` every tool message answers a call of the assistant message right
   before its run of tool messages;
 * ``CALL_HAS_RESULT`` every tool call is answered by exactly one tool message;
-* ``NO_DUPLICATE_RESULT`` no call is answered twice;
+* ``NO_DUPLICATE_RESULT`` no call is answered twice
+  (the three: reported by ``violations``, restored by ``repair`` before every send);
 * ``SYSTEM_KEPT`` / ``TASK_KEPT`` compaction keeps the system prompt and the first user message;
-* ``CUT_BETWEEN_GROUPS`` compaction replaces whole groups only.
+* ``CUT_BETWEEN_GROUPS`` compaction replaces whole groups only
+  (the three: reported by ``compaction_violations``; ``plan_compaction`` refuses a plan that breaks
+  one with :class:`InvariantBroken`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+import functools
+from collections.abc import Callable
+from typing import Any, Literal, ParamSpec
 
 import orjson
 
+from hopline.budget import CEILINGS_BY_KEY, HoplineError
 from hopline.harness.events import CompactionRecord
 from hopline.harness.model import Message
 from hopline.harness.tokens import body_bytes_for, message_bytes
@@ -36,6 +45,7 @@ TASK_KEPT = "TASK_KEPT"
 CUT_BETWEEN_GROUPS = "CUT_BETWEEN_GROUPS"
 
 Trigger = Literal["model", "transport"]
+P = ParamSpec("P")
 
 SUMMARY_MARKER = "[hopline compaction summary]"
 INTERRUPTED_TEXT = "interrupted: the tool call did not complete (no result was recorded)"
@@ -136,28 +146,73 @@ def has_calls(message: Message) -> bool:
     return message.get("role") == "assistant" and bool(message.get("tool_calls"))
 
 
+Verdict = Literal["answer", "duplicate", "stray"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One step of :func:`walk_calls`: the message at ``index``; when it is an assistant message with
+    tool calls, also the run of tool messages right after it (``results``: index and verdict, an
+    ``answer`` to one of its ``calls``, a ``duplicate`` answer, or a ``stray`` that answers none)
+    and the calls no result answers (``missing``). ``orphan``: a tool message outside any run."""
+
+    index: int
+    calls: tuple[str, ...] = ()
+    results: tuple[tuple[int, Verdict], ...] = ()
+    missing: tuple[str, ...] = ()
+    orphan: bool = False
+
+
+def walk_calls(messages: list[Message]) -> list[Segment]:
+    """``messages`` as segments, in order; every message is in exactly one segment."""
+    segments: list[Segment] = []
+    i, n = 0, len(messages)
+    while i < n:
+        message = messages[i]
+        if message.get("role") == "tool":
+            segments.append(Segment(i, orphan=True))
+            i += 1
+            continue
+        if not has_calls(message):
+            segments.append(Segment(i))
+            i += 1
+            continue
+        ids = call_ids(message)
+        answered: set[str] = set()
+        results: list[tuple[int, Verdict]] = []
+        j = i + 1
+        while j < n and messages[j].get("role") == "tool":
+            call_id = messages[j].get("tool_call_id")
+            verdict: Verdict = "stray"
+            if call_id in ids:
+                verdict = "duplicate" if call_id in answered else "answer"
+                answered.add(call_id)
+            results.append((j, verdict))
+            j += 1
+        segments.append(Segment(i, tuple(ids), tuple(results), tuple(c for c in ids if c not in answered)))
+        i = j
+    return segments
+
+
 def group_by_iteration(messages: list[Message]) -> list[Group]:
     """Split ``messages`` into groups; a cut between groups never separates a result from its call.
 
     An assistant message with ``tool_calls`` takes the run of tool messages right after it that
-    answer its calls. A tool message outside such a run is an ``orphan`` group (``repair`` removes
-    those before a send).
+    answer its calls (up to the first that answers none). A tool message outside such a run is an
+    ``orphan`` group (``repair`` removes those before a send).
     """
     groups: list[Group] = []
     task_seen = False
-    i, n = 0, len(messages)
-    while i < n:
-        message = messages[i]
-        role = message.get("role")
-        if has_calls(message):
-            ids = set(call_ids(message))
-            j = i + 1
-            while j < n and messages[j].get("role") == "tool" and messages[j].get("tool_call_id") in ids:
-                j += 1
-            groups.append(Group(i, j, "iteration"))
-            i = j
+    for segment in walk_calls(messages):
+        i = segment.index
+        if segment.calls:
+            verdicts = [verdict for _, verdict in segment.results]
+            whole = verdicts.index("stray") if "stray" in verdicts else len(verdicts)
+            groups.append(Group(i, i + 1 + whole, "iteration"))
+            groups.extend(Group(j, j + 1, "orphan") for j, _ in segment.results[whole:])
             continue
-        if role == "tool":
+        role = messages[i].get("role")
+        if segment.orphan:
             kind: GroupKind = "orphan"
         elif role == "system":
             kind = "system"
@@ -167,36 +222,21 @@ def group_by_iteration(messages: list[Message]) -> list[Group]:
         else:
             kind = "message"
         groups.append(Group(i, i + 1, kind))
-        i += 1
     return groups
 
 
 def violations(messages: list[Message]) -> list[tuple[str, int]]:
     """Protocol invariant violations as (invariant, message index); empty when valid."""
     found: list[tuple[str, int]] = []
-    pending: list[str] = []
-    answered: set[str] = set()
-    in_run = False
-    pending_at = -1
-    for index, message in enumerate(messages):
-        role = message.get("role")
-        if role == "tool":
-            call_id = message.get("tool_call_id")
-            if not in_run or call_id not in pending:
+    for segment in walk_calls(messages):
+        if segment.orphan:
+            found.append((TOOL_RESULT_FOLLOWS_CALL, segment.index))
+        for index, verdict in segment.results:
+            if verdict == "stray":
                 found.append((TOOL_RESULT_FOLLOWS_CALL, index))
-            elif call_id in answered:
+            elif verdict == "duplicate":
                 found.append((NO_DUPLICATE_RESULT, index))
-            else:
-                answered.add(call_id)
-            continue
-        if in_run:
-            found.extend((CALL_HAS_RESULT, pending_at) for c in pending if c not in answered)
-        in_run = has_calls(message)
-        pending = call_ids(message) if in_run else []
-        answered = set()
-        pending_at = index
-    if in_run:
-        found.extend((CALL_HAS_RESULT, pending_at) for c in pending if c not in answered)
+        found.extend((CALL_HAS_RESULT, segment.index) for _ in segment.missing)
     return found
 
 
@@ -241,34 +281,19 @@ def repair(messages: list[Message]) -> tuple[list[Message], RepairReport]:
     """
     report = RepairReport()
     out: list[Message] = []
-    i, n = 0, len(messages)
-    while i < n:
-        message = messages[i]
-        if has_calls(message):
-            ids = call_ids(message)
-            out.append(message)
-            answered: set[str] = set()
-            j = i + 1
-            while j < n and messages[j].get("role") == "tool":
-                result = messages[j]
-                call_id = result.get("tool_call_id")
-                if call_id in ids and call_id not in answered:
-                    out.append(result)
-                    answered.add(call_id)
-                else:
-                    report.orphan_results_removed += 1
-                j += 1
-            for call_id in ids:
-                if call_id not in answered:
-                    out.append(interrupted_result(call_id))
-                    report.interrupted_results_added += 1
-            i = j
-            continue
-        if message.get("role") == "tool":
+    for segment in walk_calls(messages):
+        if segment.orphan:
             report.orphan_results_removed += 1
-        else:
-            out.append(message)
-        i += 1
+            continue
+        out.append(messages[segment.index])
+        for index, verdict in segment.results:
+            if verdict == "answer":
+                out.append(messages[index])
+            else:
+                report.orphan_results_removed += 1
+        for call_id in segment.missing:
+            out.append(interrupted_result(call_id))
+            report.interrupted_results_added += 1
     return out, report
 
 
@@ -297,10 +322,52 @@ def _sizes(messages: list[Message]) -> tuple[list[int], list[int]]:
     return [message_bytes(m) for m in messages], [len(orjson.dumps(m)) for m in messages]
 
 
-# Room for the summary message's own framing (marker, counts, JSON keys) beyond the summary text.
-SUMMARY_FRAME_BYTES = 512
+# Room for the summary message's own framing beyond its text: the budget's, unless a caller says.
+SUMMARY_FRAME_BYTES = int(CEILINGS_BY_KEY["summary_frame_bytes"].default)
 
 
+class InvariantBroken(HoplineError):
+    """A compaction plan that breaks a named invariant: a bug in the planner, never sent."""
+
+    def __init__(self, broken: list[str]) -> None:
+        super().__init__(f"compaction plan breaks {', '.join(broken)}")
+        self.broken = broken
+
+
+def compaction_violations(messages: list[Message], plan: CompactionPlan) -> list[str]:
+    """The compaction invariants ``plan`` (made from ``messages``) breaks: ``SYSTEM_KEPT`` and
+    ``TASK_KEPT`` (those messages stay before the summary, verbatim), ``CUT_BETWEEN_GROUPS`` (the
+    summarized part starts and ends on group boundaries)."""
+    groups = group_by_iteration(messages)
+    start, cut = len(plan.head), len(messages) - len(plan.tail)
+    broken: list[str] = []
+    kept = plan.head == messages[:start]
+    if not kept or any(g.kind == "system" and g.start >= start for g in groups):
+        broken.append(SYSTEM_KEPT)
+    if not kept or any(g.kind == "task" and g.start >= start for g in groups):
+        broken.append(TASK_KEPT)
+    boundaries = {g.start for g in groups} | {len(messages)}
+    if start not in boundaries or cut not in boundaries or plan.tail != messages[cut:]:
+        broken.append(CUT_BETWEEN_GROUPS)
+    return broken
+
+
+def _enforcing_invariants(planner: Callable[P, CompactionPlan]) -> Callable[P, CompactionPlan]:
+    """The planner, refusing any plan that breaks a compaction invariant (:class:`InvariantBroken`)."""
+
+    @functools.wraps(planner)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> CompactionPlan:
+        plan = planner(*args, **kwargs)
+        messages: list[Message] = args[0] if args else kwargs["messages"]  # type: ignore[assignment]
+        broken = compaction_violations(messages, plan)
+        if broken:
+            raise InvariantBroken(broken)
+        return plan
+
+    return checked
+
+
+@_enforcing_invariants
 def plan_compaction(
     messages: list[Message],
     *,
@@ -310,12 +377,13 @@ def plan_compaction(
     envelope_bytes: int,
     summary_max_bytes: int,
     sizes: tuple[list[int], list[int]] | None = None,
+    summary_frame_bytes: int = SUMMARY_FRAME_BYTES,
 ) -> CompactionPlan:
     """Choose the cut: keep head and the newest groups that fit the targets, summarize the rest.
 
     The newest group is always kept (the model needs the last iteration's results); if it alone
     overshoots, the plan says why. ``summary_max_bytes`` is shrunk so the summary cannot by itself
-    eat the target.
+    eat the target. A plan that breaks a compaction invariant is refused (:class:`InvariantBroken`).
     """
     est, enc = sizes if sizes is not None else _sizes(messages)
     groups = group_by_iteration(messages)
@@ -341,8 +409,8 @@ def plan_compaction(
         return sum(enc[g.start:g.end]) + len(g)  # + separators
 
     # JSON escaping can at most double ordinary text; reserve for the worst plausible summary.
-    reserve_est = summary_max + SUMMARY_FRAME_BYTES
-    reserve_enc = 2 * summary_max + SUMMARY_FRAME_BYTES
+    reserve_est = summary_max + summary_frame_bytes
+    reserve_enc = 2 * summary_max + summary_frame_bytes
     used_est = sum(group_est(g) for g in head_groups) + reserve_est
     used_enc = envelope_bytes + sum(group_enc(g) for g in head_groups) + reserve_enc
     prompt = _latest_prompt(messages, groups, head_end)

@@ -1,18 +1,20 @@
-"""Turn failure classification (SPEC H-8), table-driven.
+"""Turn failures (SPEC H-8): their classification and the loop's reaction, both as data.
 
 ``413 -> code``, never ``model``: a body too large for a hop is our side's doing (the seed's
-incident was misattributed to the provider). Size errors carry ``size_error=True`` (the loop
-compacts and retries once); transient provider errors carry ``retryable=True`` (the loop retries
-with bounded backoff); everything else fails the turn with its origin.
+incident was misattributed to the provider). Size errors carry ``size_error=True``; transient
+provider errors carry ``retryable=True``. :func:`react` is the whole policy: a size error compacts
+and retries once, a transient error retries with bounded backoff, everything else fails the turn
+with its origin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import re
 
-from hopline.budget import HOP_ENGINE, HOP_PROVIDER
+from hopline.budget import CEILINGS_BY_KEY, HOP_ENGINE, HOP_PROVIDER
 from hopline.harness.model import Origin, TurnFailure
 
 
@@ -126,9 +128,56 @@ def cancelled() -> TurnFailure:
 
 def over_ceiling(body_bytes: int, ceiling_bytes: int, detail: str = "") -> TurnFailure:
     """Our side would send a body over the engine ceiling; it is never sent."""
+    setting = CEILINGS_BY_KEY["transport_max_body_bytes"].name
     message = (f"the llm-turn body is {body_bytes} bytes, over the engine ceiling "
-               f"HOPLINE_TRANSPORT_MAX_BODY_BYTES={ceiling_bytes} bytes; not sent")
+               f"{setting}={ceiling_bytes} bytes; not sent")
     if detail:
         message += f" ({detail})"
     return TurnFailure("code", message, hop=HOP_ENGINE, limit_bytes=ceiling_bytes, observed_bytes=body_bytes,
-                       size_error=True)
+                       size_error=True, setting=setting)
+
+
+# --- the reaction (the loop carries it out) -------------------------------------------------------
+
+
+class ReactionKind(enum.StrEnum):
+    COMPACT_AND_RETRY = "compact_and_retry"  # compact harder, then send the smaller body once more
+    RETRY = "retry"  # send the same body again after ``delay_seconds``
+    FAIL = "fail"  # the turn fails with this failure (``detail`` added to a size error's message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reaction:
+    kind: ReactionKind
+    delay_seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """Where one llm-turn send stands: the retries it already made, and the policy's bounds."""
+
+    max_model_retries: int
+    backoff_seconds: float
+    model_retries: int = 0
+    size_retried: bool = False
+    naive: bool = False  # the seed's rules: no size retry
+
+    def retried_model(self) -> Attempt:
+        return dataclasses.replace(self, model_retries=self.model_retries + 1)
+
+    def retried_size(self) -> Attempt:
+        return dataclasses.replace(self, size_retried=True)
+
+
+def react(failure: TurnFailure, attempt: Attempt) -> Reaction:
+    """The loop's reaction to ``failure`` at ``attempt`` (pure; see the module docstring)."""
+    if failure.size_error:
+        if not attempt.naive and not attempt.size_retried:
+            return Reaction(ReactionKind.COMPACT_AND_RETRY)
+        detail = "after compaction and one retry" if attempt.size_retried else "(naive rules: no retry)"
+        return Reaction(ReactionKind.FAIL, detail=detail)
+    if failure.retryable and attempt.model_retries < attempt.max_model_retries:
+        delay = attempt.backoff_seconds * 2 ** attempt.model_retries
+        return Reaction(ReactionKind.RETRY, delay_seconds=delay)
+    return Reaction(ReactionKind.FAIL)

@@ -43,7 +43,15 @@ from hopline.harness.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Message, Model, StreamingModel, TurnFailure
+from hopline.harness.model import (
+    EncodedRequest,
+    LlmTurnRequest,
+    LlmTurnResponse,
+    Message,
+    Model,
+    StreamingModel,
+    TurnFailure,
+)
 from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import Profile, model_context_window
 from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
@@ -116,7 +124,6 @@ class ToolLoop:
         self.sizer = IncrementalEstimator(budget, self.envelope)
         self.summarizer = ModelSummarizer(summarizer_model or model, budget)
         self._task: asyncio.Task[Any] | None = None
-        self._compacted_in_iteration: CompactionRecord | None = None
         self._plan = PlanTracker(budget.plan_max_entries)
 
     @property
@@ -169,11 +176,10 @@ class ToolLoop:
         self._plan = PlanTracker(self.budget.plan_max_entries)
         for iteration in range(1, self.profile.max_iterations + 1):
             result.iterations = iteration
-            self._compacted_in_iteration = None
-            await self._compaction_check(conversation, result)
+            compacted = await self._compaction_check(conversation, result)
             self._repair(conversation, result)
-            await self._size_check(conversation, result)
-            response, streamed = await self._send(conversation, result, iteration)
+            compacted = await self._size_check(conversation, result) or compacted
+            response, streamed = await self._send(conversation, result, iteration, compacted)
             message = _validated(response)
             conversation.append(message)
             text = message.get("content") or ""
@@ -212,20 +218,23 @@ class ToolLoop:
             return anchored, "usage"
         return self.sizer.estimate_tokens, "bytes"
 
-    async def _compaction_check(self, conversation: list[Message], result: TurnResult) -> None:
+    async def _compaction_check(self, conversation: list[Message],
+                                result: TurnResult) -> CompactionRecord | None:
+        """Compact when the estimate or the body passes its trigger; the compaction, if one ran."""
         self.sizer.sync(conversation)
         trigger = self.bounds.compaction_trigger(self._estimate()[0], self.sizer.body_bytes)
-        if trigger is not None:
-            await self._compact(conversation, result, trigger=trigger)
+        if trigger is None:
+            return None
+        return await self._compact(conversation, result, trigger=trigger)
 
-    async def _size_check(self, conversation: list[Message], result: TurnResult) -> None:
+    async def _size_check(self, conversation: list[Message], result: TurnResult) -> CompactionRecord | None:
         """A body over the engine ceiling is never sent: compact first, else fail with origin code."""
         if self.naive:
-            return
+            return None
         self.sizer.sync(conversation)
         size = self.sizer.body_bytes
         if size <= self.ceiling_bytes:
-            return
+            return None
         record = await self._compact(conversation, result, trigger="transport")
         self.sizer.sync(conversation)
         after = self.sizer.body_bytes
@@ -233,6 +242,7 @@ class ToolLoop:
             why = record.reason if record else "nothing could be compacted"
             raise failures.over_ceiling(after, self.ceiling_bytes,
                                         f"after compaction from {size} bytes; {why}")
+        return record
 
     async def _compact(self, conversation: list[Message], result: TurnResult, *, trigger: Trigger,
                        target_body_bytes: int | None = None,
@@ -249,7 +259,8 @@ class ToolLoop:
         plan = plan_compaction(
             conversation, target_tokens=target_tokens, target_body_bytes=target_body,
             bytes_per_token=self.bounds.bytes_per_token, envelope_bytes=self.sizer.envelope_bytes,
-            summary_max_bytes=self.budget.summary_max_bytes, sizes=self.sizer.message_sizes())
+            summary_max_bytes=self.budget.summary_max_bytes, sizes=self.sizer.message_sizes(),
+            summary_frame_bytes=self.budget.summary_frame_bytes)
         if not plan.possible:
             return None
         outcome = await summarize_with_fallback(self.summarizer, plan.old, plan.summary_max_bytes)
@@ -264,80 +275,93 @@ class ToolLoop:
             bytes_before=self.sizer.body_bytes, reactive=reactive, summarizer_error=summarizer_error)
         conversation[:] = compacted
         result.compactions.append(record)
-        self._compacted_in_iteration = record
         await self._emit(Compacted(record))
         return record
 
-    async def _send(self, conversation: list[Message], result: TurnResult,
-                    iteration: int) -> tuple[LlmTurnResponse, bool]:
-        """The answer, and whether its text was streamed (handed out as AgentText deltas)."""
-        size_retried = False
-        attempt = 0  # model-origin retries
-        sends = 0
+    async def _send(self, conversation: list[Message], result: TurnResult, iteration: int,
+                    compacted: CompactionRecord | None) -> tuple[LlmTurnResponse, bool]:
+        """The answer, and whether its text was streamed (handed out as AgentText deltas).
+
+        ``compacted``: this iteration's compaction, if any (its trigger labels the progress). A
+        failed send is answered by :func:`hopline.harness.failures.react`."""
+        attempt = failures.Attempt(self.budget.model_retry_attempts, self.budget.model_retry_backoff_seconds,
+                                   naive=self.naive)
         retry: dict[str, Any] | None = None  # what the next send retries, for its progress event
+        sends = 0
         while True:
             self.sizer.sync(conversation)
             encoded = self.sizer.encoded()
             # _size_check guards this already; kept as the last net before the wire
             if not self.naive and encoded.size > self.ceiling_bytes:
                 raise failures.over_ceiling(encoded.size, self.ceiling_bytes)
-            record = self._compacted_in_iteration
-            tokens, source = self._estimate()
-            await self._emit(IterationProgress(
-                iteration=iteration, max_iterations=self.profile.max_iterations, body_bytes=encoded.size,
-                ceiling_bytes=self.ceiling_bytes, estimate_tokens=tokens,
-                effective_window_tokens=self.bounds.effective_window, compactions=len(result.compactions),
-                trigger=record.trigger if record else None, estimate_source=source, retry=retry))
+            await self._emit(self._progress(iteration, encoded.size, result, compacted, retry))
             result.max_body_bytes = max(result.max_body_bytes, encoded.size)
             sends += 1
-            streamed = 0
-
-            async def on_text(text: str) -> None:
-                nonlocal streamed
-                streamed += len(text.encode("utf-8"))
-                await self._emit(AgentText(text))
-
+            streamed = _Streamed()
             try:
-                if isinstance(self.model, StreamingModel):
-                    response = await self.model.complete_streaming(encoded, on_text)
-                else:
-                    response = await self.model.complete(encoded)
-                if not self.naive:  # the seed's engine had no anchor
-                    self.sizer.anchor(response.usage.prompt_tokens)
-                return response, streamed > 0
+                return await self._complete(encoded, streamed), streamed.bytes > 0
             except TurnFailure as failure:
-                retry = {**failures.failure_brief(failure), "attempt": sends, "streamedBytes": streamed}
-                if failure.size_error and not self.naive and not size_retried:
-                    # Compact and retry once; never resend the same body.
-                    size_retried = True
-                    result.size_retries += 1
-                    sent = encoded.size
-                    await self._compact(conversation, result, trigger="transport", reactive=True,
-                                        target_body_bytes=min(self.bounds.target_body_bytes, sent // 2))
-                    self._repair(conversation, result)
-                    self.sizer.sync(conversation)
-                    if self.sizer.body_bytes >= sent:
-                        raise TurnFailure(
-                            "code", f"{failure.message}; compaction could not make the body smaller than "
-                            f"{sent} bytes, so it is not resent", status=failure.status, hop=failure.hop,
-                            limit_bytes=failure.limit_bytes, observed_bytes=sent, size_error=True) from None
-                    continue
-                if failure.size_error:
-                    detail = "after compaction and one retry" if size_retried else "(naive rules: no retry)"
-                    raise TurnFailure(
-                        "code", f"{failure.message} {detail}", status=failure.status, hop=failure.hop,
-                        limit_bytes=failure.limit_bytes, observed_bytes=encoded.size,
-                        size_error=True) from None
-                if failure.retryable and attempt < self.budget.model_retry_attempts:
-                    await asyncio.sleep(self.budget.model_retry_backoff_seconds * (2 ** attempt))
-                    attempt += 1
+                retry = {**failures.failure_brief(failure), "attempt": sends, "streamedBytes": streamed.bytes}
+                reaction = failures.react(failure, attempt)
+                if reaction.kind is failures.ReactionKind.COMPACT_AND_RETRY:
+                    compacted = await self._compact_to_resend(conversation, result, failure, encoded.size) \
+                        or compacted
+                    attempt = attempt.retried_size()
+                elif reaction.kind is failures.ReactionKind.RETRY:
+                    await asyncio.sleep(reaction.delay_seconds)
                     result.model_retries += 1
-                    continue
-                raise
+                    attempt = attempt.retried_model()
+                elif failure.size_error:
+                    raise TurnFailure(
+                        "code", f"{failure.message} {reaction.detail}", status=failure.status,
+                        hop=failure.hop, limit_bytes=failure.limit_bytes, observed_bytes=encoded.size,
+                        size_error=True, setting=failure.setting) from None
+                else:
+                    raise
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # a Model broke its contract: classify, never guess "code"
+            except Exception as exc:  # a Model broke its contract: classify, never guess "code" (no retry)
                 raise failures.classify_exception(exc, hop=HOP_ENGINE, body_bytes=encoded.size) from exc
+
+    def _progress(self, iteration: int, body_bytes: int, result: TurnResult,
+                  compacted: CompactionRecord | None, retry: dict[str, Any] | None) -> IterationProgress:
+        tokens, source = self._estimate()
+        return IterationProgress(
+            iteration=iteration, max_iterations=self.profile.max_iterations, body_bytes=body_bytes,
+            ceiling_bytes=self.ceiling_bytes, estimate_tokens=tokens,
+            effective_window_tokens=self.bounds.effective_window, compactions=len(result.compactions),
+            trigger=compacted.trigger if compacted else None, estimate_source=source, retry=retry)
+
+    async def _complete(self, encoded: EncodedRequest, streamed: _Streamed) -> LlmTurnResponse:
+        """One llm-turn; the text a streaming model hands out goes out as AgentText at once."""
+
+        async def on_text(text: str) -> None:
+            streamed.bytes += len(text.encode("utf-8"))
+            await self._emit(AgentText(text))
+
+        if isinstance(self.model, StreamingModel):
+            response = await self.model.complete_streaming(encoded, on_text)
+        else:
+            response = await self.model.complete(encoded)
+        if not self.naive:  # the seed's engine had no anchor
+            self.sizer.anchor(response.usage.prompt_tokens)
+        return response
+
+    async def _compact_to_resend(self, conversation: list[Message], result: TurnResult, failure: TurnFailure,
+                                 sent: int) -> CompactionRecord | None:
+        """After a size failure: compact to half the refused body; never resend the same body."""
+        result.size_retries += 1
+        record = await self._compact(conversation, result, trigger="transport", reactive=True,
+                                     target_body_bytes=min(self.bounds.target_body_bytes, sent // 2))
+        self._repair(conversation, result)
+        self.sizer.sync(conversation)
+        if self.sizer.body_bytes >= sent:
+            raise TurnFailure(
+                "code", f"{failure.message}; compaction could not make the body smaller than "
+                f"{sent} bytes, so it is not resent", status=failure.status, hop=failure.hop,
+                limit_bytes=failure.limit_bytes, observed_bytes=sent, size_error=True,
+                setting=failure.setting)
+        return record
 
     async def _execute(self, calls: list[dict[str, Any]], conversation: list[Message]) -> None:
         budget = self.budget
@@ -390,6 +414,11 @@ class ToolLoop:
                                               outcome.raw_output))
             if crash is not None:
                 raise failures.tool_crash(name, crash) from crash
+
+
+@dataclasses.dataclass
+class _Streamed:
+    bytes: int = 0  # text bytes a streaming model handed out during one send
 
 
 def _validated(response: LlmTurnResponse) -> Message:

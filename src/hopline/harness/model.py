@@ -14,6 +14,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
+from hopline.budget import HoplineError
+
 Origin = Literal["code", "model", "tool", "cancelled"]
 Purpose = Literal["turn", "summary"]
 
@@ -79,7 +81,7 @@ class LlmTurnResponse:
         return {"message": self.message, "usage": self.usage.to_json(), "provider": self.provider}
 
 
-class TurnFailure(Exception):
+class TurnFailure(HoplineError):
     """A failed model call or turn, with its origin (SPEC H-8).
 
     ``size_error`` marks code-origin failures caused by a body too large for a hop (413, a reset
@@ -98,6 +100,7 @@ class TurnFailure(Exception):
         observed_bytes: int | None = None,
         size_error: bool = False,
         retryable: bool = False,
+        setting: str | None = None,
     ) -> None:
         super().__init__(message)
         self.origin: Origin = origin
@@ -108,6 +111,7 @@ class TurnFailure(Exception):
         self.observed_bytes = observed_bytes
         self.size_error = size_error
         self.retryable = retryable
+        self.setting = setting  # the budget setting of the ceiling a size error passed, when known
 
     def to_json(self) -> dict[str, Any]:
         """The JSON error shape shared by the gateway and the harness."""
@@ -115,6 +119,7 @@ class TurnFailure(Exception):
         for key, value in (
             ("status", self.status),
             ("hop", self.hop),
+            ("setting", self.setting),
             ("limitBytes", self.limit_bytes),
             ("observedBytes", self.observed_bytes),
         ):

@@ -25,7 +25,9 @@ from typing import Any
 
 import orjson
 
-DATA_DIR_ENV = "HOPLINE_DATA_DIR"
+from hopline.budget import HoplineError
+from hopline.vocabulary import DATA_DIR_ENV
+
 DB_FILE = "sessions.sqlite3"
 # Waiting for another agent process's write lock, not a payload ceiling.
 _BUSY_TIMEOUT_SECONDS = 30.0
@@ -75,7 +77,7 @@ class SessionRecord:
     updated_at: str
 
 
-class SessionNotFound(KeyError):
+class SessionNotFound(HoplineError, KeyError):
     pass
 
 

@@ -29,18 +29,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.harness.events import ToolKind
+from hopline.vocabulary import CREDENTIAL_ENV
 
 OUTPUT_PREFIX = "@output/"
-# hopline's own tokens (the daemon's, the gateway's, the per-session write token that older daemons
-# put in the environment): never passed to a child, whatever the operator names.
-HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({
-    "HOPLINE_SERVER_TOKEN", "HOPLINE_INTERNAL_TOKEN", "HOPLINE_SIDECAR_WRITE_TOKEN",
-})
-# ...and the provider key: never in a tool's environment. A third-party agent that calls the
-# provider itself (qwen --acp) gets the key only when the operator names it (HOPLINE_AGENT_ENV).
-CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {"OPENAI_API_KEY"}
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
 
 
@@ -49,7 +42,7 @@ def tool_environment(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
 
 
-class ToolError(Exception):
+class ToolError(HoplineError):
     """An expected tool failure: its message goes to the model as a failed result."""
 
 

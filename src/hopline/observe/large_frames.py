@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
+from hopline.vocabulary import LOAD_REPLAY_META_KEYS, SESSION_UPDATE_METHOD
 from hopline.wire.jsonrpc import message_kind, method_of
 
 EVENT_NAME = "hopline.daemon.pipe.large_frame"
@@ -43,8 +44,6 @@ MAX_WALK_DEPTH = 32
 OPAQUE_OBJECT_BYTES = 16  # an object we refuse to inspect counts as this many bytes
 STRATEGY_PREFIX_AND_SUFFIX = "prefix_and_suffix"
 
-LOAD_REPLAY_META_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
-SESSION_UPDATE_METHOD = "session/update"
 # ACP ToolKind values: an enumeration, so safe to log.
 TOOL_KINDS = frozenset(
     {"read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hopline.budget import Budget, KiB, MiB
-from hopline.observe.stats import DIRECTIONS, Direction
+from hopline.wire.hooks import DIRECTIONS, Direction
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -1,38 +1,70 @@
-"""One object the daemon wires into both :class:`hopline.wire.hooks.PipeTap` directions.
+"""The pipe's instruments, one set per daemon, shared by every child (SPEC O-1..O-6, D-8).
 
-It feeds every successfully read or written message to the stats (O-1), the histogram (O-2) and
-the large-frame observer (O-3..O-6), and answers ``runtime.perf.pipe`` for ``GET /daemon/status``.
+:class:`PipeObservability` wires the stats (O-1), the histogram (O-2) and the large-frame observer
+(O-3..O-6) into both :class:`hopline.wire.hooks.PipeTap` directions of every child, counts the
+frames that were not relayed, and answers its part of ``GET /daemon/status``.
+
+Two switches, for A/B measurements (``bench/daemon_server.py``): ``histogram=False`` leaves the
+OpenTelemetry histogram out of the taps (stats and large frames stay), ``hooks=False`` gives the
+taps no hooks at all. The daemon runs with both on; ``/metrics`` and the console read the same
+objects either way.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from hopline.budget import Budget
 from hopline.observe.large_frames import LargeFrameObserver
 from hopline.observe.metrics import PipeMetrics
-from hopline.observe.stats import Direction, PipeStats
-from hopline.wire.hooks import FrameObservation, PipeTap
+from hopline.observe.stats import PipeStats
+from hopline.wire.hooks import Direction, FrameObservation, PipeTap
 
 
 class PipeObservability:
-    def __init__(self, budget: Budget, *, metrics: PipeMetrics | None = None,
-                 large_frames: LargeFrameObserver | None = None) -> None:
+    def __init__(self, budget: Budget, *, histogram: bool = True, hooks: bool = True) -> None:
         self.stats = PipeStats()
-        self.metrics = metrics if metrics is not None else PipeMetrics(budget)
-        self.large_frames = large_frames if large_frames is not None else LargeFrameObserver(budget)
+        self.metrics = PipeMetrics(budget)
+        self.large_frames = LargeFrameObserver(budget)
+        self.histogram = histogram
+        self.hooks = hooks
+        self.frames_dropped = 0
 
-    def observe(self, observation: FrameObservation) -> None:
-        """A :data:`hopline.wire.hooks.Observer`: call only after a successful read or write."""
-        direction: Direction = observation.direction
-        self.stats.record(direction, observation.bytes)
-        self.metrics.record(direction, observation.bytes)
-        self.large_frames.observe(direction, observation.bytes, observation.message)
+    def _observe_large(self, observation: FrameObservation) -> None:
+        self.large_frames.observe(observation.direction, observation.bytes, observation.message)
 
     def tap(self, direction: Direction) -> PipeTap:
-        """A tap for one direction with this object as its observer."""
-        return PipeTap(direction, observers=[self.observe])
+        """The tap of one direction of one child: size hooks for the stats and the histogram, an
+        observer for the large frames (it alone reads the message)."""
+        tap = PipeTap(direction)
+        if not self.hooks:
+            return tap
+        tap.add_byte_hook(partial(self.stats.record, direction))
+        if self.histogram:
+            tap.add_byte_hook(partial(self.metrics.record, direction))
+        tap.add_observer(self._observe_large)
+        return tap
+
+    def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:
+        """A frame that was not relayed (SPEC D-8). One that was never decoded (``observed`` false)
+        and is at least the large-frame threshold also gets a large-frame record: its origin is
+        ``unknown`` and it holds sizes only."""
+        self.frames_dropped += 1
+        self.stats.record_dropped(direction, nbytes)
+        if not observed:
+            self.large_frames.observe(direction, nbytes, None)
 
     def status(self) -> dict[str, Any]:
-        """``runtime.perf.pipe``: per-direction stats plus the large-frame counters."""
-        return {**self.stats.snapshot(), "largeFrames": self.large_frames.snapshot()}
+        """Its part of ``GET /daemon/status``: ``runtime.perf.pipe`` (per-direction stats), the
+        large-frame counters and the frames dropped."""
+        large = self.large_frames.snapshot()
+        return {
+            "runtime": {"perf": {"pipe": self.stats.snapshot()}},
+            "largeFrames": {"logged": large["logged"], "suppressed": large["suppressed"],
+                            "thresholdBytes": large["thresholdBytes"]},
+            "framesDropped": self.frames_dropped,
+        }
+
+    def shutdown(self) -> None:
+        self.metrics.shutdown()

@@ -8,10 +8,8 @@ UTF-8, the stream ending inside a frame, an update for another session or withou
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
 
-Direction = Literal["inbound", "outbound"]  # inbound = child -> daemon, outbound = daemon -> child
-DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
+from hopline.wire.hooks import DIRECTIONS, Direction
 
 
 @dataclasses.dataclass

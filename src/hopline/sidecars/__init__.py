@@ -9,7 +9,6 @@ side (``.writer``) stays light.
 
 from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
-    META_KEY,
     TEXT_MEDIA_TYPE,
     aproject_message,
     needs_projection,
@@ -31,7 +30,6 @@ from hopline.sidecars.store import (
 __all__ = [
     "FALLBACK_KEYS",
     "JSON_MEDIA_TYPE",
-    "META_KEY",
     "TEXT_MEDIA_TYPE",
     "SidecarEntry",
     "SidecarRefused",

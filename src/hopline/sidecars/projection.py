@@ -40,17 +40,14 @@ import orjson
 
 from hopline.budget import Budget
 from hopline.sidecars.store import REASON_DISK_ERROR, SidecarEntry, SidecarRefused, SidecarStore
+from hopline.vocabulary import LOAD_REPLAY_META_KEYS, META_SIDECAR, META_TRUNCATED
 
 log = logging.getLogger("hopline.sidecars")
 
-META_KEY = "hopline.sidecar"
-STUB_KEY = "hopline.sidecar"
-STUB_TRUNCATED_KEY = "hopline.truncated"
 TOOL_UPDATE_KINDS = frozenset({"tool_call", "tool_call_update"})
 MESSAGE_UPDATE_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk"})
 TEXT_MEDIA_TYPE = "text/plain; charset=utf-8"
 JSON_MEDIA_TYPE = "application/json"
-LOAD_REPLAY_META_KEYS = ("hopline.session.loadReplay", "qwen.session.loadReplay")
 # Bound of the field walk (like the large-frame observer's, O-6): nodes deeper than this are sized
 # as a whole with their ancestor, never one by one. Work bound, not a payload ceiling.
 MAX_FIELD_DEPTH = 32
@@ -153,7 +150,7 @@ def _is_under(path: JsonPath, prefix: JsonPath) -> bool:
 
 def _protected(path: JsonPath) -> bool:
     """Never moved: the update's kind and our own sidecar entries (``_meta`` itself neither)."""
-    return path in (("sessionUpdate",), ("_meta",)) or _is_under(path, ("_meta", META_KEY))
+    return path in (("sessionUpdate",), ("_meta",)) or _is_under(path, ("_meta", META_SIDECAR))
 
 
 def _kind_fields(update: dict[str, Any]) -> list[JsonPath]:
@@ -275,9 +272,9 @@ class _Mover:
         preview = preview_text(data, self.preview_bytes, sidecar_id, reason)
         stub: dict[str, Any]
         if sidecar_id is not None:
-            stub = {STUB_KEY: sidecar_id, "bytes": len(data), "preview": preview}
+            stub = {META_SIDECAR: sidecar_id, "bytes": len(data), "preview": preview}
         else:
-            stub = {STUB_TRUNCATED_KEY: True, "reason": reason, "bytes": len(data), "preview": preview}
+            stub = {META_TRUNCATED: True, "reason": reason, "bytes": len(data), "preview": preview}
         return stub, len(_utf8(head + tail))
 
     def move(self, path: JsonPath) -> None:
@@ -369,8 +366,8 @@ def project_fields(update: Any, sink: SidecarSink, budget: Budget) -> Projection
     projected = dict(mover.update)
     meta = projected.get("_meta")
     meta = dict(meta) if isinstance(meta, dict) else {}
-    previous = meta.get(META_KEY)
-    meta[META_KEY] = (list(previous) if isinstance(previous, list) else []) + mover.entries
+    previous = meta.get(META_SIDECAR)
+    meta[META_SIDECAR] = (list(previous) if isinstance(previous, list) else []) + mover.entries
     projected["_meta"] = meta
     if mover.kept_off_wire > 0:
         with contextlib.suppress(Exception):  # stats only
@@ -384,7 +381,7 @@ def restore_update(update: dict[str, Any], bodies: Callable[[dict[str, Any]], by
     (and ``_meta`` with them when nothing else is in it). Raises ``ValueError`` for an entry that
     cannot be resolved (truncated, or without a path)."""
     meta = update.get("_meta")
-    entries = meta.get(META_KEY) if isinstance(meta, dict) else None
+    entries = meta.get(META_SIDECAR) if isinstance(meta, dict) else None
     if not isinstance(entries, list):
         return update
     restored: Any = update
@@ -398,7 +395,7 @@ def restore_update(update: dict[str, Any], bodies: Callable[[dict[str, Any]], by
         value = body.decode("utf-8") if is_text else orjson.loads(body)
         restored = with_value_at(restored, tuple(path), value)
     restored = dict(restored)
-    rest = {k: v for k, v in restored["_meta"].items() if k != META_KEY}
+    rest = {k: v for k, v in restored["_meta"].items() if k != META_SIDECAR}
     if rest:
         restored["_meta"] = rest
     else:

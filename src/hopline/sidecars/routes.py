@@ -16,25 +16,27 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from hopline.budget import HOP_SIDECARS
+from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS, HoplineError
 from hopline.sidecars.store import SidecarEntry, SidecarStore, is_valid_sidecar_id
 
 SIDECAR_ROUTE = "/session/{session_id}/sidecars/{sidecar_id}"
 _RANGE_RE = re.compile(r"\A\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*\Z")
-_MAX_RANGE_HEADER_CHARS = 200  # longer Range headers are ignored, not parsed
+_RANGE_HEADER_MAX_CHARS = int(CEILINGS_BY_KEY["range_header_max_chars"].default)
 
 
-class RangeNotSatisfiable(Exception):
+class RangeNotSatisfiable(HoplineError):
     pass
 
 
-def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+def parse_range(header: str | None, size: int,
+                max_chars: int = _RANGE_HEADER_MAX_CHARS) -> tuple[int, int] | None:
     """``(start, stop)`` (stop exclusive) for one ``bytes=`` range, or ``None`` to serve it whole.
 
     Syntactically invalid or multi-range headers are ignored (RFC 9110 §14.2 allows that);
-    a valid but unsatisfiable range raises :class:`RangeNotSatisfiable`.
+    a valid but unsatisfiable range raises :class:`RangeNotSatisfiable`. A header longer than
+    ``max_chars`` (the budget's ``range_header_max_chars``) is ignored, never parsed.
     """
-    if header is None or len(header) > _MAX_RANGE_HEADER_CHARS:
+    if header is None or len(header) > max_chars:
         return None
     match = _RANGE_RE.match(header)
     if match is None:
@@ -98,7 +100,8 @@ def sidecar_router(store: SidecarStore, authorize: Callable[..., Any] | None = N
         if _etag_matches(request.headers.get("if-none-match"), entry.etag):
             return Response(status_code=304, headers=headers)
         try:
-            byte_range = parse_range(request.headers.get("range"), entry.size)
+            byte_range = parse_range(request.headers.get("range"), entry.size,
+                                     store.budget.range_header_max_chars)
         except RangeNotSatisfiable:
             error = {"type": "range_not_satisfiable", "hop": HOP_SIDECARS, "bytes": entry.size,
                      "message": f"the range is outside the sidecar's {entry.size} bytes"}

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from hopline.budget import HOP_SIDECARS, Budget
+from hopline.budget import HOP_SIDECARS, Budget, HoplineError
 
 log = logging.getLogger("hopline.sidecars")
 
@@ -106,7 +106,7 @@ def safe_media_type(value: object) -> str:
     return DEFAULT_MEDIA_TYPE
 
 
-class SidecarRefused(Exception):
+class SidecarRefused(HoplineError):
     """A sidecar was not stored: ``reason`` is one of the ``REASON_*`` values.
 
     ``limit`` is the ceiling that was hit (``None`` for a disk error) and ``observed`` the size

@@ -25,16 +25,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from hopline.budget import HOP_SIDECARS, Budget
+from hopline.budget import HOP_SIDECARS, Budget, HoplineError
 from hopline.sidecars.store import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused, SidecarStore
-
-ENV_SIDECAR_DIR = "HOPLINE_SIDECAR_DIR"
-META_CREDENTIALS = "hopline.credentials"
-CREDENTIAL_SIDECAR_WRITE_TOKEN = "sidecarWriteToken"
-CREDENTIAL_GATEWAY_TOKEN = "gatewayToken"  # the per-session llm-turn credential (D-11)
+from hopline.vocabulary import SIDECAR_DIR_ENV
 
 
-class SidecarWriterError(RuntimeError):
+class SidecarWriterError(HoplineError, RuntimeError):
     pass
 
 
@@ -45,12 +41,12 @@ def open_store(budget: Budget, environ: Mapping[str, str] | None = None) -> Side
     should be loud, not silently inline).
     """
     env = os.environ if environ is None else environ
-    root = env.get(ENV_SIDECAR_DIR, "").strip()
+    root = env.get(SIDECAR_DIR_ENV, "").strip()
     if not root:
         return None
     path = Path(root)
     if not (path / "sidecars.sqlite3").is_file():
-        raise SidecarWriterError(f"{HOP_SIDECARS}: {ENV_SIDECAR_DIR} does not hold a sidecar store")
+        raise SidecarWriterError(f"{HOP_SIDECARS}: {SIDECAR_DIR_ENV} does not hold a sidecar store")
     return SidecarStore(path, budget)
 
 

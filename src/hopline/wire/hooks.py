@@ -18,6 +18,7 @@ from typing import Any, Literal
 from hopline.wire.ndjson import encode
 
 Direction = Literal["inbound", "outbound"]  # inbound = child -> daemon, outbound = daemon -> child
+DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
 
 ByteHook = Callable[[int], None]
 
@@ -37,7 +38,7 @@ class PipeTap:
 
     def __init__(self, direction: Direction, *, byte_hooks: list[ByteHook] | None = None,
                  observers: list[Observer] | None = None) -> None:
-        if direction not in ("inbound", "outbound"):
+        if direction not in DIRECTIONS:
             raise ValueError(f"direction must be inbound or outbound, got {direction!r}")
         self.direction: Direction = direction
         self.byte_hooks: list[ByteHook] = list(byte_hooks or [])

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY
+from hopline.budget import CEILINGS_BY_KEY, HoplineError
 
 # The largest id a client may send: SQLite INTEGER, the journal's event ids and cursors.
 MAX_DECIMAL_ID = 2**63 - 1
@@ -27,7 +27,7 @@ _ORJSON_MAX_DEPTH = 1024
 _ASCII_DIGITS = frozenset("0123456789")
 
 
-class InputRefused(ValueError):
+class InputRefused(HoplineError, ValueError):
     """Client input refused before use: ``kind`` names the rule, ``fields`` the numbers seen."""
 
     def __init__(self, kind: str, message: str, **fields: Any) -> None:

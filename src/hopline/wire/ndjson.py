@@ -25,6 +25,9 @@ from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
 _NL = 0x0A
 _CR = 0x0D
 _MAX_FRAME_SETTING = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+# How much a reader of the pipe hands to feed() at once (both ends): I/O granularity, not a limit;
+# frames of any size up to the max frame are reassembled.
+READ_CHUNK_BYTES = 64 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +41,11 @@ class Frame:
 
 @dataclasses.dataclass(frozen=True)
 class FrameError:
-    """A line that did not become a frame; ``size`` is the observed byte count of the line."""
+    """A line that did not become a frame; ``size`` is the observed byte count of the line and
+    ``reason`` names the rule it broke (the ``reason`` of the daemon's ``frame_dropped``)."""
 
     size: int
+    reason: str = dataclasses.field(default="bad_frame", kw_only=True)
 
     def describe(self) -> str:  # pragma: no cover - overridden
         return f"{HOP_PIPE}: bad frame of {self.size} bytes"
@@ -51,6 +56,7 @@ class FrameTooLarge(FrameError):
     """The line passed the reader's max frame; it was discarded without being buffered."""
 
     limit: int
+    reason: str = dataclasses.field(default="frame_too_large", kw_only=True)
 
     def describe(self) -> str:
         return (f"{HOP_PIPE}: frame of {self.size} bytes exceeds the max frame of {self.limit} bytes "
@@ -62,7 +68,7 @@ class InvalidFrame(FrameError):
     """The line is not valid UTF-8 JSON; only its size and SHA-256 are kept (no payload)."""
 
     sha256: str
-    reason: str  # "invalid_utf8" | "invalid_json"
+    reason: str = dataclasses.field(default="invalid_json", kw_only=True)  # or "invalid_utf8"
 
     def describe(self) -> str:
         return f"{HOP_PIPE}: {self.reason} frame of {self.size} bytes (sha256 {self.sha256}); skipped"
@@ -71,6 +77,8 @@ class InvalidFrame(FrameError):
 @dataclasses.dataclass(frozen=True)
 class IncompleteFrame(FrameError):
     """The stream ended inside a frame (no newline after its last bytes)."""
+
+    reason: str = dataclasses.field(default="incomplete_frame", kw_only=True)
 
     def describe(self) -> str:
         return f"{HOP_PIPE}: stream ended inside a frame after {self.size} bytes"

@@ -52,7 +52,7 @@ from acp.connection import Connection
 from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
 
 from hopline.budget import Budget
-from hopline.harness.acp.sidecars import META_TOOL, needs_offload, offload_update, tool_meta, writer_for
+from hopline.harness.acp.sidecars import needs_offload, offload_update, tool_meta, writer_for
 from hopline.harness.context import repair
 from hopline.harness.events import (
     AgentText,
@@ -68,33 +68,32 @@ from hopline.harness.model import Model, TurnFailure
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import (
+from hopline.sidecars.writer import SidecarWriter
+from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    LOAD_UPDATES_METHOD,
     META_CREDENTIALS,
-    SidecarWriter,
+    META_LOAD_REPLAY,
+    META_LOAD_REPLAY_MODE,
+    META_PERMISSION_MODE,
+    META_PROFILE,
+    META_SCRIPTED,
+    META_TOOL,
+    META_TURN,
+    PERMISSION_MODE_ENV,
+    PROGRESS_METHOD,
 )
 from hopline.wire.input import InputRefused, parse_decimal_id
 
 log = logging.getLogger("hopline.agent")
 
 DEFAULT_PROFILE = "qa_automation"
-META_PROFILE = "hopline.profile"
-META_PERMISSION_MODE = "hopline.permissionMode"
-META_SCRIPTED = "hopline.scripted"
-META_TURN = "hopline.turn"
-META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
-META_LOAD_REPLAY = "hopline.session.loadReplay"
-PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
-PROGRESS_NOTIFICATION = "hopline/progress"  # on the wire: "_hopline/progress"
-LOAD_UPDATES_METHOD = "hopline/session/loadUpdates"  # on the wire: "_hopline/session/loadUpdates"
 TURN_FAILED_CODE = -32603
 PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
 ALLOW_ONCE = "allow_once"
 REJECT_ONCE = "reject_once"
 
-# Room kept in a bulk page for the JSON-RPC response around the loadReplay value.
-_RESPONSE_WRAPPER_BYTES = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,7 +326,7 @@ class HoplineAgent:
         return await asyncio.to_thread(offload_update, update, writer, self.budget)
 
     async def _progress(self, session_id: str, key: str, value: dict[str, Any]) -> None:
-        await self.conn.send_notification(f"_{PROGRESS_NOTIFICATION}", {"sessionId": session_id, key: value})
+        await self.conn.send_notification(PROGRESS_METHOD, {"sessionId": session_id, key: value})
 
     # --- ACP: session/prompt, session/cancel ---------------------------------------------------
 
@@ -492,7 +491,8 @@ class HoplineAgent:
         limit = self.budget.bulk_replay_max_updates
         candidates = self.store.read_updates(session_id, start, limit)
         page = page_updates(candidates, start, max_updates=limit,
-                            max_bytes=self.budget.bulk_replay_max_bytes - _RESPONSE_WRAPPER_BYTES,
+                            max_bytes=(self.budget.bulk_replay_max_bytes
+                                       - self.budget.bulk_page_envelope_bytes),
                             envelope_bytes=envelope_bytes, total=total)
         return page, candidates[: page.count]
 
@@ -506,7 +506,7 @@ class HoplineAgent:
         return envelope
 
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        if method != LOAD_UPDATES_METHOD:
+        if method != LOAD_UPDATES_METHOD.removeprefix("_"):  # the SDK strips the "_"
             raise RequestError.method_not_found(f"_{method}")
         session_id = params.get("sessionId")
         if not isinstance(session_id, str):

@@ -6,17 +6,18 @@ process's own fd 1 (and ``sys.stdout``) at stderr and fd 0 at ``/dev/null``: a s
 child process writing to its stdout can then never corrupt the protocol stream.
 
 :class:`PipeTransport` is an ``acp`` message transport (the SDK's ``Connection`` takes it as its
-``Transport``). The SDK's own NDJSON reader treats its buffer limit as a chunk size and reassembles
-lines of any length past it; this reader enforces the max frame exactly instead: a line of
-``max_frame_bytes`` passes, one byte more is discarded up to its newline (never buffered past the
-limit), reported on stderr with its size only, and the channel goes on. Outgoing frames are
-encoded with orjson and refused before writing when they exceed the same max frame, so both ends
-of the pipe agree.
+``Transport``). It reads and writes through the same sans-IO codec as the daemon's end
+(:class:`hopline.wire.ndjson.NdjsonDecoder` and :func:`hopline.wire.ndjson.encode`), so both ends
+agree on every frame (B-4): a line of ``max_frame_bytes`` passes (a trailing ``\\r`` is not part of
+the frame), one byte more is discarded up to its newline (never buffered past the limit), reported
+on stderr with its size only, and the channel goes on. Outgoing frames over the same max frame are
+refused before writing (:class:`~hopline.budget.CeilingExceeded`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -24,22 +25,19 @@ import stat
 import sys
 from typing import Any, Protocol
 
-import orjson
-
 from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE
+from hopline.wire.ndjson import (
+    READ_CHUNK_BYTES,
+    Frame,
+    FrameError,
+    FrameTooLarge,
+    IncompleteFrame,
+    NdjsonDecoder,
+    encode,
+)
 
 log = logging.getLogger("hopline.agent.pipe")
-_MAX_FRAME_SETTING = CEILINGS_BY_KEY["agent_max_frame_bytes"].name
-
-
-class OutgoingFrameTooLarge(RuntimeError):
-    """A message the agent was about to write is larger than the pipe's max frame."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        self.size = size
-        self.limit = limit
-        super().__init__(f"{HOP_PIPE}: outgoing frame of {size} bytes exceeds the max frame of {limit} "
-                         f"bytes ({_MAX_FRAME_SETTING}); not sent")
+_MAX_FRAME = CEILINGS_BY_KEY["agent_max_frame_bytes"]
 
 
 def claim_stdio() -> tuple[int, int]:
@@ -88,6 +86,9 @@ class PipeTransport:
         self._reader = reader
         self._writer = writer
         self._max = max_frame_bytes
+        self._decoder = NdjsonDecoder(max_frame_bytes)
+        self._ready: collections.deque[dict[str, Any]] = collections.deque()
+        self._eof = False
         self._write_lock = asyncio.Lock()
         self._closed = False
         self.frames_dropped = 0
@@ -95,8 +96,8 @@ class PipeTransport:
     @classmethod
     async def open_fds(cls, read_fd: int, write_fd: int, max_frame_bytes: int) -> PipeTransport:
         loop = asyncio.get_running_loop()
-        # The reader's limit is the max frame: readuntil() refuses a line one byte longer.
-        reader = asyncio.StreamReader(limit=max_frame_bytes)
+        # The stream reader only ever serves read(n): its limit is the chunk size, not a frame bound.
+        reader = asyncio.StreamReader(limit=READ_CHUNK_BYTES)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                      os.fdopen(read_fd, "rb", buffering=0))
         writer: _Writer
@@ -109,10 +110,12 @@ class PipeTransport:
         return cls(reader, writer, max_frame_bytes)
 
     def encode(self, message: dict[str, Any]) -> bytes:
-        data = orjson.dumps(message)
-        if len(data) > self._max:
-            raise OutgoingFrameTooLarge(len(data), self._max)
-        return data + b"\n"
+        line = encode(message)
+        size = len(line) - 1  # the frame without its newline, as the reader measures it
+        if size > self._max:
+            raise _MAX_FRAME.exceeded(self._max, size, f"{HOP_PIPE}: outgoing frame of {size} bytes exceeds "
+                                      f"the max frame of {self._max} bytes ({_MAX_FRAME.name}); not sent")
+        return line
 
     async def send(self, message: dict[str, Any]) -> None:
         data = self.encode(message)
@@ -121,58 +124,31 @@ class PipeTransport:
             await self._writer.drain()
 
     async def receive(self) -> dict[str, Any] | None:
-        while True:
-            line = await self._read_frame()
-            if line is None:
+        """The next JSON object from the peer; ``None`` once the stream ended."""
+        while not self._ready:
+            if self._eof:
                 return None
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
-                continue
-            try:
-                message = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("invalid JSON frame skipped", extra={"hop": HOP_PIPE, "bytes": len(line)})
-                continue
-            if not isinstance(message, dict):
-                log.warning("non-object frame skipped", extra={"hop": HOP_PIPE, "bytes": len(line)})
-                continue
-            return message
+            chunk = await self._reader.read(READ_CHUNK_BYTES)
+            items = self._decoder.feed(chunk) if chunk else self._decoder.eof()
+            self._eof = not chunk
+            for item in items:
+                self._take(item)
+        return self._ready.popleft()
 
-    async def _read_frame(self) -> bytes | None:
-        try:
-            return await self._reader.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                log.warning("stream ended inside a frame", extra={"hop": HOP_PIPE, "bytes": len(exc.partial)})
-            return None
-        except asyncio.LimitOverrunError as exc:
-            return await self._discard_oversized(exc.consumed)
-
-    async def _discard_oversized(self, consumed: int) -> bytes | None:
-        """Drop a line longer than the max frame without buffering it; report its size."""
-        size = 0
-        pending = consumed
-        while True:
-            if pending:
-                await self._reader.readexactly(pending)
-                size += pending
-            try:
-                tail = await self._reader.readuntil(b"\n")
-            except asyncio.LimitOverrunError as exc:
-                pending = exc.consumed
-                continue
-            except asyncio.IncompleteReadError as exc:
-                size += len(exc.partial)
-                self._report_dropped(size)
-                return None
-            size += len(tail.rstrip(b"\n"))
-            self._report_dropped(size)
-            return b"\n"
-
-    def _report_dropped(self, size: int) -> None:
-        self.frames_dropped += 1
-        log.error("frame dropped", extra={"hop": HOP_PIPE, "bytes": size, "limit": self._max,
-                                          "setting": _MAX_FRAME_SETTING})
+    def _take(self, item: Frame | FrameError) -> None:
+        if isinstance(item, Frame):
+            if isinstance(item.message, dict):
+                self._ready.append(item.message)
+            else:
+                log.warning("non-object frame skipped", extra={"hop": HOP_PIPE, "bytes": item.size})
+        elif isinstance(item, FrameTooLarge):
+            self.frames_dropped += 1
+            log.error("frame dropped", extra={"hop": HOP_PIPE, "bytes": item.size, "limit": item.limit,
+                                              "setting": _MAX_FRAME.name})
+        elif isinstance(item, IncompleteFrame):
+            log.warning("stream ended inside a frame", extra={"hop": HOP_PIPE, "bytes": item.size})
+        else:  # InvalidFrame: its size only, never its bytes
+            log.warning("invalid JSON frame skipped", extra={"hop": HOP_PIPE, "bytes": item.size})
 
     async def close(self) -> None:
         if self._closed:

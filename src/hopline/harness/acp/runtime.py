@@ -1,6 +1,6 @@
 """Wiring of `hopline agent`: stdio claimed, store opened, model chosen, the agent served.
 
-The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.gateway.client.HttpModel``)
+The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.harness.http_model.HttpModel``)
 with the session's own gateway token from the daemon (``_meta["hopline.credentials"]``), or, for an
 agent run by hand against ``hopline gateway``, ``HOPLINE_INTERNAL_TOKEN``; otherwise the offline
 scripted model in-process, so the agent works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon)
@@ -23,18 +23,17 @@ from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.logs import configure_json_logging
+from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 
 log = logging.getLogger("hopline.agent")
 
-GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"
-INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"
 
 
 def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = False) -> ModelFactory:
     """``naive``: the seed's engine had no pre-send ceiling check, so over-ceiling bodies are sent."""
     url = environ.get(GATEWAY_URL_ENV, "").strip()
     if url:
-        from hopline.gateway.client import HttpModel
+        from hopline.harness.http_model import HttpModel
 
         operator_token = environ.get(INTERNAL_TOKEN_ENV, "")
 

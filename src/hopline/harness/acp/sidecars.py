@@ -27,7 +27,6 @@ from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_stor
 
 log = logging.getLogger("hopline.agent.sidecars")
 
-META_TOOL = "hopline.tool"
 PROVENANCE_BUILTIN = "builtin"
 
 

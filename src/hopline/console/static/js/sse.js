@@ -1,7 +1,7 @@
 // The session event stream: fetch() with a reader (so the token goes in a header, never a URL),
 // a bounded SSE parser, and resume with Last-Event-ID after a dropped connection.
 //
-// The parser follows hopline.client.sse: an event's size is the bytes of the field values it
+// The parser follows hopline.wire.sse: an event's size is the bytes of the field values it
 // delivers (data lines joined with "\n", the event type, the id); an event over the client reader
 // ceiling (HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES) is refused before its bytes are buffered.
 

@@ -1,4 +1,5 @@
-"""``HttpModel``: the harness's :class:`~hopline.harness.model.Model` over HTTP to the gateway.
+"""``HttpModel``: the harness's :class:`~hopline.harness.model.Model` over HTTP to the gateway
+(the harness's side of hop 3; the gateway serves it and imports the harness, never the reverse).
 
 The body is the encoder's exact bytes, sent with its ``Content-Length``; it is checked against the
 engine ceiling before a byte leaves (unless ``enforce_ceiling=False``, the naive mode that reproduces
@@ -19,10 +20,11 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB
-from hopline.gateway.streaming import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
-from hopline.harness.failures import classify_http_status
+from hopline.budget import HOP_GATEWAY, Budget, CeilingExceeded, KiB
+from hopline.harness.failures import classify_http_status, over_ceiling
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
+from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
+from hopline.wire.bounded import read_bounded
 from hopline.wire.ndjson import Frame, NdjsonDecoder
 
 ORIGINS: tuple[str, ...] = get_args(Origin)
@@ -99,12 +101,7 @@ class HttpModel:
     async def _exchange(self, encoded: EncodedRequest, on_text: TextSink | None) -> LlmTurnResponse:
         ceiling = self.budget.transport_max_body_bytes
         if self.enforce_ceiling and encoded.size > ceiling:
-            raise TurnFailure(
-                "code",
-                f"llm-turn body of {encoded.size} bytes is over the engine ceiling of {ceiling} bytes "
-                "(HOPLINE_TRANSPORT_MAX_BODY_BYTES); not sent",
-                hop=HOP_ENGINE, limit_bytes=ceiling, observed_bytes=encoded.size, size_error=True,
-            )
+            raise over_ceiling(encoded.size, ceiling)
         upload = _Upload(encoded.body)
         headers = {
             "content-type": "application/json",
@@ -146,7 +143,7 @@ class HttpModel:
 
 
 class _StreamReader:
-    """Reads the streaming form's NDJSON lines (:mod:`hopline.gateway.streaming`), bounded by the
+    """Reads the streaming form's NDJSON lines (served by :mod:`hopline.gateway.streaming`), bounded by the
     stream ceiling; remembers how much text it relayed, for the failure of a cut stream."""
 
     def __init__(self, max_bytes: int) -> None:
@@ -194,16 +191,11 @@ class _StreamReader:
 
 async def _read_bounded(response: httpx.Response, limit: int) -> bytes:
     """The answer's bytes; past ``limit`` the read stops and the turn fails (origin model)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise TurnFailure("model",
-                              f"gateway answer passed {limit} bytes (HOPLINE_PROVIDER_RESPONSE_MAX_BYTES)",
-                              hop=HOP_GATEWAY, limit_bytes=limit, observed_bytes=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    try:
+        return await read_bounded(response.aiter_bytes(), limit, ceiling="provider_response_max_bytes")
+    except CeilingExceeded as exc:
+        raise TurnFailure("model", f"gateway answer passed {limit} bytes ({exc.setting})", hop=HOP_GATEWAY,
+                          limit_bytes=limit, observed_bytes=exc.observed_bytes) from None
 
 
 def _parse_answer(raw: bytes) -> LlmTurnResponse:

@@ -1,4 +1,5 @@
-"""A bounded, sans-IO Server-Sent Events parser (SPEC C-1, hop `client.sse`).
+"""A bounded, sans-IO Server-Sent Events parser: the client's reader (SPEC C-1, hop ``client.sse``)
+and the gateway's reader of a streaming provider (G-5, hop ``gateway.provider``) are this one.
 
 ``SseParser.feed(bytes) -> [SseMessage]``: no I/O inside, so the bound is testable byte by byte.
 Lines end with ``\\r\\n``, ``\\r`` or ``\\n`` (a ``\\r`` at the end of one chunk and a ``\\n`` at the
@@ -7,8 +8,9 @@ buffered. Multi-line ``data:`` is joined with ``\\n``.
 
 The size of an event is the bytes of the field values it delivers: its data (lines joined with
 ``\\n``), its ``event`` type and its ``id``. An event over ``max_event_bytes`` raises
-:class:`SseEventTooLarge` as soon as the running size passes the limit, before the offending bytes
-are buffered, so the parser never holds more than the limit plus one field prefix.
+:class:`SseEventTooLarge` (a :class:`~hopline.budget.CeilingExceeded` naming the reader's ceiling)
+as soon as the running size passes the limit, before the offending bytes are buffered, so the
+parser never holds more than the limit plus one field prefix.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from hopline.budget import HOP_CLIENT_SSE
+from hopline.budget import CEILINGS_BY_KEY, CeilingExceeded
 
 _EOL = re.compile(rb"[\r\n]")
 _BOM = b"\xef\xbb\xbf"
@@ -24,14 +26,8 @@ _BOM = b"\xef\xbb\xbf"
 _KEPT_FIELDS = (b"data", b"event", b"id")
 
 
-class SseEventTooLarge(Exception):
-    """An SSE event passed the client reader limit; nothing past the limit was buffered."""
-
-    def __init__(self, limit: int, seen: int) -> None:
-        self.hop = HOP_CLIENT_SSE
-        self.limit = limit
-        self.seen = seen
-        super().__init__(f"hop {HOP_CLIENT_SSE}: event exceeds {limit} bytes (read {seen} so far)")
+class SseEventTooLarge(CeilingExceeded):
+    """An SSE event passed the reader's limit; nothing past the limit was buffered."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,12 +41,14 @@ class SseMessage:
 
 
 class SseParser:
-    """Incremental SSE parser with an explicit per-event byte limit."""
+    """Incremental SSE parser with an explicit per-event byte limit; ``ceiling`` is the budget key
+    of that limit (its hop and setting name the error)."""
 
-    def __init__(self, max_event_bytes: int) -> None:
+    def __init__(self, max_event_bytes: int, *, ceiling: str = "client_sse_max_event_bytes") -> None:
         if max_event_bytes < 1:
             raise ValueError("max_event_bytes must be positive")
         self.max_event_bytes = max_event_bytes
+        self._ceiling = CEILINGS_BY_KEY[ceiling]
         self._line = bytearray()  # the pending (incomplete) line
         self._field: bytes | None = None  # its field name, once its colon was seen
         self._value_start = 0  # where its value starts in _line (after ":" and one optional space)
@@ -144,7 +142,7 @@ class SseParser:
         projected = self._size + self._pending_contribution(piece)
         if projected > self.max_event_bytes:
             self._reset_event()
-            raise SseEventTooLarge(self.max_event_bytes, projected)
+            raise self._too_large(projected)
         self._line += piece
         self._note_buffered()
 
@@ -191,8 +189,13 @@ class SseParser:
         if self._size + added > self.max_event_bytes:
             seen = self._size + added
             self._reset_event()
-            raise SseEventTooLarge(self.max_event_bytes, seen)
+            raise self._too_large(seen)
         self._size += added
+
+    def _too_large(self, observed: int) -> SseEventTooLarge:
+        ceiling, limit = self._ceiling, self.max_event_bytes
+        return SseEventTooLarge(ceiling.hop, ceiling.name, limit, observed,
+                                f"hop {ceiling.hop}: event exceeds {limit} bytes (read {observed} so far)")
 
     def _dispatch(self, out: list[SseMessage]) -> None:
         if not self._data and self._event is None and self._id is None:

@@ -17,8 +17,8 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB, MiB
-from hopline.gateway.client import HttpModel
 from hopline.gateway.providers import ScriptedProvider
+from hopline.harness.http_model import HttpModel
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, TurnFailure, encode_request
 
 from ._bodies import body_of_size

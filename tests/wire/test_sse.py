@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hopline.client.sse import SseEventTooLarge, SseParser
+from hopline.wire.sse import SseEventTooLarge, SseParser
 
 STREAM = (b"\xef\xbb\xbf: heartbeat\n\nid: 1\r\nevent: a\r\ndata: x\r\ndata:  y\r\n\r\n"
           b"id: 2\revent: b\rdata: cr\r\rretry: 5\ndata: {\"k\": 1}\n\n")
@@ -55,8 +55,8 @@ def test_oversized_event_is_refused_before_it_is_buffered() -> None:
     with pytest.raises(SseEventTooLarge) as err:
         for _ in range(100):
             parser.feed(b"y" * 64)
-    assert err.value.limit == limit
-    assert err.value.seen > limit
+    assert err.value.limit_bytes == limit
+    assert err.value.observed_bytes > limit
     # Never held more than the limit plus the field syntax ("data: ").
     assert parser.max_buffered <= limit + len(b"data: ")
 

@@ -1,0 +1,102 @@
+"""One daemon session: what it holds and its state machine (SPEC D-1, D-6).
+
+A session is ``starting`` while its child is spawned and answers ``session/new``, ``ready`` while a
+live child serves it, ``loading`` while ``POST /session/{id}/load`` gives it a new child, and
+``detached`` with no child (its child exited, or the daemon restarted). :data:`TRANSITIONS` is the
+whole table; :meth:`DaemonSession.move` refuses any other move with :class:`IllegalTransition`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from hopline.budget import HoplineError
+
+if TYPE_CHECKING:
+    from hopline.daemon.child import AcpChild
+
+
+class SessionState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    LOADING = "loading"
+    DETACHED = "detached"
+
+
+TRANSITIONS: Mapping[SessionState, frozenset[SessionState]] = {
+    # session/new answered; a failed setup deletes the session (no state after it)
+    SessionState.STARTING: frozenset({SessionState.READY}),
+    # the child exited; a load may start before its exit was handled
+    SessionState.READY: frozenset({SessionState.DETACHED, SessionState.LOADING}),
+    # the load succeeded, or it failed or its child exited
+    SessionState.LOADING: frozenset({SessionState.READY, SessionState.DETACHED}),
+    SessionState.DETACHED: frozenset({SessionState.LOADING}),
+}
+LIVE_STATES = frozenset({SessionState.STARTING, SessionState.READY, SessionState.LOADING})  # with a child
+
+
+class IllegalTransition(HoplineError):
+    """A move the transition table does not allow: a bug in the daemon, never client input."""
+
+    def __init__(self, current: SessionState, target: SessionState) -> None:
+        super().__init__(f"a session cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+@dataclasses.dataclass
+class PendingPermission:
+    child_request_id: Any
+    options: list[dict[str, Any]]
+    child: AcpChild
+
+
+@dataclasses.dataclass
+class LoadState:
+    suppress: bool  # the journal already holds the history: replayed updates are counted, not published
+    streamed: int = 0
+    streamed_bytes: int = 0
+    frame_error: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    frame_error_size: int = 0
+
+
+class DaemonSession:
+    def __init__(self, session_id: str, options: dict[str, Any], agent_session_id: str | None, *,
+                 state: SessionState = SessionState.DETACHED) -> None:
+        self.id = session_id
+        self.options = options
+        self.agent_session_id = agent_session_id
+        self.child: AcpChild | None = None
+        self._state = state
+        self.exit_code: int | None = None
+        self.turn_lock = asyncio.Lock()
+        self.load_lock = asyncio.Lock()
+        self.current_prompt: str | None = None
+        self.prompts: dict[str, asyncio.Task[None]] = {}
+        self.permissions: dict[str, PendingPermission] = {}
+        self.loading: LoadState | None = None
+        self.frames_dropped = 0
+        # Updates received before session/new answered: (their sessionId, projected update), held
+        # until the agent's session id is known (bounded by the ring's bounds).
+        self.early: list[tuple[Any, dict[str, Any]]] | None = None
+        self.early_bytes = 0
+        self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
+        self.lost_bytes = 0
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    def move(self, target: SessionState) -> None:
+        """Go to ``target``, or raise :class:`IllegalTransition` when the table forbids it."""
+        if target not in TRANSITIONS[self._state]:
+            raise IllegalTransition(self._state, target)
+        self._state = target
+
+    @property
+    def cwd(self) -> str:
+        return str(self.options.get("cwd") or "")

@@ -1,0 +1,35 @@
+"""``GET /session/{id}/transcript``: the journal read back in pages bounded by bytes (SPEC D-1).
+
+A page holds whole events up to ``HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES`` (the ``transcript_page_envelope_bytes``
+of its ``{"events": [...], "nextCursor": ...}`` envelope included); an event that alone is larger
+than a page is named, not inlined (``omitted``: its size and the ``Last-Event-ID`` to read it with
+over SSE). ``nextCursor`` is the last id of the page while the journal holds more.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from hopline.daemon.journal import Journal
+
+
+def transcript_page(journal: Journal, session_id: str, after: int, *, page_max_bytes: int,
+                    envelope_bytes: int) -> bytes:
+    """The JSON of the page of events after ``after``."""
+    rows = journal.read_page(session_id, after, max_bytes=page_max_bytes)
+    parts: list[bytes] = []
+    total = envelope_bytes
+    last = after
+    for row in rows:
+        piece = b'{"id":%d,"type":%s,"data":%s}' % (row.seq, orjson.dumps(row.type), row.data)
+        if len(piece) + 1 > page_max_bytes - envelope_bytes:
+            piece = orjson.dumps({"id": row.seq, "type": row.type,
+                                  "omitted": {"bytes": len(row.data), "limitBytes": page_max_bytes,
+                                              "resumeWithLastEventId": row.seq - 1}})
+        if parts and total + len(piece) + 1 > page_max_bytes:
+            break
+        parts.append(piece)
+        total += len(piece) + 1
+        last = row.seq
+    next_cursor = str(last) if last < journal.last_id(session_id) else None
+    return b'{"events":[' + b",".join(parts) + b'],"nextCursor":' + orjson.dumps(next_cursor) + b"}"

@@ -1,0 +1,72 @@
+"""The names more than one package speaks: SSE event types, ``_meta`` keys, extension methods and
+environment variables. Each is spelled here once; the modules that use a name import it.
+
+Imports nothing: any folder may use it (``budget`` does not need it).
+"""
+
+from __future__ import annotations
+
+# --- SSE event types of GET /session/{id}/events (SPEC D-3) ------------------------------------
+# With an id (journaled):
+SESSION_UPDATE = "session_update"
+PROGRESS = "progress"
+COMPACTION = "compaction"
+TURN_COMPLETE = "turn_complete"
+TURN_ERROR = "turn_error"
+PERMISSION_REQUEST = "permission_request"
+TURN_END_TYPES = frozenset({TURN_COMPLETE, TURN_ERROR})
+# Without an id (synthetic: live subscribers only, never journaled):
+REPLAY_COMPLETE = "replay_complete"
+SLOW_CLIENT_WARNING = "slow_client_warning"
+CLIENT_EVICTED = "client_evicted"
+STATE_RESYNC_REQUIRED = "state_resync_required"
+STREAM_ERROR = "stream_error"
+FRAME_DROPPED = "frame_dropped"
+SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
+                             STREAM_ERROR, FRAME_DROPPED})
+
+# --- ACP ``_meta`` keys ---------------------------------------------------------------------------
+META_PROFILE = "hopline.profile"
+META_PERMISSION_MODE = "hopline.permissionMode"
+META_SCRIPTED = "hopline.scripted"
+META_TURN = "hopline.turn"
+META_CREDENTIALS = "hopline.credentials"  # session/new, session/load: this session's secrets
+CREDENTIAL_GATEWAY_TOKEN = "gatewayToken"  # the per-session llm-turn credential (D-11)
+CREDENTIAL_SIDECAR_WRITE_TOKEN = "sidecarWriteToken"  # opens the session's sidecar store (S-3)
+META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
+META_LOAD_REPLAY = "hopline.session.loadReplay"
+# Where a bulk replay may come back: ours, and qwen-code's spelling of the same envelope.
+LOAD_REPLAY_META_KEYS = (META_LOAD_REPLAY, "qwen.session.loadReplay")
+META_SIDECAR = "hopline.sidecar"  # fields moved to (or truncated for) a sidecar
+META_TRUNCATED = "hopline.truncated"
+META_DROPPED = "hopline.dropped"  # an update replaced by a stub over the SSE event limit
+META_TOOL = "hopline.tool"
+
+# --- ACP extension methods, as they travel on the pipe (the SDK adds the leading "_") ---------------
+LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
+PROGRESS_METHOD = "_hopline/progress"
+SESSION_UPDATE_METHOD = "session/update"
+PERMISSION_METHOD = "session/request_permission"
+
+# --- the streaming form of llm-turn (gateway <-> the harness's HTTP model, SPEC G-5) ----------------
+NDJSON_MEDIA_TYPE = "application/x-ndjson"
+LINE_DELTA = "delta"
+LINE_MESSAGE = "message"
+LINE_ERROR = "error"
+
+# --- environment variables ------------------------------------------------------------------------
+SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token
+INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"  # the gateway's operator token
+SIDECAR_WRITE_TOKEN_ENV = "HOPLINE_SIDECAR_WRITE_TOKEN"
+GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"  # what an agent child posts llm-turns to
+DATA_DIR_ENV = "HOPLINE_DATA_DIR"
+SIDECAR_DIR_ENV = "HOPLINE_SIDECAR_DIR"
+PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
+NAIVE_ENV = "HOPLINE_NAIVE"
+AGENT_ENV = "HOPLINE_AGENT_ENV"  # the operator's list of variables passed to agent children
+OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
+# hopline's own tokens: never handed to a child process, whatever the operator names (D-11).
+HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({SERVER_TOKEN_ENV, INTERNAL_TOKEN_ENV, SIDECAR_WRITE_TOKEN_ENV})
+# ...and the provider key: never in a tool's environment. A third-party agent that calls its
+# provider itself (qwen --acp) gets the key only when the operator names it (HOPLINE_AGENT_ENV).
+CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {OPENAI_API_KEY_ENV}
