@@ -30,7 +30,7 @@ from hopline.client.events import Event as ClientEvent
 from hopline.daemon.bus import EventBus
 from hopline.daemon.journal import Journal
 from hopline.daemon.sessions import SessionError, SessionManager
-from hopline.gate.git import Checkout
+from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, GATE_COMPLETE, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState
 from hopline.harness.review import GATE_AGENTS
@@ -162,7 +162,7 @@ class GateRegistry:
     def in_progress(self) -> list[GateRun]:
         return [run for run in self.runs.values() if run.state in ("starting", "running")]
 
-    def start(self, body: GateBody) -> GateRun:
+    async def start(self, body: GateBody) -> GateRun:
         budget = self.budget
         running = len(self.in_progress())
         if running >= budget.max_gate_runs:
@@ -201,6 +201,14 @@ class GateRegistry:
                               dev_session_id=body.devSessionId, fix=body.fix, rounds=rounds,
                               scripted=body.scripted)
         run = GateRun(request, self.driver, budget, work_dir=self.work_root, slots=self.slots)
+        try:
+            await asyncio.to_thread(run.resolve)
+        except RepoError as exc:
+            raise SessionError(422, "invalid_gate_request", str(exc), hop=HOP_GATE) from None
+        if len(self.in_progress()) >= budget.max_gate_runs:  # others started while git ran
+            raise SessionError(429, "too_many_gate_runs", "the gate runs in progress reached the limit "
+                               f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
+                               hop=HOP_GATE, limit=budget.max_gate_runs, setting="HOPLINE_MAX_GATE_RUNS")
         self.runs[run.id] = run
         run.start()
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
@@ -270,7 +278,7 @@ def gate_router(registry: GateRegistry) -> APIRouter:
     async def start_gate(body: GateBody) -> Any:
         """Start a gate run over ``repo``'s ``base..head`` (defaults: the merge base with the upstream
         or main, and HEAD); ``devSessionId`` attaches a dev session, ``fix`` makes one that fixes."""
-        return {"gateId": registry.start(body).id}
+        return {"gateId": (await registry.start(body)).id}
 
     @router.get("/gate", responses=errors)
     async def list_gates() -> dict[str, Any]:

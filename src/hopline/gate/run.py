@@ -209,6 +209,7 @@ class GateRun:
         self.slots = slots
         self.state = "starting"  # starting | running | done | cancelled | failed
         self.error: str | None = None
+        self.repo = request.repo
         self.base = ""
         self.head = ""
         self.base_from = ""
@@ -299,15 +300,24 @@ class GateRun:
             with contextlib.suppress(Exception):
                 self._dev_fire(event)
 
-    async def _prepare(self) -> None:
+    def resolve(self) -> None:
+        """The repository's root and the commits under review (blocking; :class:`RepoError` names
+        what is wrong). :meth:`run` calls it unless it was called before (the daemon does, so a bad
+        revision is the client's 422, not a failed run)."""
         request, budget = self.request, self.budget
-        repo = await asyncio.to_thread(repository_root, request.repo, budget)
-        self.head = await asyncio.to_thread(resolve_commit, repo, budget, request.head or "HEAD", "head")
+        self.repo = repository_root(request.repo, budget)
+        self.head = resolve_commit(self.repo, budget, request.head or "HEAD", "head")
         if request.base is not None:
-            self.base = await asyncio.to_thread(resolve_commit, repo, budget, request.base, "base")
+            self.base = resolve_commit(self.repo, budget, request.base, "base")
             self.base_from = "given"
         else:
-            self.base, self.base_from = await asyncio.to_thread(default_base, repo, budget, self.head)
+            self.base, self.base_from = default_base(self.repo, budget, self.head)
+
+    async def _prepare(self) -> None:
+        request, budget = self.request, self.budget
+        if not self.head:
+            await asyncio.to_thread(self.resolve)
+        repo = self.repo
         if request.dev_session_id is not None:
             if not self.driver.has_session(request.dev_session_id):
                 raise RepoError("devSessionId names no session of this daemon")
