@@ -120,17 +120,20 @@ def print_result(console: Console, result: dict[str, Any]) -> None:
     from rich.markup import escape
 
     console.print(summary_table(result))
-    for agent in result.get("agents") or []:
-        for finding in agent.get("findings") or []:
-            where = (f"{finding.get('file')}:{finding.get('line')}" if finding.get("line")
-                     else finding.get("file"))
-            console.print(f"  [{'red' if finding.get('severity') == 'error' else 'yellow'}]"
-                          f"{finding.get('severity')}[/] {escape(str(where))} [{agent.get('agent')} · "
-                          f"{escape(str(finding.get('rule')))}] {escape(str(finding.get('message')))}",
-                          highlight=False)
-        if agent.get("verdict") == "error":
-            console.print(f"  [magenta]{agent.get('agent')}: {escape(str(agent.get('summary')))}[/]",
-                          highlight=False)
+    rounds = [*(r.get("agents") or [] for r in result.get("history") or []), result.get("agents") or []]
+    for number, agents in enumerate(rounds, 1):
+        shown = f"round {number} · " if len(rounds) > 1 else ""
+        for agent in agents:
+            for finding in agent.get("findings") or []:
+                where = (f"{finding.get('file')}:{finding.get('line')}" if finding.get("line")
+                         else finding.get("file"))
+                console.print(f"  {shown}[{'red' if finding.get('severity') == 'error' else 'yellow'}]"
+                              f"{finding.get('severity')}[/] {escape(str(where))} [{agent.get('agent')} · "
+                              f"{escape(str(finding.get('rule')))}] {escape(str(finding.get('message')))}",
+                              highlight=False)
+            if agent.get("verdict") == "error":
+                summary = escape(str(agent.get("summary")))
+                console.print(f"  {shown}[magenta]{agent.get('agent')}: {summary}[/]", highlight=False)
     if result.get("devStates"):
         states = " → ".join([result["devStates"][0]["previous"], *(c["state"] for c in result["devStates"])])
         console.print(f"dev session: {states}", highlight=False)
@@ -176,6 +179,8 @@ async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | 
     finally:
         if live is not None:
             live.stop()
+            if console is not None and not console.is_terminal:
+                console.line()  # the last render ends without a newline off a terminal
     return view.result if view.result is not None else await client.gate(gate_id)
 
 

@@ -167,6 +167,8 @@ class AgentReport:
     model_retries: int = 0
     stalls: int = 0
     verdict_asks: int = 0
+    sidecars: int = 0  # fields of its updates moved to sidecars (kept off the wire)
+    sidecar_bytes: int = 0
     error: dict[str, Any] | None = None
     started_at: float | None = None
     ended_at: float | None = None
@@ -179,6 +181,7 @@ class AgentReport:
                 "compactions": self.compactions, "maxBodyBytes": self.max_body_bytes,
                 "ceilingBytes": self.ceiling_bytes, "http413s": self.http_413s,
                 "modelRetries": self.model_retries, "stalls": self.stalls, "verdictAsks": self.verdict_asks,
+                "sidecars": self.sidecars, "sidecarBytes": self.sidecar_bytes,
                 "error": self.error, "startedAt": self.started_at, "endedAt": self.ended_at}
 
 
@@ -460,6 +463,9 @@ class GateRun:
                 await stream.aclose()  # type: ignore[attr-defined]
 
     def _track(self, report: AgentReport, event: Event) -> None:
+        moved = [ref for ref in event.sidecars() if not ref.truncated]
+        report.sidecars += len(moved)
+        report.sidecar_bytes += sum(ref.bytes for ref in moved)
         if event.type == PROGRESS:
             progress = event.data.get("progress") or {}
             retry = progress.get("retry")
@@ -481,7 +487,8 @@ class GateRun:
                                        "bodyBytes": int(progress.get("bodyBytes") or 0),
                                        "maxBodyBytes": report.max_body_bytes,
                                        "ceilingBytes": report.ceiling_bytes,
-                                       "compactions": report.compactions, "http413s": report.http_413s})
+                                       "compactions": report.compactions, "http413s": report.http_413s,
+                                       "sidecars": report.sidecars})
         elif event.type == COMPACTION:
             report.compactions += 1
             self._set_item(report, GateItem.COMPACTING,
