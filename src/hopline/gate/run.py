@@ -13,7 +13,7 @@ started when a slot is free (``HOPLINE_GATE_CONCURRENCY``, daemon-wide). Its ite
 the loop retries a transient model-origin failure; no event for ``HOPLINE_GATE_STALL_SECONDS`` is
 ``gate_stalled``. An attempt that ends without a verdict (stalled, the turn failed, the agent exited)
 is retried once on a fresh session (``gate_retrying``), then it is ``gate_error``. A final answer with
-no valid verdict is asked once more in the same session, then it is ``gate_error``: never a pass.
+no valid verdict is asked for once more in the same session, then it is ``gate_error``: never a pass.
 
 With ``fix`` and a ``fail`` verdict while rounds remain, the dev agent (a session on the checkout,
 ``dev`` profile) gets one prompt with the findings; what it writes is committed in the checkout
@@ -189,6 +189,7 @@ class AgentReport:
 class _NoVerdict:
     reason: str
     error: dict[str, Any] | None = None
+    retry: bool = True  # a fresh attempt may help (a stall, a failed turn); not after a bad answer
 
 
 class _Stalled(Exception):
@@ -373,12 +374,12 @@ class GateRun:
             for attempt in (1, 2):
                 report.attempt = attempt
                 outcome = await self._attempt(report, head)
-                if isinstance(outcome, ParsedVerdict) or attempt == 2:
+                if isinstance(outcome, ParsedVerdict) or not outcome.retry or attempt == 2:
                     break
                 self._set_item(report, GateItem.RETRYING, reason=outcome.reason)
             if isinstance(outcome, _NoVerdict):
                 report.error = outcome.error or {"reason": outcome.reason}
-                outcome = error_verdict(f"no verdict after 2 attempts: {outcome.reason}")
+                outcome = error_verdict(f"no verdict after {report.attempt} attempt(s): {outcome.reason}")
             report.verdict = outcome.verdict
             report.summary = outcome.summary
             report.findings = outcome.findings
@@ -421,7 +422,7 @@ class GateRun:
                     return parse_verdict(tracker.final_text, max_findings=self.budget.gate_max_findings)
                 except VerdictInvalid as exc:
                     if ask == 2:
-                        return _NoVerdict(f"no valid verdict, asked twice: {exc}")
+                        return _NoVerdict(f"no valid verdict, asked twice: {exc}", retry=False)
                     text = verdict_retry_prompt(report.agent, self.base, head, str(exc))
             return _NoVerdict("no verdict")  # pragma: no cover - the loop returns
         finally:
