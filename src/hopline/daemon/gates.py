@@ -189,6 +189,9 @@ class GateRegistry:
         if body.scripted is not None:
             scripted_hints(body.scripted, budget, unknown=True)
         if body.devSessionId is not None:
+            if not self.driver.has_session(body.devSessionId):
+                raise SessionError(422, "unknown_dev_session", "devSessionId names no session of this daemon",
+                                   hop=HOP_GATE, field="devSessionId")
             waiting = self.dev_gate(body.devSessionId)
             if waiting is not None:
                 raise SessionError(409, "awaiting_gate", "this dev session already waits for a gate run",

@@ -226,6 +226,7 @@ class GateRun:
         self.created_at = time.time()
         self.ended_at: float | None = None
         self._checkout: Checkout | None = None
+        self._creating: asyncio.Future[Checkout] | None = None
         self._cursors: dict[str, int] = {}  # last event id seen, per session
         self._task: asyncio.Task[None] | None = None
 
@@ -328,8 +329,10 @@ class GateRun:
             self.dev = DevStateMachine()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / RUN_FILE).write_text(json.dumps({"repo": str(repo)}))
-        self._checkout = await asyncio.to_thread(Checkout.create, repo, self.work_dir / CHECKOUT_DIR,
-                                                 self.head, budget)
+        # Made in a thread that a cancel cannot stop: the cleanup waits for it, then removes it.
+        self._creating = asyncio.ensure_future(asyncio.to_thread(
+            Checkout.create, repo, self.work_dir / CHECKOUT_DIR, self.head, budget))
+        self._checkout = await asyncio.shield(self._creating)
         if request.fix:
             self.dev_session_id = await self.driver.create_session(
                 cwd=str(self._checkout.path), profile=DEV_PROFILE, scripted=request.scripted, review=None)
@@ -537,9 +540,12 @@ class GateRun:
         if self.dev_created and self.dev_session_id is not None:
             with contextlib.suppress(Exception):
                 await self.driver.delete(self.dev_session_id)
-        if self._checkout is not None:
+        if self._creating is not None:
+            with contextlib.suppress(BaseException):
+                await self._creating  # a checkout still being made is removed once it is there
+            checkout = Checkout(self.repo, self.work_dir / CHECKOUT_DIR, self.budget)
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(self._checkout.remove)
+                await asyncio.to_thread(checkout.remove)
         await asyncio.to_thread(shutil.rmtree, self.work_dir, True)
 
     # --- the result ----------------------------------------------------------------------------------
