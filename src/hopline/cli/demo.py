@@ -18,7 +18,6 @@ or when the stack did not start).
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import NAIVE_ENV, NAIVE_GATEWAY_LIMIT, budget_or_exit
+from hopline.cli._common import NAIVE_ENV, NAIVE_GATEWAY_LIMIT, budget_or_exit, run_client
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -243,22 +242,10 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print only the summary, as one JSON object."),
     ) -> None:
         """Gate a sample pull request with the four gate agents and a fixing dev agent; every hop's budget."""
-        import asyncio
-
         import orjson
         from rich.console import Console
 
-        from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-        from hopline.embedded import EmbeddedStackError
-
-        budget = budget_or_exit()
-        try:
-            code, summary = asyncio.run(run_demo(budget, naive=naive, as_json=as_json))
-        except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
-            print(f"hopline demo: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        code, summary = run_client("demo", run_demo(budget_or_exit(), naive=naive, as_json=as_json))
         if as_json:
             typer.echo(orjson.dumps(summary).decode())
         else:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import budget_or_exit, run_client
 from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -255,24 +255,14 @@ def register(app: typer.Typer) -> None:
         scripted: str = typer.Option(None, "--scripted", help="Hints for the scripted model (JSON object)."),
     ) -> None:
         """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
-        import asyncio
-
         from hopline.cli.run import parse_scripted
-        from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-        from hopline.embedded import EmbeddedStackError
 
         budget = budget_or_exit()
         workspace = os.path.abspath(repo or os.getcwd())
         if url is not None and token is None:
             token = os.environ.get(TOKEN_ENV)
-        try:
-            code = asyncio.run(run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
-                                        agents=list(agent) if agent else None, dev_session=dev_session,
-                                        fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
-                                        as_json=as_json, sarif=Path(sarif) if sarif else None))
-        except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
-            print(f"hopline gate: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        code = run_client("gate", run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
+                                           agents=list(agent) if agent else None, dev_session=dev_session,
+                                           fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
+                                           as_json=as_json, sarif=Path(sarif) if sarif else None))
         raise typer.Exit(code)

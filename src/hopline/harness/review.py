@@ -191,7 +191,8 @@ def parse_numstat(text: str) -> list[list[Any]]:
 # --- the conversation: prompts, notes -------------------------------------------------------------
 
 
-def _text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any]) -> str:
+    """The text of a chat message's content (a string, or its text parts joined)."""
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -234,7 +235,7 @@ def latest_notes(messages: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The newest review notes: in an answer of the model, or kept by a compaction summary."""
     for message in reversed(messages):
         if message.get("role") in ("assistant", "user"):
-            notes = json_after(_text(message), NOTES_PREFIX)
+            notes = json_after(message_text(message), NOTES_PREFIX)
             if notes is not None:
                 return notes
     return None
@@ -253,7 +254,8 @@ def last_results(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, An
         calls = message.get("tool_calls") if message.get("role") == "assistant" else None
         if not calls:
             continue
-        results = {m.get("tool_call_id"): _text(m) for m in messages[index + 1:] if m.get("role") == "tool"}
+        results = {m.get("tool_call_id"): message_text(m) for m in messages[index + 1:]
+                   if m.get("role") == "tool"}
         out: list[tuple[str, dict[str, Any], str]] = []
         for call in calls:
             fn = call.get("function") or {}

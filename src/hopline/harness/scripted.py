@@ -122,13 +122,7 @@ class ScriptSettings:
                              "iterations": self.iterations, "writeBytes": self.write_bytes}}
 
 
-def _text(message: Message) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+_text = review.message_text
 
 
 def _is_prompt(message: Message) -> bool:
