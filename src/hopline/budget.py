@@ -297,6 +297,8 @@ CEILINGS: tuple[Ceiling, ...] = (
             "gate runs in progress in one daemon (then 429)", maximum=64),
     Ceiling("gate_max_rounds", HOP_GATE, Unit.COUNT, 5, "HOPLINE_GATE_MAX_ROUNDS",
             "gate rounds of one run (--rounds: gate, dev fix, gate again...)", maximum=20),
+    Ceiling("gate_runs_kept", HOP_GATE, Unit.COUNT, 32, "HOPLINE_GATE_RUNS_KEPT",
+            "ended gate runs kept in memory (older ones are read back from the journal)", maximum=1000),
     Ceiling("gate_max_findings", HOP_GATE, Unit.COUNT, 200, "HOPLINE_GATE_MAX_FINDINGS",
             "findings kept per verdict (more are counted as omitted, never dropped silently)",
             maximum=10_000),
@@ -394,6 +396,7 @@ class Budget:
     gate_stall_seconds: float
     max_gate_runs: int
     gate_max_rounds: int
+    gate_runs_kept: int
     gate_max_findings: int
     sidecar_threshold_bytes: int
     sidecar_preview_bytes: int

@@ -35,7 +35,7 @@ def odd_daemon(tmp_path_factory: pytest.TempPathFactory, log_path: Path) -> Iter
     """appsec hangs, qa_automation answers garbage, qa_strategy breaks the schema, the other passes."""
     cmd = gate_agent_cmd(hang="appsec", garbage="qa_automation", invalid="qa_strategy")
     env = {"HOPLINE_GATE_STALL_SECONDS": str(STALL_SECONDS), "HOPLINE_MAX_GATE_RUNS": "1",
-           "GATE_AGENT_LOG": str(log_path)}
+           "HOPLINE_GATE_RUNS_KEPT": "1", "GATE_AGENT_LOG": str(log_path)}
     with running_daemon(tmp_path_factory.mktemp("odd-daemon"), agent_cmd=cmd, env=env,
                         args=("--agent-env", "GATE_AGENT_LOG")) as daemon:
         yield daemon
@@ -164,6 +164,26 @@ def test_the_cli_exits_2_on_a_gate_error_and_writes_sarif(odd_daemon: Daemon, re
     result = json.loads(done.stdout)
     assert [a["verdict"] for a in result["agents"]] == ["error"]
     validate_sarif(json.loads(sarif.read_text()))
+
+
+def test_ended_runs_past_the_kept_count_are_read_back_from_the_journal(odd_daemon: Daemon,
+                                                                       repo: Path) -> None:
+    async def one(client: DaemonClient) -> str:
+        gate_id = await client.start_gate(str(repo), base="HEAD~1", agents=["qa_performance_security"])
+        await follow(odd_daemon, gate_id)
+        return gate_id
+
+    async def go() -> tuple[list[str], list[str], dict[str, Any], dict[str, Any]]:
+        async with DaemonClient(odd_daemon.url, odd_daemon.token) as client:
+            ids = [await one(client) for _ in range(3)]
+            listed = [g["gateId"] for g in await client.gates()]
+            return ids, listed, await client.gate(ids[0]), await client.gate(ids[1])
+
+    ids, listed, oldest, kept = asyncio.run(go())
+    # HOPLINE_GATE_RUNS_KEPT=1: when the third started, one ended run stayed in memory, the older left
+    assert ids[0] not in listed and ids[1] in listed and ids[2] in listed
+    assert (oldest["gateId"], oldest["state"], oldest["exitCode"]) == (ids[0], "done", 0)  # from the journal
+    assert [a["verdict"] for a in oldest["agents"]] == [a["verdict"] for a in kept["agents"]] == ["pass"]
 
 
 def _env() -> dict[str, str]:

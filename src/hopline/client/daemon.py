@@ -233,6 +233,11 @@ class DaemonClient:
         result = await self._call("POST", "/gate", json=body, expect=(202,))
         return str(result["gateId"])
 
+    async def gates(self) -> list[dict[str, Any]]:
+        """``GET /gate``: the runs this daemon keeps in memory (in progress, and the latest ended)."""
+        result = await self._call("GET", "/gate")
+        return list(result.get("gates") or [])
+
     async def gate(self, gate_id: str) -> dict[str, Any]:
         """``GET /gate/{id}``: the run's state, and its result once it ended."""
         result: dict[str, Any] = await self._call("GET", f"/gate/{gate_id}")

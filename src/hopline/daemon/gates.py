@@ -212,11 +212,20 @@ class GateRegistry:
             raise SessionError(429, "too_many_gate_runs", "the gate runs in progress reached the limit "
                                f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
                                hop=HOP_GATE, limit=budget.max_gate_runs, setting="HOPLINE_MAX_GATE_RUNS")
+        self._forget_ended()
         self.runs[run.id] = run
         run.start()
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
                                             "rounds": rounds})
         return run
+
+    def _forget_ended(self) -> None:
+        """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring
+        is freed and ``GET /gate/{id}`` reads its result back from the journal."""
+        ended = [run for run in self.runs.values() if run.state not in ("starting", "running")]
+        for run in ended[:max(0, len(ended) - self.budget.gate_runs_kept)]:
+            del self.runs[run.id]
+            self.bus.close_session(run.id)
 
     def dev_gate(self, session_id: str) -> GateRun | None:
         """The run that holds this dev session (awaiting_gate or working), if one does."""
