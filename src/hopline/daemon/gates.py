@@ -26,13 +26,21 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget
-from hopline.client.events import Event as ClientEvent
 from hopline.daemon.bus import EventBus
 from hopline.daemon.journal import Journal
 from hopline.daemon.sessions import SessionError, SessionManager
 from hopline.gate.git import Checkout, RepoError
-from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, GATE_COMPLETE, RUN_FILE, GateRequest, GateRun
+from hopline.gate.run import (
+    CHECKOUT_DIR,
+    DEFAULT_ROUNDS,
+    GATE_COMPLETE,
+    RUN_FILE,
+    GateRequest,
+    GateRun,
+    SessionEvent,
+)
 from hopline.gate.states import DevState
+from hopline.gateway.errors import bounded_json_route
 from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 
@@ -61,7 +69,7 @@ class ManagerDriver:
     async def prompt(self, session_id: str, text: str) -> str:
         return self.manager.prompt(self.manager.get(session_id), text)
 
-    async def events(self, session_id: str, *, after: int) -> AsyncIterator[ClientEvent]:
+    async def events(self, session_id: str, *, after: int) -> AsyncIterator[SessionEvent]:
         """Replay then live, as an SSE stream serves them; an eviction resubscribes after the last id."""
         cursor = after
         while True:
@@ -70,7 +78,7 @@ class ManagerDriver:
                 for page in self.bus.replay(session_id, cursor, upto):
                     for event in page:
                         cursor = max(cursor, event.id or 0)
-                        yield ClientEvent(event.id, event.type, orjson.loads(event.data), event.size)
+                        yield SessionEvent(event.id, event.type, orjson.loads(event.data), event.size)
                 while True:
                     live = await subscriber.next(self.budget.sse_heartbeat_seconds)
                     if live is None:
@@ -83,7 +91,7 @@ class ManagerDriver:
                         if live.id <= cursor:
                             continue
                         cursor = live.id
-                    yield ClientEvent(live.id, live.type, orjson.loads(live.data), live.size)
+                    yield SessionEvent(live.id, live.type, orjson.loads(live.data), live.size)
             finally:
                 self.bus.unsubscribe(subscriber)
 
@@ -283,7 +291,8 @@ class GateRegistry:
 
 
 def gate_router(registry: GateRegistry) -> APIRouter:
-    router = APIRouter()
+    # Bodies parsed as the daemon's own routes parse them (bounded depth, no lone surrogate: 400).
+    router = APIRouter(route_class=bounded_json_route(registry.budget.json_max_depth))
     errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 409: {}, 413: {}, 422: {}}
 
     @router.post("/gate", status_code=202, response_model=GateCreated, responses={**errors, 429: {}})

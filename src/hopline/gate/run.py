@@ -52,6 +52,9 @@ from hopline.harness.review import FIX_MARKER, GATE_AGENTS, GATE_REVIEW_MARKER
 
 log = logging.getLogger("hopline.gate")
 
+# What a driver's events() yields: a session event as the SDK types it (id, type, data, size).
+SessionEvent = Event
+
 DEFAULT_ROUNDS = 2
 DEV_PROFILE = "dev"
 RUN_FILE = "run.json"  # in the run's work directory: what a restarted daemon needs to clean up
@@ -88,7 +91,7 @@ class SessionDriver(Protocol):
         """Queue a prompt; its id."""
         ...
 
-    def events(self, session_id: str, *, after: int) -> AsyncIterator[Event]:
+    def events(self, session_id: str, *, after: int) -> AsyncIterator[SessionEvent]:
         """The session's events with an id above ``after``, then live ones, in order (never ending)."""
         ...
 
