@@ -131,3 +131,17 @@ def test_the_review_policy_applies_in_a_gate_session_only(repo: tuple[Path, str,
     ran = asyncio.run(plain.run("run_command", {"command": "touch made"}, "c2"))
     assert ran.status == "completed" and (root / "made").exists()
     os.remove(root / "made")
+
+
+def test_a_session_new_review_meta_is_two_commit_ids() -> None:
+    from acp import RequestError
+
+    from hopline.harness.acp.agent import review_of
+
+    good = {"base": "a" * 40, "head": "b" * 7}
+    assert review_of(good) == good
+    for bad in ({"base": "a" * 40}, {"base": "main", "head": "b" * 40},
+                {"base": "--output=x", "head": "b" * 40}, {"base": "a" * 40, "head": "b" * 40, "extra": 1},
+                ["a", "b"], {"base": 1, "head": 2}):
+        with pytest.raises(RequestError):
+            review_of(bad)

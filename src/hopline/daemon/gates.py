@@ -43,11 +43,11 @@ from hopline.gate.states import DevState
 from hopline.gateway.errors import bounded_json_route
 from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
+from hopline.harness.tools import REVIEW_META
 
 log = logging.getLogger("hopline.daemon.gates")
 
 GATE_ID_RE = re.compile(r"^g_[0-9a-f]{24}$")
-META_REVIEW = "hopline.review"
 WORK_DIR = "gate"  # under the daemon's data directory: one directory per run in progress
 
 
@@ -63,7 +63,7 @@ class ManagerDriver:
                              review: dict[str, str] | None) -> str:
         session = await self.manager.create(cwd=cwd, profile=profile, permission_mode="auto",
                                             scripted=scripted,
-                                            extra_meta={META_REVIEW: review} if review else None)
+                                            extra_meta={REVIEW_META: review} if review else None)
         return session.id
 
     async def prompt(self, session_id: str, text: str) -> str:

@@ -60,6 +60,10 @@ _WRITING_OPTIONS = ("--fix", "--unsafe-fixes", "--write", "--in-place", "--outpu
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\\\n\r]")
 
 
+# The session/new _meta key that makes a session a gate session: {"base", "head"} (commit ids).
+REVIEW_META = "hopline.review"
+
+
 @dataclasses.dataclass(frozen=True)
 class ReviewRange:
     """A gate session's change under review: two commit ids (hex, so never read as options)."""

@@ -69,6 +69,8 @@ from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
+from hopline.harness.tools import REVIEW_META as META_REVIEW
+from hopline.harness.tools import ReviewRange
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import (
     CREDENTIAL_GATEWAY_TOKEN,
@@ -84,7 +86,6 @@ DEFAULT_PROFILE = "qa_automation"
 META_PROFILE = "hopline.profile"
 META_PERMISSION_MODE = "hopline.permissionMode"
 META_SCRIPTED = "hopline.scripted"
-META_REVIEW = "hopline.review"
 META_TURN = "hopline.turn"
 META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"
 META_LOAD_REPLAY = "hopline.session.loadReplay"
@@ -128,7 +129,6 @@ def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
 
 def review_of(value: Any) -> dict[str, str]:
     """``_meta["hopline.review"]`` checked: ``{base, head}``, two commit ids."""
-    from hopline.harness.tools import ReviewRange
 
     if not isinstance(value, dict) or set(value) != {"base", "head"}:
         raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}",
