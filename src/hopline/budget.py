@@ -198,6 +198,7 @@ HOP_TOOLS = "harness.tools"
 HOP_REPLAY = "daemon.replay"
 HOP_SIDECARS = "daemon.sidecars"
 HOP_OBSERVE = "observe.large_frames"
+HOP_GATE = "daemon.gate"
 
 CEILINGS: tuple[Ceiling, ...] = (
     # --- hop 4 / hop 3: the llm-turn request path -------------------------------------------
@@ -351,6 +352,22 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("scripted_max_write_bytes", HOP_GATEWAY, Unit.BYTES, 256 * KiB,
             "HOPLINE_SCRIPTED_MAX_WRITE_BYTES",
             "scripted model hint writeBytes (one write_file's content)"),
+    # --- the gate workflow (ADR 0098, RN-412) -------------------------------------------------
+    Ceiling("gate_concurrency", HOP_GATE, Unit.COUNT, 2, "HOPLINE_GATE_CONCURRENCY",
+            "gate agent sessions running at once in one daemon (the others wait, gate_queued)",
+            maximum=16),
+    Ceiling("gate_stall_seconds", HOP_GATE, Unit.SECONDS, 300.0, "HOPLINE_GATE_STALL_SECONDS",
+            "a gate with no event for this long is gate_stalled (retried once, then error)",
+            minimum=0.05),
+    Ceiling("max_gate_runs", HOP_GATE, Unit.COUNT, 4, "HOPLINE_MAX_GATE_RUNS",
+            "gate runs in progress in one daemon (then 429)", maximum=64),
+    Ceiling("gate_max_rounds", HOP_GATE, Unit.COUNT, 5, "HOPLINE_GATE_MAX_ROUNDS",
+            "gate rounds of one run (--rounds: gate, dev fix, gate again...)", maximum=20),
+    Ceiling("gate_runs_kept", HOP_GATE, Unit.COUNT, 32, "HOPLINE_GATE_RUNS_KEPT",
+            "ended gate runs kept in memory (older ones are read back from the journal)", maximum=1000),
+    Ceiling("gate_max_findings", HOP_GATE, Unit.COUNT, 200, "HOPLINE_GATE_MAX_FINDINGS",
+            "findings kept per verdict (more are counted as omitted, never dropped silently)",
+            maximum=10_000),
     # --- sidecars -----------------------------------------------------------------------------
     Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
             "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
@@ -452,6 +469,12 @@ class Budget:
     scripted_max_tools_per_iteration: int
     scripted_max_iterations: int
     scripted_max_write_bytes: int
+    gate_concurrency: int
+    gate_stall_seconds: float
+    max_gate_runs: int
+    gate_max_rounds: int
+    gate_runs_kept: int
+    gate_max_findings: int
     sidecar_threshold_bytes: int
     sidecar_preview_bytes: int
     sidecar_max_object_bytes: int

@@ -372,3 +372,44 @@ def test_console_modules_at_their_limits(sdk_daemon: Daemon, watched_page: PageW
     assert (third["head"], third["tail"], third["reason"]) == ("P3", "T3", "quota")
     assert third["resolvable"] is False
     assert json.dumps(result)  # plain data came back
+
+
+def test_a_gate_run_live_in_the_page(hopline_daemon: Daemon, tmp_path: Path, watched_page: PageWatch) -> None:
+    """Start a gate run from the page, see one row per gate agent get its verdict and findings live,
+    the run's end and its exit code; then the list of runs."""
+    from hopline.gate.sample import make_sample_pull_request
+
+    repo, base, head = make_sample_pull_request(tmp_path / "pr", log_bytes=4096, logs=1, failing_log=True)
+    page = watched_page.page
+    daemon = hopline_daemon
+    page.goto(daemon.console_url)
+    page.locator("#nav").get_by_role("link", name="Gate runs").click()
+    page.get_by_test_id("gate-runs").wait_for()
+    page.get_by_test_id("gate-repo").fill(str(repo))
+    page.get_by_role("button", name="Start gate run").click()
+    page.wait_for_url(re.compile(r"#/gate/g_[0-9a-f]+$"))
+    gate_id = page.url.rsplit("/", 1)[1]
+    result = page.get_by_test_id("gate-result")
+    expect(result).to_have_text(re.compile(r"^done · exit 1"), timeout=WAIT_MS)
+    agents = page.get_by_test_id("gate-agents")
+    rows = agents.locator("tr[data-agent]")
+    names = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
+    assert rows.evaluate_all("rs => rs.map(r => [r.dataset.agent, r.dataset.verdict, r.dataset.item])") == [
+        [agent, "fail", "gate_failed"] for agent in names]
+    rules = {agent: sorted(set(agents.locator(f"tr[data-agent={agent}] li[data-rule]")
+                               .evaluate_all("ls => ls.map(l => l.dataset.rule)"))) for agent in names}
+    assert rules == {"qa_automation": ["test-failure"], "qa_performance_security": ["unsafe-eval"],
+                     "qa_strategy": ["todo-added", "untested-change"], "appsec": ["hardcoded-credential"]}
+    appsec = agents.locator("tr[data-agent=appsec]").inner_text()
+    assert "src/sample/settings.py:3" in appsec and "/ 8 MiB" in appsec
+    served = httpx.get(f"{daemon.url}/gate/{gate_id}", headers=daemon.headers).json()
+    assert (served["base"], served["head"], served["exitCode"]) == (base, head, 1)  # what the page showed
+    assert f"head {head[:8]}" in page.get_by_test_id("gate-head-line").inner_text()
+    screenshot(page, "gate-run-verdicts", full_page=True)
+    page.locator("#nav").get_by_role("link", name="Gate runs").click()
+    run = page.locator(f"tr[data-gate='{gate_id}']")
+    run.wait_for()
+    expect(run.locator("td").nth(1)).to_have_text("1")  # exit code 1: gates failed
+    views_in_both_themes(page, "hopline-gate", [("gates", "[data-testid=gate-runs] tr[data-gate]"),
+                                                 (f"gate/{gate_id}", "[data-testid=gate-result][data-exit]")])
+    no_token_leaked(watched_page, daemon)

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e  # every test here starts real processes
 EXAMPLES = 12
 SPAWNING_EXAMPLES = 5  # POST /session starts a real agent process per accepted case
 SURROGATE_EXAMPLES = 15
-HOPS = {"daemon.api", "daemon.sse", "daemon.sidecars", "gateway.llm_turn"}
+HOPS = {"daemon.api", "daemon.sse", "daemon.sidecars", "daemon.gate", "gateway.llm_turn"}
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def with_a_lone_surrogate(fields: list[str]) -> st.SearchStrategy[bytes]:
 def test_a_lone_surrogate_in_any_json_body_field_is_a_400(daemon: Daemon, real_session: str) -> None:
     operations = json_body_fields(daemon)
     assert set(operations) == {("POST", "/session"), ("POST", "/session/{session_id}/prompt"),
-                               ("POST", "/session/{session_id}/permission/{request_id}")}
+                               ("POST", "/session/{session_id}/permission/{request_id}"), ("POST", "/gate")}
     failures: list[str] = []
 
     def fuzz(method: str, path: str, fields: list[str]) -> None:

@@ -5,12 +5,32 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
 
 import typer
 
 from hopline.budget import Budget, BudgetError, IncoherentBudget, require_coherent
 from hopline.vocabulary import NAIVE_ENV
+
+T = TypeVar("T")
+
+
+def run_client(command: str, main: Coroutine[Any, Any, T]) -> T:
+    """Run a command that talks to a daemon: a daemon, stream or stack failure exits 2 naming the hop
+    (the error's own message), Ctrl-C exits 130."""
+    import asyncio
+
+    from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
+    from hopline.embedded import EmbeddedStackError
+
+    try:
+        return asyncio.run(main)
+    except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
+        print(f"hopline {command}: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 def budget_or_exit() -> Budget:

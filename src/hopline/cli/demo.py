@@ -1,21 +1,23 @@
-"""`hopline demo`: the main job (SPEC C-3).
+"""`hopline demo`: the main job, a gate run (SPEC C-3, K; ADR 0098).
 
-Creates a sample workspace whose tools produce large outputs, starts the embedded stack (daemon,
-gateway, offline scripted model), runs a gate session (``qa_automation``, 60 iterations) with the live
-progress of ``hopline run``, and ends with a summary table: iterations, compactions and their
-triggers, the largest llm-turn body against the engine ceiling and the gateway limit, the largest
-pipe frame, large-frame records, sidecars and the bytes they kept off the wire, and the gateway's
-413s (zero).
+Builds the sample pull request (:mod:`hopline.gate.sample`: large test logs, one planted issue per
+gate domain but QA automation's), starts the embedded stack (daemon, gateway, offline scripted model)
+and runs ``hopline gate --fix`` on it: the four gate agents review ``main..feature`` (two at a time)
+while the dev session waits in ``awaiting_gate``; the dev agent fixes the findings of the failing
+gates and the gate runs again. The live view has one row per gate; the summary shows every gate's
+verdict within the ceiling, the largest llm-turn body against the engine ceiling and the gateway
+limit, the compactions, the sidecars and the bytes they kept off the wire, the largest pipe frame,
+and the gateway's 413s: zero. Exit 0 when the last round passes with no 413.
 
-``--naive`` replays the seed's incident: the stack runs with the gateway limit the seed had
-implicitly (Express's ``100kb``) and the harness's naive rules (content-only estimate, no transport
-bound). The turn fails with a 413 classified as origin ``code``; the summary names the hop and the
-sizes, and the command exits 1 (2 when the incident was not reproduced or the stack did not start).
+``--naive`` replays the seed's incident under the seed's rules (the gateway's implicit ``100kb``
+limit, the content-only estimate, no transport bound): the gates die with 413 of origin ``code``,
+each is retried once and ends ``error`` (never a pass), and the dev session stays ``awaiting_gate``
+until every gate is terminal (RN-412) instead of moving on. Exit 1 when it is reproduced (2 when not,
+or when the stack did not start).
 """
 
 from __future__ import annotations
 
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,31 +25,27 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit
+from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit, run_client
 from hopline.vocabulary import NAIVE_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from hopline.budget import Budget
-    from hopline.client import Event
-    from hopline.client.turn import ToolCallView, TurnTracker
 
-DEMO_PROFILE = "qa_automation"
-DEMO_PROMPT = "Gate this change: run the test suite, read the test logs and reports, and report failures."
-# The naive rules reach the stack through the daemon's environment, inherited by its agents.
 DEMO_TOOLS_PER_ITERATION = 3
+# The iterations a demo gate agent explores the change for (reading its diff takes some more): long
+# enough that the bodies grow past the compaction trigger, short enough for a minute on two cores.
+DEMO_EXPLORE_ITERATIONS = 30
 
 
 def naive_env() -> dict[str, str]:
+    # The naive rules reach the stack through the daemon's environment, inherited by its agents.
     return {"API_JSON_BODY_LIMIT": NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
 
 
-def demo_hints(max_iterations: int) -> dict[str, Any]:
-    # The last iteration is the final answer, so the loop ends with end_turn at max_iterations.
-    # (Naive mode reaches the agent as HOPLINE_NAIVE=1 in the stack's environment, not as a hint.)
-    return {"seed": 0, "iterations": max(0, max_iterations - 1),
-            "toolsPerIteration": DEMO_TOOLS_PER_ITERATION}
+def demo_hints() -> dict[str, Any]:
+    return {"seed": 0, "iterations": DEMO_EXPLORE_ITERATIONS, "toolsPerIteration": DEMO_TOOLS_PER_ITERATION}
 
 
 def gateway_statuses(metrics_text: str) -> dict[str, int]:
@@ -72,55 +70,70 @@ def _ceiling(status: dict[str, Any], name: str) -> int | None:
     return None
 
 
-def build_summary(*, naive: bool, tracker: TurnTracker, status: dict[str, Any], statuses: dict[str, int],
+def _all_reports(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for r in result.get("history") or [] for a in r.get("agents") or []] + list(result.get("agents")
+                                                                                         or [])
+
+
+def dev_stayed_awaiting(result: dict[str, Any]) -> bool:
+    """RN-412 held: the dev session left ``awaiting_gate`` only once every gate of the round had ended."""
+    changes = result.get("devStates") or []
+    reports = _all_reports(result)
+    for change in changes:
+        if change.get("previous") != "awaiting_gate" or change.get("event") == "cancelled":
+            continue
+        ended = [a.get("endedAt") for a in reports if a.get("round") == change.get("round")]
+        if not ended or any(e is None or e > change["at"] + 0.001 for e in ended):
+            return False
+    return bool(changes)
+
+
+def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any], statuses: dict[str, int],
                   budget: Budget, elapsed: float) -> dict[str, Any]:
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     inbound = pipe.get("inbound") or {}
     outbound = pipe.get("outbound") or {}
     largest_dir = "inbound" if int(inbound.get("maxBytes") or 0) >= int(outbound.get("maxBytes") or 0) \
         else "outbound"
-    triggers: dict[str, int] = {}
-    summarizers: dict[str, int] = {}
-    for record in tracker.compactions:
-        triggers[str(record.get("trigger"))] = triggers.get(str(record.get("trigger")), 0) + 1
-        summarizers[str(record.get("summarizer"))] = summarizers.get(str(record.get("summarizer")), 0) + 1
-    refs = tracker.sidecar_refs()
-    sidecars_status = status.get("sidecars") if isinstance(status.get("sidecars"), dict) else None
-    sidecars: dict[str, Any] = {
-        "seenInEvents": sum(1 for r in refs if not r.truncated),
-        "truncatedInEvents": sum(1 for r in refs if r.truncated),
-        "bytesInEvents": sum(r.bytes for r in refs if not r.truncated),
-    }
-    if sidecars_status is not None:
-        for key in ("count", "bytes", "bytesKeptOffWire", "fallbacks"):
-            sidecars[key] = sidecars_status.get(key)
+    reports = _all_reports(result)
+    sidecars: dict[str, Any] = {"seenInEvents": sum(int(a.get("sidecars") or 0) for a in reports),
+                                "bytesInEvents": sum(int(a.get("sidecarBytes") or 0) for a in reports)}
+    store = status.get("sidecars") if isinstance(status.get("sidecars"), dict) else None
+    if store is not None:
+        for key in ("bytesKeptOffWire", "fallbacks"):
+            sidecars[key] = store.get(key)
+    errors = [a["error"] for a in reports if isinstance(a.get("error"), dict)]
+    turn_error = next((e for e in errors if e.get("status") == 413), errors[0] if errors else None)
     large = status.get("largeFrames") or {}
-    error = tracker.error
     return {
         "mode": "naive" if naive else "gate",
-        "profile": DEMO_PROFILE,
-        "stopReason": tracker.stop_reason if error is None else "failed",
-        "iterations": tracker.iterations,
-        "maxIterations": tracker.progress.get("maxIterations"),
-        "compactions": {"count": len(tracker.compactions), "triggers": triggers, "summarizers": summarizers,
-                        "reactive": sum(1 for r in tracker.compactions if r.get("reactive")),
-                        "summarizerErrors": tracker.summarizer_errors()},
-        "largestBodyBytes": tracker.max_body_bytes,
+        "exitCode": result.get("exitCode"),
+        "state": result.get("state"),
+        "roundsRun": result.get("roundsRun"),
+        "gates": [{k: a.get(k) for k in ("agent", "round", "verdict", "iterations", "maxIterations",
+                                         "compactions", "maxBodyBytes", "ceilingBytes", "http413s", "attempt",
+                                         "stalls", "sidecars")} | {"findings": len(a.get("findings") or [])}
+                  for a in reports],
+        "verdicts": {a["agent"]: a.get("verdict") for a in result.get("agents") or []},
+        "iterations": sum(int(a.get("iterations") or 0) for a in reports),
+        "compactions": {"count": sum(int(a.get("compactions") or 0) for a in reports)},
+        "largestBodyBytes": max((int(a.get("maxBodyBytes") or 0) for a in reports), default=0),
         "engineCeilingBytes": _ceiling(status, "HOPLINE_TRANSPORT_MAX_BODY_BYTES")
-        or tracker.ceiling_bytes or budget.transport_max_body_bytes,
+        or budget.transport_max_body_bytes,
         "gatewayLimitBytes": _ceiling(status, "API_JSON_BODY_LIMIT"),
-        "largestPipeFrame": {"bytes": int(max(int(inbound.get("maxBytes") or 0),
-                                               int(outbound.get("maxBytes") or 0))),
+        "largestPipeFrame": {"bytes": int(max(int(inbound.get("maxBytes") or 0), int(outbound.get("maxBytes")
+                                                                                     or 0))),
                              "direction": largest_dir},
-        "pipe": {"inbound": inbound, "outbound": outbound},
         "largeFrames": {"logged": large.get("logged", 0), "suppressed": large.get("suppressed", 0)},
         "framesDropped": status.get("framesDropped", 0),
         "sidecars": sidecars,
         "gatewayResponses": statuses,
         "gateway413s": statuses.get("413", 0),
-        "toolCalls": len(tracker.tool_calls),
-        "sseEvents": tracker.events_seen,
-        "turnError": error,
+        "turnError": turn_error,
+        "devStates": result.get("devStates") or [],
+        "devStayedAwaiting": dev_stayed_awaiting(result),
+        "devTurns": result.get("devTurns") or [],
+        "gate": result,
         "elapsedSeconds": round(elapsed, 2),
     }
 
@@ -128,23 +141,17 @@ def build_summary(*, naive: bool, tracker: TurnTracker, status: dict[str, Any], 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from hopline.cli.gate import print_result
     from hopline.cli.status import exact_size as size
 
-    table = Table(title=f"hopline demo — {summary['mode']} run, profile {summary['profile']}",
-                  title_justify="left", show_header=False)
+    print_result(console, summary["gate"])
+    table = Table(title=f"hopline demo — {summary['mode']} run: every hop's budget", title_justify="left",
+                  show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
-    table.add_row("stop reason", str(summary["stopReason"]))
-    table.add_row("iterations", f"{summary['iterations']} / {summary['maxIterations']}")
-    comp = summary["compactions"]
-    triggers = ", ".join(f"{k}: {v}" for k, v in sorted(comp["triggers"].items())) or "none"
-    summarizers = ", ".join(f"{k}: {v}" for k, v in sorted(comp["summarizers"].items()))
-    table.add_row("compactions", f"{comp['count']} (triggers {triggers}"
-                  + (f"; summarizer {summarizers})" if summarizers else ")"))
-    errors = comp.get("summarizerErrors") or []
-    if errors:  # a degraded run says so: the model's summary failed, the extractive one was used
-        causes = sorted({f"origin {e.get('origin')}, status {e.get('status')}" for e in errors})
-        table.add_row("  summarizer failures", f"[bold yellow]{len(errors)}[/] ({'; '.join(causes)})")
+    table.add_row("gate", f"{summary['state']}, {summary['roundsRun']} round(s), exit {summary['exitCode']}")
+    table.add_row("iterations (all gates)", str(summary["iterations"]))
+    table.add_row("compactions", str(summary["compactions"]["count"]))
     table.add_row("largest llm-turn body", size(summary["largestBodyBytes"]))
     table.add_row("  engine ceiling", size(summary["engineCeilingBytes"]))
     table.add_row("  gateway limit", size(summary["gatewayLimitBytes"]))
@@ -154,69 +161,54 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     table.add_row("large-frame records", f"{large['logged']} logged, {large['suppressed']} suppressed")
     table.add_row("frames dropped", str(summary["framesDropped"]))
     sc = summary["sidecars"]
-    if "count" in sc:
-        fallbacks = sc.get("fallbacks")
-        if isinstance(fallbacks, dict):
-            fallbacks = ", ".join(f"{k} {v}" for k, v in fallbacks.items() if v) or "0"
-        table.add_row("sidecars (store)", f"{sc.get('count')} objects, {size(sc.get('bytes'))}; "
-                      f"fallbacks {fallbacks}")
-        table.add_row("  kept off the wire", f"{size(sc.get('bytesKeptOffWire'))} "
-                      f"({sc['seenInEvents']} tool outputs in this turn)")
-    else:
-        table.add_row("sidecars (from events)", f"{sc['seenInEvents']} ({size(sc['bytesInEvents'])} kept off "
-                      f"the wire), {sc['truncatedInEvents']} truncated")
-    table.add_row("tool calls / SSE events", f"{summary['toolCalls']} / {summary['sseEvents']}")
+    table.add_row("sidecars", f"{sc['seenInEvents']} tool outputs ({size(sc['bytesInEvents'])})")
+    if "bytesKeptOffWire" in sc:
+        table.add_row("  kept off the wire", size(sc.get("bytesKeptOffWire")))
     responses = sorted(summary["gatewayResponses"].items())
     table.add_row("gateway responses", ", ".join(f"{k}: {v}" for k, v in responses) or "-")
     style = "bold green" if summary["gateway413s"] == 0 else "bold red"
     table.add_row("413s", f"[{style}]{summary['gateway413s']}[/]")
+    states = summary["devStates"]
+    if states:
+        held = "yes" if summary["devStayedAwaiting"] else "[bold red]no[/]"
+        table.add_row("dev session", " → ".join([states[0]["previous"], *(c["state"] for c in states)]))
+        table.add_row("  awaiting_gate until every gate ended", held)
     error = summary["turnError"]
     if error is not None:
-        table.add_row("turn error", f"[bold red]origin {error.get('origin')}[/], "
-                      f"hop {error.get('hop', '-')}, body {size(error.get('observedBytes'))}, "
-                      f"limit {size(error.get('limitBytes'))}")
-        table.add_row("  message", str(error.get("message", ""))[:300])
+        table.add_row("gate turn error", f"[bold red]origin {error.get('origin')}[/], status "
+                      f"{error.get('status', '-')}, hop {error.get('hop', '-')}, body "
+                      f"{size(error.get('observedBytes'))}, limit {size(error.get('limitBytes'))}")
     table.add_row("elapsed", f"{summary['elapsedSeconds']} s")
     console.print(table)
 
 
-async def run_demo(budget: Budget, *, naive: bool, as_json: bool, workspace: Path | None,
-                   max_iterations: int) -> tuple[int, dict[str, Any]]:
+async def run_demo(budget: Budget, *, naive: bool, as_json: bool) -> tuple[int, dict[str, Any]]:
     from rich.console import Console
 
-    from hopline.cli.run import LiveView, drive_turn
+    from hopline.cli.gate import GateView, follow_gate
     from hopline.client import DaemonClient
     from hopline.embedded import embedded_stack
-    from hopline.harness.sample_workspace import make_sample_workspace
+    from hopline.gate.sample import make_sample_pull_request
 
     console = Console(stderr=as_json, highlight=False, quiet=as_json)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hopline-demo-") as tmp:
-        root = workspace or make_sample_workspace(Path(tmp) / "workspace")
-        mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate"
-        console.print(f"[bold]hopline demo[/] — {mode}; sample workspace with large test logs; "
-                      "starting the embedded stack…")
+        repo, base, head = make_sample_pull_request(Path(tmp) / "sample-pr")
+        mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate --fix"
+        console.print(f"[bold]hopline demo[/] — {mode}; a sample pull request ({base[:8]}..{head[:8]}) whose "
+                      "test logs make large tool outputs; starting the embedded stack…")
         async with embedded_stack(env=naive_env() if naive else None) as stack, \
                 DaemonClient(stack.url, stack.token, budget=budget) as client:
-            session_id = await client.create_session(cwd=str(root), profile=DEMO_PROFILE,
-                                                     permission_mode="auto",
-                                                     scripted=demo_hints(max_iterations))
-            if as_json:
-                async def silent(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
-                    return None
+            gate_id = await client.start_gate(str(repo), base=base, head=head, fix=True,
+                                              scripted=demo_hints())
 
-                tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=silent)
-            else:
-                with LiveView(console, tool_filter=DemoToolFilter()) as view:
-                    async def live(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
-                        if event.type == "progress":  # once per iteration: the daemon's pipe numbers
-                            view.extra = frames_line(await client.status())
-                        await view.on_event(event, tracker, changed)
+            async def frames(view: GateView) -> str:
+                return frames_line(await client.status())
 
-                    tracker = await drive_turn(client, session_id, DEMO_PROMPT, on_event=live)
+            result = await follow_gate(client, gate_id, console=None if as_json else console, extra=frames)
             status = await client.status()
             statuses = gateway_statuses(await client.metrics())
-    summary = build_summary(naive=naive, tracker=tracker, status=status, statuses=statuses, budget=budget,
+    summary = build_summary(naive=naive, result=result, status=status, statuses=statuses, budget=budget,
                             elapsed=time.monotonic() - started)
     return _exit_code(naive, summary), summary
 
@@ -228,73 +220,44 @@ def frames_line(status: dict[str, Any]) -> str:
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     largest = max(int((pipe.get(d) or {}).get("maxBytes") or 0) for d in ("inbound", "outbound"))
     large = status.get("largeFrames") or {}
-    return f"largest frame {format_size(largest)} │ large frames {large.get('logged', 0)}"
-
-
-class DemoToolFilter:
-    """The demo prints the tool calls worth seeing: failures, and the first few outputs that went to a
-    sidecar (with their size and preview); the rest are counted on the live line."""
-
-    def __init__(self, shown_sidecars: int = 4) -> None:
-        self.left = shown_sidecars
-
-    def __call__(self, view: ToolCallView) -> bool:
-        if view.status == "failed":
-            return True
-        if view.sidecars and self.left > 0:
-            self.left -= 1
-            return True
-        return False
+    kept = (status.get("sidecars") or {}).get("bytesKeptOffWire") or 0
+    return (f"largest pipe frame {format_size(largest)} │ large frames {large.get('logged', 0)} │ "
+            f"sidecars kept {format_size(int(kept))} off the wire")
 
 
 def _exit_code(naive: bool, summary: dict[str, Any]) -> int:
-    error = summary["turnError"]
     if naive:
-        reproduced = error is not None and error.get("origin") == "code"
+        error = summary["turnError"] or {}
+        reproduced = (error.get("origin") == "code" and summary["gateway413s"] > 0
+                      and summary["devStayedAwaiting"] and "pass" not in summary["verdicts"].values())
         return 1 if reproduced else 2
-    ok = error is None and summary["gateway413s"] == 0 and summary["stopReason"] in ("end_turn",
-                                                                                      "max_iterations")
-    return 0 if ok else 1
+    ok = summary["exitCode"] == 0 and summary["gateway413s"] == 0
+    return 0 if ok else (2 if summary["exitCode"] == 2 else 1)
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
         naive: bool = typer.Option(False, "--naive", help="Replay the seed's incident (100kb gateway limit, "
-                                   "content-only estimate): ends with a 413 of origin code."),
+                                   "content-only estimate): the gates die with 413 of origin code."),
         as_json: bool = typer.Option(False, "--json", help="Print only the summary, as one JSON object."),
-        workspace: str = typer.Option(None, "--workspace", help="Use this directory instead of a generated "
-                                      "sample workspace."),
     ) -> None:
-        """Run a 60-iteration gate session over a sample workspace and summarize every hop's budget."""
-        import asyncio
-
+        """Gate a sample pull request with the four gate agents and a fixing dev agent; every hop's budget."""
         import orjson
         from rich.console import Console
 
-        from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-        from hopline.embedded import EmbeddedStackError
-
-        budget = budget_or_exit()
-        try:
-            code, summary = asyncio.run(run_demo(
-                budget, naive=naive, as_json=as_json,
-                workspace=Path(workspace).resolve() if workspace else None,
-                max_iterations=budget.gate_max_iterations))
-        except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
-            print(f"hopline demo: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        code, summary = run_client("demo", run_demo(budget_or_exit(), naive=naive, as_json=as_json))
         if as_json:
             typer.echo(orjson.dumps(summary).decode())
         else:
             console = Console(highlight=False)
             print_summary(console, summary)
             if naive and code == 1:
-                console.print("[bold red]reproduced the seed's incident:[/] the gateway refused the "
-                              "body with 413; origin [bold]code[/] (our side built a request the "
-                              "transport refused), not model.")
+                console.print("[bold red]reproduced the seed's incident:[/] the gateway refused the gates' "
+                              "bodies with 413; origin [bold]code[/] (our side built a request the transport "
+                              "refused), not model. The dev session stayed [bold]awaiting_gate[/] until "
+                              "every gate had ended, with error verdicts: it never moved on as if they had "
+                              "passed.")
             elif naive:
-                console.print("[yellow]the naive run did not end with a code-origin failure[/]")
+                console.print("[yellow]the naive run did not reproduce the incident[/]")
         raise typer.Exit(code)

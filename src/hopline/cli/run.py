@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit
+from hopline.cli._common import budget_or_exit, run_client
 from hopline.vocabulary import SERVER_TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -364,11 +364,6 @@ def register(app: typer.Typer) -> None:
                                      help='Hints for the scripted model, a JSON object: {"iterations": 4}.'),
     ) -> None:
         """Send one prompt and stream the session live (starts the embedded stack without --url)."""
-        import asyncio
-
-        from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-        from hopline.embedded import EmbeddedStackError
-
         budget = budget_or_exit()
         if as_json and ask:
             raise typer.BadParameter("--ask needs the terminal; it cannot be combined with --json")
@@ -376,12 +371,6 @@ def register(app: typer.Typer) -> None:
         workspace = os.path.abspath(cwd or os.getcwd())
         if url is not None and token is None:
             token = os.environ.get(SERVER_TOKEN_ENV)
-        try:
-            code = asyncio.run(run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
-                                          profile=profile, as_json=as_json, ask=ask, scripted=hints))
-        except (DaemonError, SseEventTooLarge, SseReconnectExhausted, EmbeddedStackError) as exc:
-            print(f"hopline run: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        code = run_client("run", run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
+                                            profile=profile, as_json=as_json, ask=ask, scripted=hints))
         raise typer.Exit(code)

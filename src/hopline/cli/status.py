@@ -68,6 +68,19 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     else:
         console.print(f"sessions: {sessions}")
 
+    gates = status.get("gates")
+    if isinstance(gates, list) and gates:
+        table = Table(title=f"gate runs ({len(gates)})", title_justify="left")
+        for column in ("gate", "state", "exit", "round", "dev state", "gates (item / verdict)"):
+            table.add_column(column)
+        for g in gates:
+            items = g.get("items") or {}
+            verdicts = g.get("verdicts") or {}
+            shown = ", ".join(f"{a}: {verdicts.get(a) or items.get(a)}" for a in items)
+            table.add_row(str(g.get("gateId")), str(g.get("state")), _plain(g.get("exitCode")),
+                          str(g.get("round")), str(g.get("devState") or "-"), shown)
+        console.print(table)
+
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     table = Table(title="ACP pipe (inbound = agent → daemon, outbound = daemon → agent)",
                   title_justify="left")

@@ -227,6 +227,35 @@ class DaemonClient:
         result: dict[str, Any] = await self._call("GET", "/daemon/status")
         return result
 
+    # --- gate runs (ADR 0098) -------------------------------------------------------------------
+
+    async def start_gate(self, repo: str, *, base: str | None = None, head: str | None = None,
+                         agents: list[str] | None = None, dev_session_id: str | None = None,
+                         fix: bool = False, rounds: int | None = None,
+                         scripted: dict[str, Any] | None = None) -> str:
+        """``POST /gate``: the new run's id."""
+        body: dict[str, Any] = {"repo": repo, "fix": fix}
+        for key, value in (("base", base), ("head", head), ("agents", agents),
+                           ("devSessionId", dev_session_id), ("rounds", rounds), ("scripted", scripted)):
+            if value is not None:
+                body[key] = value
+        result = await self._call("POST", "/gate", json=body, expect=(202,))
+        return str(result["gateId"])
+
+    async def gates(self) -> list[dict[str, Any]]:
+        """``GET /gate``: the runs this daemon keeps in memory (in progress, and the latest ended)."""
+        result = await self._call("GET", "/gate")
+        return list(result.get("gates") or [])
+
+    async def gate(self, gate_id: str) -> dict[str, Any]:
+        """``GET /gate/{id}``: the run's state, and its result once it ended."""
+        result: dict[str, Any] = await self._call("GET", f"/gate/{gate_id}")
+        return result
+
+    async def cancel_gate(self, gate_id: str) -> bool:
+        result = await self._call("POST", f"/gate/{gate_id}/cancel")
+        return bool(result.get("cancelled"))
+
     async def metrics(self) -> str:
         """The Prometheus text of ``GET /metrics`` (pipe histogram, gateway requests by status)."""
         response = await self._send("GET", "/metrics")
@@ -236,14 +265,25 @@ class DaemonClient:
 
     # --- the event stream ---------------------------------------------------------------------
 
-    async def events(self, session_id: str, *, last_event_id: int | None = None,
-                     max_queued: int | None = None) -> AsyncGenerator[Event, None]:
+    def events(self, session_id: str, *, last_event_id: int | None = None,
+               max_queued: int | None = None) -> AsyncGenerator[Event, None]:
         """Yield the session's events in id order; resume a dropped stream with ``Last-Event-ID``.
 
         Events with an id at or below the last one seen are skipped (a resume may repeat them).
         Raises :class:`~hopline.wire.sse.SseEventTooLarge` for an event over the client limit and
         :class:`SseReconnectExhausted` when the stream cannot be re-established.
         """
+        return self._stream(f"/session/{session_id}/events", last_event_id=last_event_id,
+                            max_queued=max_queued)
+
+    def gate_events(self, gate_id: str, *, last_event_id: int | None = 0,
+                    max_queued: int | None = None) -> AsyncGenerator[Event, None]:
+        """A gate run's events (``GET /gate/{id}/events``), from its first by default, resumed like a
+        session's; the stream goes on after ``gate_complete`` (stop there)."""
+        return self._stream(f"/gate/{gate_id}/events", last_event_id=last_event_id, max_queued=max_queued)
+
+    async def _stream(self, route: str, *, last_event_id: int | None,
+                      max_queued: int | None) -> AsyncGenerator[Event, None]:
         last_id = last_event_id
         failures = 0
         attempts = self.reconnect_attempts
@@ -260,11 +300,11 @@ class DaemonClient:
             parser = SseParser(self.budget.client_sse_max_event_bytes)
             delivered = False
             try:
-                async with self._http.stream("GET", f"{self.base_url}/session/{session_id}/events",
+                async with self._http.stream("GET", f"{self.base_url}{route}",
                                              params=params, headers=headers, timeout=timeout) as response:
                     if response.status_code != 200:
                         body = await _read_error_body(response, self.budget.daemon_json_body_limit)
-                        raise DaemonError(response.status_code, body, "GET", "/session/{id}/events")
+                        raise DaemonError(response.status_code, body, "GET", _route_shape(route))
                     async for chunk in response.aiter_bytes():
                         messages = parser.feed(chunk)
                         self.max_buffered = max(self.max_buffered, parser.max_buffered)
@@ -399,7 +439,7 @@ async def _read_error_body(response: httpx.Response, limit: int) -> Any:
 def _route_shape(route: str) -> str:
     """The route with ids replaced, so error messages never carry a session id."""
     parts = route.split("/")
-    if len(parts) > 2 and parts[1] == "session" and parts[2]:
+    if len(parts) > 2 and parts[1] in ("session", "gate") and parts[2]:
         parts[2] = "{id}"
     if len(parts) > 4 and parts[3] in ("permission", "sidecars"):
         parts[4] = "{id}"

@@ -42,6 +42,7 @@ from hopline.budget import (
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
+from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
@@ -183,6 +184,30 @@ class SseStream(Response):
                                                                   "reconnect with Last-Event-ID"}))
 
 
+def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: int | None,
+                      last_event_id: str | None) -> SseStream:
+    """The SSE stream of one journaled stream (a session's, a gate run's): the subscriber limit
+    (429), ``Last-Event-ID`` parsed (400), and a resync when it is ahead of the journal."""
+    after = (parse_decimal_id(last_event_id, "Last-Event-ID")
+             if last_event_id is not None and last_event_id.strip() else None)
+    subscribers, limit = bus.subscriber_count(key), budget.max_subscribers_per_session
+    if subscribers >= limit:
+        setting = CEILINGS_BY_KEY["max_subscribers_per_session"].name
+        raise SessionError(429, "too_many_subscribers",
+                           f"this would be event stream {subscribers + 1} of this session, over the "
+                           f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
+                           observed=subscribers + 1, setting=setting)
+    subscriber, upto = bus.subscribe(key, max_queued or budget.sse_queue_max_events)
+    resync = None
+    start = after or 0
+    if after is not None and after > upto:
+        resync = {"lastEventId": after, "latestEventId": upto,
+                  "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
+        start = upto
+    return SseStream(bus, key, subscriber, after=start, upto=upto, resync=resync,
+                     heartbeat=budget.sse_heartbeat_seconds)
+
+
 # --- the app --------------------------------------------------------------------------------------
 
 def _error(exc: SessionError) -> JSONResponse:
@@ -240,6 +265,7 @@ def create_daemon_app(
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
                              data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
                              agent_env=agent_env, gateway_tokens=session_tokens)
+    gates = GateRegistry(budget, manager, bus, journal, data_dir)
 
     gateway: FastAPI | None = None
     if session_tokens is not None:
@@ -262,6 +288,7 @@ def create_daemon_app(
                     reaper.cancel()
                     with contextlib.suppress(BaseException):
                         await reaper
+                await gates.shutdown()  # cancelled runs remove their checkouts and sessions
                 bus.close_all()
                 await manager.shutdown()
                 instruments.shutdown()
@@ -308,7 +335,9 @@ def create_daemon_app(
     @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
               responses={**errors, 429: {}})
     async def prompt(session_id: str, body: PromptBody) -> Any:
-        return {"promptId": manager.prompt(session_of(session_id), body.text)}
+        session = session_of(session_id)
+        gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
+        return {"promptId": manager.prompt(session, body.text)}
 
     @app.post("/session/{session_id}/cancel", responses=errors)
     async def cancel(session_id: str) -> dict[str, Any]:
@@ -322,24 +351,7 @@ def create_daemon_app(
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
         session = session_of(session_id)
-        after = (parse_decimal_id(last_event_id, "Last-Event-ID")
-                 if last_event_id is not None and last_event_id.strip() else None)
-        subscribers, limit = bus.subscriber_count(session.id), budget.max_subscribers_per_session
-        if subscribers >= limit:
-            setting = CEILINGS_BY_KEY["max_subscribers_per_session"].name
-            raise SessionError(429, "too_many_subscribers",
-                               f"this would be event stream {subscribers + 1} of this session, over the "
-                               f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
-                               observed=subscribers + 1, setting=setting)
-        subscriber, upto = bus.subscribe(session.id, maxQueued or budget.sse_queue_max_events)
-        resync = None
-        start = after or 0
-        if after is not None and after > upto:
-            resync = {"lastEventId": after, "latestEventId": upto,
-                      "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
-            start = upto
-        return SseStream(bus, session.id, subscriber, after=start, upto=upto, resync=resync,
-                         heartbeat=budget.sse_heartbeat_seconds)
+        return open_event_stream(bus, budget, session.id, max_queued=maxQueued, last_event_id=last_event_id)
 
     @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str) -> dict[str, Any]:
@@ -376,8 +388,14 @@ def create_daemon_app(
 
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
+        sessions = manager.status()
+        dev_states = gates.dev_states()
+        for row in sessions:  # a dev session attached to a gate run shows its dev state
+            if row["sessionId"] in dev_states:
+                row["devState"] = dev_states[row["sessionId"]]
         return {
-            "sessions": manager.status(),
+            "sessions": sessions,
+            "gates": gates.status(),
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),
@@ -398,6 +416,7 @@ def create_daemon_app(
     from hopline.console import ConsoleDispatcher, frames_router
 
     app.include_router(frames_router(budget, instruments))
+    app.include_router(gate_router(gates))
 
     guarded = BodyLimit(app, limit=budget.daemon_json_body_limit, ceiling="daemon_json_body_limit",
                         read_timeout=budget.body_read_timeout_seconds)

@@ -270,7 +270,10 @@ class SessionManager:
     # --- create ---------------------------------------------------------------------------------
 
     async def create(self, *, cwd: str, profile: str | None, permission_mode: str | None,
-                     scripted: dict[str, Any] | None) -> DaemonSession:
+                     scripted: dict[str, Any] | None,
+                     extra_meta: Mapping[str, Any] | None = None) -> DaemonSession:
+        """A new session with its own child; ``extra_meta`` adds ``session/new`` ``_meta`` keys (the
+        gate run's ``hopline.review``)."""
         self.check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
@@ -287,6 +290,7 @@ class SessionManager:
                 meta["hopline.permissionMode"] = permission_mode
             if scripted is not None:
                 meta["hopline.scripted"] = scripted
+            meta.update(extra_meta or {})
             params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
             params["_meta"] = meta
             result, _ = await self._handshake(child.request("session/new", params), "session/new")
@@ -382,7 +386,7 @@ class SessionManager:
                     "message": data.get("message") if isinstance(data.get("message"), str) else exc.message,
                     "code": exc.code,
                 }
-                for key in ("hop", "limitBytes", "observedBytes"):
+                for key in ("status", "hop", "limitBytes", "observedBytes"):
                     if key in data:
                         payload[key] = data[key]
                 self._end_turn(session, prompt_id, "turn_error", payload)

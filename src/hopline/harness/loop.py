@@ -56,7 +56,7 @@ from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import Profile, model_context_window
 from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
 from hopline.harness.tokens import IncrementalEstimator, bytes_per_token
-from hopline.harness.tools import ToolOutcome, Workspace, tool_schemas
+from hopline.harness.tools import ReviewRange, ToolOutcome, Workspace, tool_schemas
 
 log = logging.getLogger("hopline.harness")
 
@@ -109,6 +109,7 @@ class ToolLoop:
         naive: bool = False,
         model_name: str | None = None,
         params: dict[str, Any] | None = None,
+        review: ReviewRange | None = None,
     ) -> None:
         self.model = model
         self.profile = profile
@@ -116,7 +117,7 @@ class ToolLoop:
         self.sink = sink
         self.permit = permit
         self.naive = naive
-        self.tools = Workspace(workspace, budget, allow_write="write_file" in profile.tools)
+        self.tools = Workspace(workspace, budget, allow_write="write_file" in profile.tools, review=review)
         self.bounds = Bounds(model_context_window(profile, budget), budget.transport_max_body_bytes,
                              bytes_per_token(budget), profile.compaction_threshold, naive=naive)
         self.envelope = LlmTurnRequest([], tools=tool_schemas(profile.tools), model=model_name,

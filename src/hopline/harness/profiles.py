@@ -13,6 +13,8 @@ from hopline.budget import Budget
 
 READ_TOOLS: tuple[str, ...] = ("read_file", "list_files", "search_workspace", "run_command")
 DEV_TOOLS: tuple[str, ...] = (*READ_TOOLS, "write_file")
+# A gate agent reviews a change: the read tools and the change's diff (no write tool).
+GATE_TOOLS: tuple[str, ...] = (*READ_TOOLS, "git_diff")
 
 GATE_PROFILES: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
 PROFILE_NAMES: tuple[str, ...] = ("dev", *GATE_PROFILES)
@@ -58,7 +60,7 @@ def get_profile(name: str, budget: Budget) -> Profile:
         context_window=budget.context_window_tokens,
         compaction_threshold=budget.compaction_threshold,
         max_iterations=max_iterations,
-        tools=READ_TOOLS if gate else DEV_TOOLS,
+        tools=GATE_TOOLS if gate else DEV_TOOLS,
         system_prompt=_PROMPTS[name] + _COMMON,
         gate=gate,
     )

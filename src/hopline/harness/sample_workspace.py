@@ -26,14 +26,14 @@ def _source(name: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
-def _log(index: int, size: int, rng: random.Random) -> str:
+def _log(index: int, size: int, rng: random.Random, failure_rate: float = 0.04) -> str:
     out: list[str] = []
     used = 0
     n = 0
     while used < size:
         n += 1
         word = rng.choice(_WORDS)
-        level = "ERROR" if rng.random() < 0.04 else ("WARN" if rng.random() < 0.1 else "INFO")
+        level = "ERROR" if rng.random() < failure_rate else ("WARN" if rng.random() < 0.1 else "INFO")
         outcome = "FAILED" if level == "ERROR" else "PASSED"
         line = (f"2026-08-19T10:{n // 60 % 60:02d}:{n % 60:02d}Z {level} run={index} "
                 f"tests/test_{rng.choice(_MODULES)}.py::test_{word}_{n} {outcome} "
@@ -61,3 +61,17 @@ def make_sample_workspace(root: Path, *, file_bytes: int = DEFAULT_FILE_BYTES, s
         (root / "logs" / f"test-run-{index}.log").write_text(_log(index, file_bytes, rng))
     (root / "reports" / "coverage.txt").write_text(_log(0, file_bytes, rng))
     return root
+
+
+def write_test_logs(directory: Path, *, count: int, file_bytes: int = DEFAULT_FILE_BYTES, seed: int = 0,
+                    failure_rate: float = 0.04) -> list[Path]:
+    """``count`` test logs ``test-run-N.log`` of ``file_bytes`` each under ``directory``; a failing
+    test is an ``ERROR ... FAILED`` line, at ``failure_rate`` (0: every test passes)."""
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for index in range(1, count + 1):
+        path = directory / f"test-run-{index}.log"
+        path.write_text(_log(index, file_bytes, rng, failure_rate))
+        paths.append(path)
+    return paths

@@ -12,6 +12,11 @@ It plans like a small agent: ``list_files`` first, then ``read_file`` / ``search
 ``writeBytes`` set it writes files with large arguments (the seed's dev agent); it answers
 ``purpose="summary"`` requests with a bounded summary; after ``iterations`` tool iterations it
 gives a final answer. The iteration number travels in the tool call ids, so it survives compaction.
+
+A gate prompt (:mod:`hopline.harness.review`) makes it the named gate agent: it reads the change with
+``git_diff`` and ends with a verdict from the review rules, exploring the changed files for the
+iterations left by the ``iterations`` hint; a fix prompt makes it the dev agent that edits the
+flagged lines away. Its summaries keep the latest review notes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATEWAY, SCRIPTED_SEED_RANGE, Budget
+from hopline.harness import review
 from hopline.harness.context import SUMMARY_MARKER
 from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, LlmTurnResponse, Message, Usage
@@ -116,13 +122,7 @@ class ScriptSettings:
                              "iterations": self.iterations, "writeBytes": self.write_bytes}}
 
 
-def _text(message: Message) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+_text = review.message_text
 
 
 def _is_prompt(message: Message) -> bool:
@@ -171,6 +171,9 @@ class ScriptedModel:
                  "Tool calls: " + ", ".join(f"{k} x{v}" for k, v in tools.items() if v),
                  f"ERROR lines seen: {errors}.",
                  "Files: " + ", ".join(paths[:40])]
+        notes = review.notes_line(text)  # a reviewer's findings so far outlive the summarized part
+        if notes is not None:
+            lines.insert(1, notes)
         previous = re.search(r"Summary so far:\n(.*?)\n\nTranscript", text, re.DOTALL)
         if previous:
             lines.append("Earlier: " + previous.group(1)[:max_bytes // 2].replace("\n", " "))
@@ -191,19 +194,46 @@ class ScriptedModel:
             if numbers:
                 iteration = max(numbers) + 1
                 break
+        tools = {t.get("function", {}).get("name") for t in request.tools if isinstance(t, dict)}
+        rng = random.Random(f"{settings.seed}:{turn}:{iteration}")
+        prompt = _text(messages[last_prompt]) if last_prompt >= 0 else ""
+        step = self._review_or_fix(messages, prompt, tools, settings, iteration, rng)
+        if step is not None:
+            return self._answer(step, turn, iteration)
         if iteration > settings.iterations:
             seen = self._seen_files(messages)
             return {"role": "assistant",
                     "content": f"Done after {iteration - 1} tool iterations: reviewed {len(seen)} files; "
                                "no blocking issue found in the sampled logs."}
-        tools = {t.get("function", {}).get("name") for t in request.tools if isinstance(t, dict)}
-        rng = random.Random(f"{settings.seed}:{turn}:{iteration}")
         calls = self._plan(messages, tools, settings, rng, iteration)
         content = "" if iteration > 1 else "Looking at the workspace first."
         return {"role": "assistant", "content": content,
                 "tool_calls": [{"id": f"call_{turn}_{iteration}_{j}", "type": "function",
                                 "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
                                for j, (name, args) in enumerate(calls)]}
+
+    @staticmethod
+    def _review_or_fix(messages: list[Message], prompt: str, tools: set[Any], settings: ScriptSettings,
+                       iteration: int, rng: random.Random) -> review.Step | None:
+        """A gate agent's or the fixing dev agent's step, when the prompt is one of theirs."""
+        agent = review.gate_agent_of(prompt)
+        if agent is not None:
+            return review.review_step(agent, messages, tools, per_iteration=settings.tools_per_iteration,
+                                      iteration=iteration, explore_until=settings.iterations,
+                                      pick=rng.choice)
+        findings = review.fix_findings_of(prompt)
+        if findings is not None:
+            return review.fix_step(findings, messages, tools)
+        return None
+
+    @staticmethod
+    def _answer(step: review.Step, turn: int, iteration: int) -> Message:
+        if not step.calls:
+            return {"role": "assistant", "content": step.content}
+        return {"role": "assistant", "content": step.content,
+                "tool_calls": [{"id": f"call_{turn}_{iteration}_{j}", "type": "function",
+                                "function": {"name": name, "arguments": orjson.dumps(args).decode()}}
+                               for j, (name, args) in enumerate(step.calls)]}
 
     @staticmethod
     def _seen_files(messages: list[Message]) -> list[tuple[int, str]]:

@@ -10,6 +10,11 @@ private spill directory outside the workspace and readable through ``read_file``
 path ``@output/<id>``, so "read more" is always possible and the workspace is never written by a
 read-only agent.
 
+``git_diff`` shows the change under review: a gate session's ``base..head`` (commit ids the gate run
+gives in ``session/new``, :class:`ReviewRange`), else the uncommitted changes against ``HEAD``; whole
+(cut and kept like any long output), one file's, or the changed files with their line counts. In a
+gate session ``run_command`` runs test runners and linters only (:data:`REVIEW_COMMANDS`).
+
 ``run_command`` runs with the agent's environment less every credential hopline knows
 (:data:`CREDENTIAL_ENV`): what the model runs never sees a token (SPEC D-11). Under the daemon the
 agent's own environment holds none either (an allow-list, and per-session credentials travel in
@@ -23,6 +28,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import shlex
 import signal
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -30,11 +36,57 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hopline.budget import Budget, HoplineError
+from hopline.harness import git
 from hopline.harness.events import ToolKind
 from hopline.vocabulary import CREDENTIAL_ENV
 
 OUTPUT_PREFIX = "@output/"
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
+# What a gate agent may run (a read-only review): test runners and linters, as argv prefixes.
+REVIEW_COMMANDS: tuple[tuple[str, ...], ...] = (
+    ("pytest",), ("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("python", "-m", "unittest"),
+    ("python3", "-m", "unittest"), ("ruff", "check"), ("ruff", "format", "--check"), ("mypy",),
+    ("flake8",), ("pylint",), ("black", "--check"), ("make", "test"), ("make", "lint"), ("make", "check"),
+    ("npm", "test"), ("npm", "run", "test"), ("npm", "run", "lint"), ("go", "test"), ("go", "vet"),
+    ("cargo", "test"), ("cargo", "clippy"),
+)
+# Options that make a linter write (fixes, formatting) or a tool write a file.
+_WRITING_OPTIONS = ("--fix", "--unsafe-fixes", "--write", "--in-place", "--output")
+# Chaining, redirection, substitution, escapes: a review command is one program with its arguments.
+_SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\\\n\r]")
+
+
+# The session/new _meta key that makes a session a gate session: {"base", "head"} (commit ids).
+REVIEW_META = "hopline.review"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewRange:
+    """A gate session's change under review: two commit ids (hex, so never read as options)."""
+
+    base: str
+    head: str
+
+    def __post_init__(self) -> None:
+        git.check_commit(self.base, "base")
+        git.check_commit(self.head, "head")
+
+
+def check_review_command(command: str) -> None:
+    """ToolError unless ``command`` is a test runner or a linter of :data:`REVIEW_COMMANDS`, alone."""
+    shown = ", ".join(" ".join(prefix) for prefix in REVIEW_COMMANDS)
+    refused = f"a gate agent runs tests and linters only ({shown}), one command with no shell syntax"
+    if _SHELL_SYNTAX.search(command):
+        raise ToolError(f"refused: {refused}")
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        raise ToolError(f"refused: {refused}") from None
+    if not any(tuple(argv[:len(prefix)]) == prefix for prefix in REVIEW_COMMANDS):
+        raise ToolError(f"refused: {refused}")
+    for arg in argv:
+        if arg.split("=", 1)[0] in _WRITING_OPTIONS:
+            raise ToolError(f"refused: {arg.split('=', 1)[0]} writes files; {refused}")
 
 
 def tool_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -130,6 +182,10 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
                        {"command": {"type": "string"}}, ["command"]),
     "write_file": _fn("write_file", "Write a file of the workspace (creates parent directories).",
                       {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
+    "git_diff": _fn("git_diff", "The change under review as a unified diff (a gate's base..head, else the "
+                    "uncommitted changes): whole, one file's (path), or the changed files with their added "
+                    "and removed line counts (stat). A long diff is cut; read the rest as the marker says.",
+                    {"path": {"type": "string"}, "stat": {"type": "boolean"}}, []),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(_SCHEMAS)
 
@@ -151,14 +207,17 @@ def _int_arg(args: dict[str, Any], key: str, default: int | None) -> int | None:
 
 
 class Workspace:
-    """Tools confined to ``root``; ``allow_write`` enables write_file (the dev profile)."""
+    """Tools confined to ``root``; ``allow_write`` enables write_file (the dev profile); ``review``
+    makes it a gate session's: git_diff shows that range, run_command runs tests and linters only."""
 
-    def __init__(self, root: Path, budget: Budget, *, allow_write: bool = False) -> None:
+    def __init__(self, root: Path, budget: Budget, *, allow_write: bool = False,
+                 review: ReviewRange | None = None) -> None:
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise ValueError("the workspace root is not a directory")
         self.budget = budget
         self.allow_write = allow_write
+        self.review = review
         self._spill: tempfile.TemporaryDirectory[str] | None = None
         self._spill_count = 0
 
@@ -196,6 +255,10 @@ class Workspace:
             return ToolInfo("execute", f"Run {str(args.get('command'))[:80]}", [])
         if name == "write_file":
             return ToolInfo("edit", f"Write {path}", [path] if path else [])
+        if name == "git_diff":
+            shown = f"{self.review.base[:12]}..{self.review.head[:12]}" if self.review else "HEAD..worktree"
+            what = " (stat)" if args.get("stat") is True else (f" {path}" if path else "")
+            return ToolInfo("read", f"Diff {shown}{what}", [path] if path else [])
         return ToolInfo("other", name, [])
 
     # --- dispatch --------------------------------------------------------------------------------
@@ -214,6 +277,8 @@ class Workspace:
                 return self._spilled(call_id, text, ok)
             if name == "write_file":
                 return await asyncio.to_thread(self.write_file, args)
+            if name == "git_diff":
+                return await asyncio.to_thread(self._spilled, call_id, self.git_diff(args))
             raise ToolError(f"unknown tool {name!r}")
         except ToolError as exc:
             return self.error(str(exc))
@@ -345,8 +410,42 @@ class Workspace:
                          f"{budget.search_max_file_bytes}]")
         return "\n".join(lines) if lines else "(no matches)"
 
+    def git_diff(self, args: dict[str, Any]) -> str:
+        """The change under review (see the module docstring), captured up to the output budget."""
+        path = args.get("path")
+        if path is not None:
+            path = self.relative(self.resolve(_str_arg(args, "path")))
+        stat = args.get("stat", False)
+        if not isinstance(stat, bool):
+            raise ToolError("argument 'stat' must be a boolean")
+        budget = self.budget
+        if self.review is not None:
+            argv = git.diff_args(self.review.base, self.review.head, path=path, stat=stat)
+        else:  # the uncommitted changes of the workspace's repository
+            argv = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", "HEAD", "--"]
+            if stat:
+                argv.insert(1, "--numstat")
+            if path is not None:
+                argv.append(path)
+        try:
+            out = git.run_git(self.root, argv, timeout=budget.command_timeout_seconds,
+                              max_bytes=budget.command_output_max_bytes)
+        except git.GitError as exc:
+            raise ToolError(str(exc)) from None
+        text = out.text
+        if stat and text:
+            text = "added\tremoved\tpath\n" + text
+        if out.truncated_bytes:
+            text += (f"\n[{out.truncated_bytes} more bytes of the diff not captured "
+                     f"(HOPLINE_COMMAND_OUTPUT_MAX_BYTES={budget.command_output_max_bytes}); "
+                     "ask for one file with path]")
+        return text or "(no changes)"
+
     async def run_command(self, command: str) -> tuple[str, bool]:
-        """Run ``command`` in the root; output captured up to the budget, killed on timeout."""
+        """Run ``command`` in the root; output captured up to the budget, killed on timeout. A gate
+        session's runs test runners and linters only (:func:`check_review_command`)."""
+        if self.review is not None:
+            check_review_command(command)
         budget = self.budget
         capture = budget.command_output_max_bytes
         proc = await asyncio.create_subprocess_shell(

@@ -5,7 +5,9 @@ Wire names (relayed by the daemon):
 - ``session/new`` ``_meta``: ``hopline.profile`` (default ``qa_automation``),
   ``hopline.permissionMode`` (``"auto"`` auto-approves; env ``HOPLINE_PERMISSION_MODE=auto`` too),
   ``hopline.scripted`` (a dict handed to the scripted model as request ``params["scripted"]``, each
-  hint bounded by the budget), ``hopline.credentials`` (see below).
+  hint bounded by the budget), ``hopline.review`` (``{base, head}``, two commit ids: a gate session's
+  change under review, for ``git_diff``; its ``run_command`` runs tests and linters only),
+  ``hopline.credentials`` (see below).
 - ``session/new`` and ``session/load`` ``_meta["hopline.credentials"]``: per-session secrets from the
   daemon, ``{"gatewayToken"?: str, "sidecarWriteToken"?: str}``. The gateway token is this session's
   llm-turn credential (D-11), the write token opens its sidecar store (S-3); both are kept in memory
@@ -67,6 +69,8 @@ from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
+from hopline.harness.tools import REVIEW_META as META_REVIEW
+from hopline.harness.tools import ReviewRange
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
 from hopline.vocabulary import (
@@ -120,6 +124,19 @@ def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
         tokens[key] = token or None
     return SessionCredentials(gateway_token=tokens[CREDENTIAL_GATEWAY_TOKEN],
                               sidecar_write_token=tokens[CREDENTIAL_SIDECAR_WRITE_TOKEN])
+
+
+def review_of(value: Any) -> dict[str, str]:
+    """``_meta["hopline.review"]`` checked: ``{base, head}``, two commit ids."""
+
+    if not isinstance(value, dict) or set(value) != {"base", "head"}:
+        raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}",
+                                           "reason": "an object with base and head"})
+    try:
+        ReviewRange(value["base"], value["head"])
+    except ValueError as exc:
+        raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}", "reason": str(exc)}) from None
+    return {"base": value["base"], "head": value["head"]}
 
 
 ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model
@@ -266,6 +283,9 @@ class HoplineAgent:
                 raise RequestError.invalid_params({"reason": refused.message, **refused.fields}) from None
         credentials = credentials_of(meta)
         options = {"permissionMode": "auto" if mode == "auto" else "ask", "scripted": scripted}
+        review = meta.get(META_REVIEW)
+        if review is not None:
+            options["review"] = review_of(review)
         record = self.store.create(profile_name, str(workspace), options)
         live = self._sessions[record.id] = self._live(record)
         self._take_credentials(live, credentials)
@@ -550,6 +570,8 @@ def _workspace_or_error(cwd: str) -> Path:
 
 def _turn_error(failure: TurnFailure) -> RequestError:
     data: dict[str, Any] = {"origin": failure.origin, "message": failure.message}
+    if failure.status is not None:
+        data["status"] = failure.status
     if failure.hop is not None:
         data["hop"] = failure.hop
     if failure.limit_bytes is not None:

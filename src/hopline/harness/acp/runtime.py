@@ -57,11 +57,14 @@ def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
     def build(live: LiveSession, model: Any, sink: Any, permit: Any) -> Any:
         from hopline.harness.loop import ToolLoop
         from hopline.harness.profiles import get_profile
+        from hopline.harness.tools import ReviewRange
 
         profile = get_profile(live.record.profile, budget)
         params = {"scripted": live.scripted} if live.scripted else None
+        review = live.record.options.get("review")
         return ToolLoop(model, profile, Path(live.record.cwd), budget, sink=sink, permit=permit,
-                        params=params, naive=naive)
+                        params=params, naive=naive,
+                        review=ReviewRange(review["base"], review["head"]) if review else None)
 
     return build
 

@@ -1,15 +1,16 @@
 // The console's shell: sign-in, the navigation, hash routes and the theme. Each view is a module
-// ({id, title, nav, match(route), mount(root, ctx, params) -> unmount}); adding one (a gate-runs
-// view, say) is a module and a line in VIEWS.
+// ({id, title, nav, match(route), mount(root, ctx, params) -> unmount}); adding one (as the gate
+// runs) is a module and a line in VIEWS.
 
 import { adoptFragmentToken, clearToken, currentToken, getJson, setToken, SIGNED_OUT_EVENT } from './api.js';
 import { h, render } from './dom.js';
 import budgetView from './views/budget.js';
 import framesView from './views/frames.js';
+import gatesView from './views/gates.js';
 import sessionView from './views/session.js';
 import sessionsView from './views/sessions.js';
 
-const VIEWS = [sessionsView, sessionView, budgetView, framesView];
+const VIEWS = [sessionsView, sessionView, budgetView, framesView, gatesView];
 const DEFAULT_ROUTE = 'sessions';
 const THEME_KEY = 'hopline.theme';
 const THEMES = ['auto', 'light', 'dark'];

@@ -1,0 +1,268 @@
+"""`hopline gate`: review a pull request's ``base..head`` with the four gate agents (ADR 0098).
+
+Without ``--url`` it starts the embedded stack (``hopline serve`` on loopback) for the run. It posts
+``POST /gate``, follows ``GET /gate/{id}/events`` with a live line per gate (its item, iteration,
+compactions, largest body against the ceiling, 413s), and ends with the summary table, the
+findings, and the dev session's states when one is attached. ``--json`` prints the result of
+``GET /gate/{id}`` instead (``devStates`` included); ``--sarif FILE`` writes it as SARIF 2.1.0. Exit
+code: 0 every gate passed, 1 a gate failed, 2 a gate error (or the run could not finish).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import aclosing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from hopline.cli._common import budget_or_exit, run_client
+from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+    from hopline.budget import Budget
+    from hopline.client import DaemonClient, Event
+
+VERDICT_STYLES = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
+
+
+def _size(value: Any) -> str:
+    from hopline.budget import format_size
+
+    return format_size(int(value)) if isinstance(value, int) else "-"
+
+
+class GateView:
+    """The live state of a run from its events: one row per gate agent, the dev state, the round."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.round = 0
+        self.dev_state: str | None = None
+        self.result: dict[str, Any] | None = None
+        self.notes: list[str] = []  # what the log above the table says (stalls, retries, dev states)
+
+    def apply(self, event: Event) -> str | None:
+        """Fold one event in; returns a line worth printing above the table, if any."""
+        data = event.data
+        agent = data.get("agent")
+        row = self.rows.setdefault(str(agent), {"agent": agent}) if isinstance(agent, str) else None
+        if event.type == "gate_round":
+            self.round = int(data.get("round") or 0)
+            return f"round {self.round}: head {str(data.get('head'))[:12]}"
+        if event.type == "gate_item" and row is not None:
+            row["item"] = data.get("item")
+            if data.get("item") in ("gate_stalled", "gate_retrying", "gate_error"):
+                return f"{agent}: {data.get('item')}" + (f" ({data['reason']})" if data.get("reason") else "")
+        elif event.type == "gate_progress" and row is not None:
+            row.update({k: data.get(k) for k in ("iteration", "maxIterations", "maxBodyBytes", "ceilingBytes",
+                                                 "compactions", "http413s")})
+        elif event.type == "gate_verdict" and row is not None:
+            row.update(data)
+            return (f"{agent}: {data.get('verdict')} — {len(data.get('findings') or [])} findings, "
+                    f"{data.get('iterations')} iterations, {data.get('compactions')} compactions")
+        elif event.type == "dev_state":
+            self.dev_state = str(data.get("state"))
+            return f"dev session: {data.get('previous')} → {data.get('state')} ({data.get('event')})"
+        elif event.type == "gate_complete":
+            self.result = data.get("result")
+        return None
+
+    def render(self) -> RenderableType:
+        from rich.table import Table
+
+        table = Table(title=f"gate round {self.round}" + (f" · dev session {self.dev_state}"
+                                                          if self.dev_state else ""),
+                      title_justify="left")
+        for column in ("gate", "item", "iteration", "compactions", "largest body / ceiling", "413s",
+                       "verdict"):
+            table.add_column(column)
+        for row in self.rows.values():
+            verdict = row.get("verdict")
+            table.add_row(str(row.get("agent")), str(row.get("item") or "-"),
+                          f"{row.get('iteration') or 0}/{row.get('maxIterations') or '?'}",
+                          str(row.get("compactions") or 0),
+                          f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}",
+                          str(row.get("http413s") or 0),
+                          f"[{VERDICT_STYLES.get(str(verdict), '')}]{verdict}[/]" if verdict else "…")
+        return table
+
+
+def summary_table(result: dict[str, Any]) -> RenderableType:
+    """Per gate: verdict, findings, iterations, compactions, largest body against the ceiling, 413s."""
+    from rich.table import Table
+
+    table = Table(title=f"hopline gate — {result.get('base', '')[:12]}..{result.get('finalHead', '')[:12]}, "
+                        f"{result.get('roundsRun')} round(s), exit {result.get('exitCode')}",
+                  title_justify="left")
+    for column in ("gate", "verdict", "findings", "iterations", "compactions", "largest body / ceiling",
+                   "413s", "attempts"):
+        table.add_column(column, justify="left" if column in ("gate", "verdict") else "right")
+    for agent in result.get("agents") or []:
+        verdict = str(agent.get("verdict"))
+        findings = agent.get("findings") or []
+        errors = sum(1 for f in findings if f.get("severity") == "error")
+        omitted = f" (+{agent['omittedFindings']} omitted)" if agent.get("omittedFindings") else ""
+        style = "bold green" if agent.get("http413s") == 0 else "bold red"
+        table.add_row(str(agent.get("agent")), f"[{VERDICT_STYLES.get(verdict, '')}]{verdict}[/]",
+                      f"{len(findings)} ({errors} errors){omitted}", str(agent.get("iterations")),
+                      str(agent.get("compactions")),
+                      f"{_size(agent.get('maxBodyBytes'))} / {_size(agent.get('ceilingBytes'))}",
+                      f"[{style}]{agent.get('http413s')}[/]", str(agent.get("attempt")))
+    return table
+
+
+def print_result(console: Console, result: dict[str, Any]) -> None:
+    from rich.markup import escape
+
+    console.print(summary_table(result))
+    rounds = [*(r.get("agents") or [] for r in result.get("history") or []), result.get("agents") or []]
+    for number, agents in enumerate(rounds, 1):
+        shown = f"round {number} · " if len(rounds) > 1 else ""
+        for agent in agents:
+            for finding in agent.get("findings") or []:
+                where = (f"{finding.get('file')}:{finding.get('line')}" if finding.get("line")
+                         else finding.get("file"))
+                console.print(f"  {shown}[{'red' if finding.get('severity') == 'error' else 'yellow'}]"
+                              f"{finding.get('severity')}[/] {escape(str(where))} [{agent.get('agent')} · "
+                              f"{escape(str(finding.get('rule')))}] {escape(str(finding.get('message')))}",
+                              highlight=False)
+            if agent.get("verdict") == "error":
+                summary = escape(str(agent.get("summary")))
+                console.print(f"  {shown}[magenta]{agent.get('agent')}: {summary}[/]", highlight=False)
+    if result.get("devStates"):
+        states = " → ".join([result["devStates"][0]["previous"], *(c["state"] for c in result["devStates"])])
+        console.print(f"dev session: {states}", highlight=False)
+    for turn in result.get("devTurns") or []:
+        commit = turn.get("commit")
+        console.print(f"dev fix after round {turn.get('round')}: "
+                      + (f"commit {commit} (git cherry-pick {commit[:12]})" if commit else
+                         str(turn.get("error") or "no change")), highlight=False)
+    if result.get("error"):
+        console.print(f"[bold red]gate run {result.get('state')}: {escape(str(result['error']))}[/]")
+
+
+async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | None,
+                      extra: Any = None) -> dict[str, Any]:
+    """Follow a run's events to ``gate_complete``, live on ``console`` (None: silently); its result.
+
+    ``extra(view)`` (optional, awaited once per gate progress) returns a line shown under the table."""
+    from rich.live import Live
+    from rich.markup import escape
+    from rich.text import Text
+
+    view = GateView()
+    live = Live(view.render(), console=console, auto_refresh=False, transient=False) if console else None
+    footer = ""
+    if live is not None:
+        live.start()
+    try:
+        async with aclosing(client.gate_events(gate_id)) as events:
+            async for event in events:
+                line = view.apply(event)
+                if live is not None and console is not None:
+                    if line:
+                        console.print(escape(line), highlight=False)
+                    if extra is not None and event.type == "gate_progress":
+                        footer = await extra(view)
+                    if event.type not in ("gate_complete",):
+                        from rich.console import Group
+
+                        live.update(Group(view.render(), Text(footer, style="bold cyan")) if footer
+                                    else view.render(), refresh=True)
+                if event.type == "gate_complete":
+                    break
+    finally:
+        if live is not None:
+            live.stop()
+            if console is not None and not console.is_terminal:
+                console.line()  # the last render ends without a newline off a terminal
+    return view.result if view.result is not None else await client.gate(gate_id)
+
+
+def write_sarif(path: Path, result: dict[str, Any]) -> None:
+    import orjson
+
+    from hopline.gate.sarif import to_sarif
+
+    path.write_bytes(orjson.dumps(to_sarif(result), option=orjson.OPT_INDENT_2))
+
+
+async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: str, base: str | None,
+                   head: str | None, agents: list[str] | None, dev_session: str | None, fix: bool,
+                   rounds: int | None, scripted: dict[str, Any] | None, as_json: bool,
+                   sarif: Path | None) -> int:
+    import orjson
+    from rich.console import Console
+
+    from hopline.client import DaemonClient
+    from hopline.embedded import embedded_stack
+
+    console = Console(stderr=as_json, highlight=False, quiet=as_json)
+
+    async def one(client: DaemonClient) -> int:
+        gate_id = await client.start_gate(repo, base=base, head=head, agents=agents,
+                                          dev_session_id=dev_session, fix=fix, rounds=rounds,
+                                          scripted=scripted)
+        try:
+            result = await follow_gate(client, gate_id, console=None if as_json else console)
+        except BaseException:
+            import contextlib
+
+            with contextlib.suppress(Exception):
+                await client.cancel_gate(gate_id)  # an interrupted client leaves no run behind
+            raise
+        if sarif is not None:
+            write_sarif(sarif, result)
+        if as_json:
+            sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        else:
+            print_result(console, result)
+            if sarif is not None:
+                console.print(f"SARIF 2.1.0 written: {len(result.get('agents') or [])} runs", highlight=False)
+        code = result.get("exitCode")
+        return int(code) if isinstance(code, int) else 2
+
+    if url is not None:
+        async with DaemonClient(url, token, budget=budget) as client:
+            return await one(client)
+    console.print("[dim]starting the embedded stack (hopline serve on 127.0.0.1)…[/]")
+    async with embedded_stack() as stack, DaemonClient(stack.url, stack.token, budget=budget) as client:
+        return await one(client)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def gate(
+        repo: str = typer.Option(None, "--repo", help="The git repository (default: the current directory)."),
+        base: str = typer.Option(None, "--base", help="Base revision (default: the merge base of head with "
+                                 "the upstream, or main)."),
+        head: str = typer.Option(None, "--head", help="Head revision (default: HEAD)."),
+        url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
+        token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
+        as_json: bool = typer.Option(False, "--json", help="Print the run's result as one JSON object."),
+        sarif: str = typer.Option(None, "--sarif", help="Write the verdicts as SARIF 2.1.0 to this file."),
+        dev_session: str = typer.Option(None, "--dev-session", help="Attach this dev session: it stays "
+                                        "awaiting_gate until every gate has a verdict."),
+        fix: bool = typer.Option(False, "--fix", help="Make a dev session that fixes the findings of a "
+                                 "failing round on the head checkout; the gate then runs again."),
+        rounds: int = typer.Option(None, "--rounds", help="Gate rounds with --fix (default 2)."),
+        agent: list[str] = typer.Option(None, "--agent", help="Only this gate agent (repeatable)."),
+        scripted: str = typer.Option(None, "--scripted", help="Hints for the scripted model (JSON object)."),
+    ) -> None:
+        """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
+        from hopline.cli.run import parse_scripted
+
+        budget = budget_or_exit()
+        workspace = os.path.abspath(repo or os.getcwd())
+        if url is not None and token is None:
+            token = os.environ.get(TOKEN_ENV)
+        code = run_client("gate", run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
+                                           agents=list(agent) if agent else None, dev_session=dev_session,
+                                           fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
+                                           as_json=as_json, sarif=Path(sarif) if sarif else None))
+        raise typer.Exit(code)

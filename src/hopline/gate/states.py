@@ -1,0 +1,98 @@
+"""The gate's pending items and the dev agent's state machine (ADR 0098, RN-412). Pure: no I/O.
+
+Each gate agent of a run has one item, whose type is where that gate is. The dev session attached
+to the run is ``awaiting_gate`` while any item's type is in :data:`DEV_PENDING_TYPES`: a slow, retried,
+compacting or hung gate keeps it waiting; only terminal items (a verdict, or ``gate_error``) let it
+move on. :class:`DevStateMachine` holds that rule as a named invariant enforced by code
+(:data:`NO_MOVE_WHILE_PENDING`), over an explicit transition table (:data:`DEV_TRANSITIONS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class GateItem(enum.StrEnum):
+    """The type of a gate agent's item: where that gate is."""
+
+    QUEUED = "gate_queued"  # waiting for a slot (HOPLINE_GATE_CONCURRENCY)
+    RUNNING = "gate_running"
+    RETRYING = "gate_retrying"  # after a transient model-origin failure, or a second attempt
+    COMPACTING = "gate_compacting"  # its context is being compacted
+    STALLED = "gate_stalled"  # no event for HOPLINE_GATE_STALL_SECONDS: retried once, then error
+    PASSED = "gate_passed"
+    FAILED = "gate_failed"
+    ERROR = "gate_error"  # no valid verdict: never a pass
+
+
+# RN-412: every type that keeps the dev session waiting. Declared once; the gate emits no other
+# non-terminal type (tests/gate/test_states.py checks it on real runs).
+DEV_PENDING_TYPES: frozenset[GateItem] = frozenset({
+    GateItem.QUEUED, GateItem.RUNNING, GateItem.RETRYING, GateItem.COMPACTING, GateItem.STALLED,
+})
+TERMINAL_TYPES: frozenset[GateItem] = frozenset({GateItem.PASSED, GateItem.FAILED, GateItem.ERROR})
+VERDICT_ITEMS: Mapping[str, GateItem] = {"pass": GateItem.PASSED, "fail": GateItem.FAILED,
+                                         "error": GateItem.ERROR}
+
+
+def waiting(items: Iterable[GateItem]) -> bool:
+    """True while any item is pending: the dev session must stay ``awaiting_gate``."""
+    return any(item in DEV_PENDING_TYPES for item in items)
+
+
+class DevState(enum.StrEnum):
+    IDLE = "idle"
+    AWAITING_GATE = "awaiting_gate"
+    WORKING = "working"  # the dev agent works on the findings (``--fix``)
+
+
+class DevEvent(enum.StrEnum):
+    GATE_STARTED = "gate_started"  # a gate round began: its items are queued
+    GATES_SETTLED = "gates_settled"  # every item is terminal, nothing to fix (or no round left)
+    FIX_STARTED = "fix_started"  # every item is terminal, a fail, --fix and a round left
+    FIX_DONE = "fix_done"  # the dev turn ended: the gate runs again
+    FIX_FAILED = "fix_failed"  # the dev turn failed: no second round
+    CANCELLED = "cancelled"
+
+
+DEV_TRANSITIONS: Mapping[tuple[DevState, DevEvent], DevState] = {
+    (DevState.IDLE, DevEvent.GATE_STARTED): DevState.AWAITING_GATE,
+    (DevState.AWAITING_GATE, DevEvent.GATES_SETTLED): DevState.IDLE,
+    (DevState.AWAITING_GATE, DevEvent.FIX_STARTED): DevState.WORKING,
+    (DevState.WORKING, DevEvent.FIX_DONE): DevState.AWAITING_GATE,
+    (DevState.WORKING, DevEvent.FIX_FAILED): DevState.IDLE,
+    (DevState.AWAITING_GATE, DevEvent.CANCELLED): DevState.IDLE,
+    (DevState.WORKING, DevEvent.CANCELLED): DevState.IDLE,
+}
+# The dev session does not leave awaiting_gate while a gate is pending (cancelling aside).
+NO_MOVE_WHILE_PENDING = "NO_MOVE_WHILE_PENDING"
+
+
+class DevStateError(RuntimeError):
+    """A transition the table or an invariant forbids (a bug in the orchestration, never input)."""
+
+
+@dataclasses.dataclass
+class DevStateMachine:
+    """The dev session's state and its history; every change is returned for the caller to journal."""
+
+    state: DevState = DevState.IDLE
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def fire(self, event: DevEvent, items: Iterable[GateItem] = (), **detail: Any) -> dict[str, Any]:
+        """Apply ``event``; ``items`` are the gate items now. Returns the change as recorded."""
+        target = DEV_TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise DevStateError(f"no transition from {self.state} on {event}")
+        if self.state is DevState.AWAITING_GATE and event is not DevEvent.CANCELLED and waiting(items):
+            raise DevStateError(f"{NO_MOVE_WHILE_PENDING}: a gate is still pending, the dev session "
+                                "stays awaiting_gate")
+        change = {"state": target.value, "previous": self.state.value, "event": event.value,
+                  "at": round(time.time(), 3), **detail}
+        self.state = target
+        self.history.append(change)
+        return change

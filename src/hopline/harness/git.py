@@ -1,0 +1,93 @@
+"""git, read-only and bounded: the one place hopline runs ``git`` (the ``git_diff`` tool here, the gate's
+merge base, worktrees and commits in :mod:`hopline.gate.git`).
+
+Every call runs ``git`` with an argument list (never a shell), in a given directory, with the tool
+environment (no hopline credential, :func:`hopline.harness.tools.tool_environment`), no pager and no
+terminal prompt, killed after the budget's command timeout; its output is read up to a byte limit
+and the rest is counted, never buffered.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+# A commit id as hopline passes it to git: full or abbreviated hex, so it can never read as an option.
+COMMIT_RE = re.compile(r"^[0-9a-f]{4,64}$")
+_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
+            "GIT_OPTIONAL_LOCKS": "0"}
+
+
+class GitError(Exception):
+    """git failed, timed out, or is missing; the message holds git's own first line (no payload)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GitOutput:
+    text: str
+    truncated_bytes: int  # bytes of output past the limit, counted and not kept
+
+
+def _environment(environ: Mapping[str, str]) -> dict[str, str]:
+    from hopline.harness.tools import tool_environment
+
+    return {**tool_environment(environ), **_GIT_ENV}
+
+
+def run_git(cwd: Path, args: Sequence[str], *, timeout: float, max_bytes: int,
+            environ: Mapping[str, str] | None = None) -> GitOutput:
+    """``git args`` in ``cwd``: stdout up to ``max_bytes`` (the rest counted), or :class:`GitError`."""
+    with tempfile.TemporaryFile() as errors:  # a file, so a chatty stderr never blocks git
+        try:
+            proc = subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=errors, env=_environment(os.environ if environ is None
+                                                                    else environ))
+        except OSError as exc:
+            raise GitError(f"git could not be started ({type(exc).__name__})") from None
+        assert proc.stdout is not None
+        kept = bytearray()
+        dropped = 0
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            while chunk := proc.stdout.read(64 * 1024):
+                room = max(max_bytes - len(kept), 0)
+                kept += chunk[:room]
+                dropped += len(chunk) - min(room, len(chunk))
+            code = proc.wait()
+        finally:
+            timer.cancel()
+            proc.stdout.close()
+        errors.seek(0)
+        stderr = errors.read(4096)
+    if code != 0:
+        first = stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = ("killed after its timeout" if code < 0
+                  else first[0][:200] if first else f"exit code {code}")
+        raise GitError(f"git {args[0] if args else ''} failed: {reason}")
+    return GitOutput(kept.decode("utf-8", "replace"), dropped)
+
+
+def check_commit(value: str, what: str) -> str:
+    """``value`` when it is a commit id (hex), else ValueError naming ``what``."""
+    if not isinstance(value, str) or not COMMIT_RE.fullmatch(value):
+        raise ValueError(f"{what} must be a commit id (hex), not a name or an option")
+    return value
+
+
+def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False) -> list[str]:
+    """``git diff`` of ``base..head`` (commit ids), whole or of one path, or its per-file counts."""
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
+            check_commit(base, "base"), check_commit(head, "head")]
+    if stat:
+        args.insert(1, "--numstat")
+    args.append("--")
+    if path is not None:
+        args.append(path)
+    return args

@@ -1,0 +1,147 @@
+"""git for the gate: revisions, the merge base, the read-only head checkout, the git_diff tool and
+the review command policy, on real repositories with real commits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from hopline.budget import Budget
+from hopline.gate.git import Checkout, RepoError, check_revision, default_base, resolve_commit
+from hopline.gate.sample import git
+from hopline.harness.git import run_git
+from hopline.harness.tools import ReviewRange, ToolError, Workspace, check_review_command
+
+from .conftest import make_repo, worktrees
+
+BUDGET = Budget.defaults()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> tuple[Path, str, str]:
+    return make_repo(tmp_path / "repo", {"src/app.py": "x = 1\n", "README.md": "hi\n"},
+                     {"src/app.py": "x = 2\ny = 3\n", "tests/test_app.py": "def test(): pass\n"})
+
+
+@pytest.mark.parametrize("bad", ["-p", "--output=/tmp/x", "main..feature", "a b", "", "x" * 256, "ma\nin"])
+def test_a_revision_that_could_be_an_option_or_a_range_is_refused(bad: str) -> None:
+    with pytest.raises(RepoError):
+        check_revision(bad, "base")
+
+
+def test_revisions_resolve_and_the_base_defaults_to_the_merge_base(repo: tuple[Path, str, str]) -> None:
+    root, base, head = repo
+    assert resolve_commit(root, BUDGET, "HEAD", "head") == head
+    assert resolve_commit(root, BUDGET, "HEAD~1", "base") == base
+    with pytest.raises(RepoError, match="not a commit"):
+        resolve_commit(root, BUDGET, "no-such-branch", "base")
+    assert default_base(root, BUDGET, head) == (base, "main")
+    git(root, "branch", "--quiet", "--set-upstream-to=main")  # an upstream wins over main
+    (root / "extra.txt").write_text("on main\n")
+    git(root, "checkout", "--quiet", "main")
+    git(root, "add", "--all")
+    git(root, "commit", "--quiet", "-m", "main moves on")
+    git(root, "checkout", "--quiet", "feature")
+    assert default_base(root, BUDGET, head) == (base, "@{upstream}")
+
+
+def test_the_head_checkout_is_read_only_takes_a_commit_and_is_removed(repo: tuple[Path, str, str],
+                                                                      tmp_path: Path) -> None:
+    root, _, head = repo
+    checkout = Checkout.create(root, tmp_path / "work" / "checkout", head, BUDGET)
+    assert worktrees(root)[1:] == [str(checkout.path)]
+    for path in (checkout.path, checkout.path / "src", checkout.path / "src" / "app.py"):
+        assert not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH), path
+    assert checkout.commit_all("nothing") is None  # no change, no commit
+    checkout.writable()
+    (checkout.path / "src" / "app.py").write_text("x = 3\n")
+    fixed = checkout.commit_all("the dev agent's fix")
+    assert fixed is not None and git(root, "rev-parse", f"{fixed}~1") == head  # a detached commit on head
+    checkout.read_only()
+    checkout.remove()
+    assert worktrees(root) == [str(root)] and not checkout.path.exists()
+    assert git(root, "cat-file", "-t", fixed) == "commit"  # the fix stays reachable by its id
+
+
+def test_git_output_is_read_up_to_its_limit_and_the_rest_is_counted(repo: tuple[Path, str, str]) -> None:
+    root, _, head = repo
+    size = len(git(root, "show", f"{head}:src/app.py")) + 1  # "x = 2\ny = 3\n"
+    at_limit = run_git(root, ["show", f"{head}:src/app.py"], timeout=10, max_bytes=size)
+    assert (len(at_limit.text), at_limit.truncated_bytes) == (size, 0)
+    over = run_git(root, ["show", f"{head}:src/app.py"], timeout=10, max_bytes=size - 1)
+    assert (len(over.text), over.truncated_bytes) == (size - 1, 1)
+
+
+def test_git_diff_shows_the_change_under_review(repo: tuple[Path, str, str]) -> None:
+    root, base, head = repo
+    tools = Workspace(root, BUDGET, review=ReviewRange(base, head))
+    stat_text = tools.git_diff({"stat": True})
+    assert stat_text.splitlines() == ["added\tremoved\tpath", "2\t1\tsrc/app.py", "1\t0\ttests/test_app.py"]
+    one = tools.git_diff({"path": "src/app.py"})
+    assert "+y = 3" in one and "tests/test_app.py" not in one
+    whole = tools.git_diff({})
+    assert "+y = 3" in whole and "+def test(): pass" in whole
+    with pytest.raises(ToolError, match="escapes the workspace"):
+        tools.git_diff({"path": "../outside"})
+    with pytest.raises(ValueError, match="commit id"):
+        ReviewRange("--output=/tmp/x", head)
+    # outside a gate: the uncommitted changes against HEAD
+    (root / "README.md").write_text("hi there\n")
+    plain = Workspace(root, BUDGET)
+    assert "+hi there" in plain.git_diff({}) and "src/app.py" not in plain.git_diff({})
+
+
+def test_a_long_diff_is_cut_for_the_model_and_kept_for_read_more(tmp_path: Path) -> None:
+    big = "".join(f"line {i}\n" for i in range(20_000))
+    root, base, head = make_repo(tmp_path / "big", {"a.txt": "x\n"}, {"a.txt": big})
+    budget = BUDGET.replace(tool_result_max_bytes=4096)
+    tools = Workspace(root, budget, review=ReviewRange(base, head))
+    outcome = asyncio.run(tools.run("git_diff", {"path": "a.txt"}, "call_1"))
+    assert len(outcome.model_output.encode()) <= 4096 < len(outcome.output.encode())
+    assert "read_file path='@output/" in outcome.model_output
+    tools.close()
+
+
+@pytest.mark.parametrize("command", ["pytest -q", "python -m pytest tests/test_app.py", "ruff check src",
+                                     "mypy src", "make test", "ruff format --check .", "go vet ./..."])
+def test_a_gate_session_runs_tests_and_linters(command: str) -> None:
+    check_review_command(command)
+
+
+@pytest.mark.parametrize("command", ["rm -rf src", "cat src/app.py", "pytest; rm -rf src", "pytest && echo x",
+                                     "pytest > out.txt", "ruff check --fix src", "black src",
+                                     "pytest $(whoami)", "python -c 'print(1)'", "git commit -am x",
+                                     "ruff check --fix=true ."])
+def test_anything_else_is_refused_to_a_gate_session(command: str) -> None:
+    with pytest.raises(ToolError, match="tests and linters only"):
+        check_review_command(command)
+
+
+def test_the_review_policy_applies_in_a_gate_session_only(repo: tuple[Path, str, str]) -> None:
+    root, base, head = repo
+    gate = Workspace(root, BUDGET, review=ReviewRange(base, head))
+    refused = asyncio.run(gate.run("run_command", {"command": "touch made"}, "c1"))
+    assert refused.status == "failed" and "tests and linters only" in refused.output
+    assert not (root / "made").exists()
+    plain = Workspace(root, BUDGET)
+    ran = asyncio.run(plain.run("run_command", {"command": "touch made"}, "c2"))
+    assert ran.status == "completed" and (root / "made").exists()
+    os.remove(root / "made")
+
+
+def test_a_session_new_review_meta_is_two_commit_ids() -> None:
+    from acp import RequestError
+
+    from hopline.harness.acp.agent import review_of
+
+    good = {"base": "a" * 40, "head": "b" * 7}
+    assert review_of(good) == good
+    for bad in ({"base": "a" * 40}, {"base": "main", "head": "b" * 40},
+                {"base": "--output=x", "head": "b" * 40}, {"base": "a" * 40, "head": "b" * 40, "extra": 1},
+                ["a", "b"], {"base": 1, "head": 2}):
+        with pytest.raises(RequestError):
+            review_of(bad)
