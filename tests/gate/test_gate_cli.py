@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from daemon.support import Daemon, running_daemon
 from hopline.budget import Budget
 from hopline.client import DaemonClient
@@ -18,6 +20,8 @@ from hopline.gate.run import CHECKOUT_DIR, RUN_FILE
 from hopline.gate.sample import make_sample_pull_request
 
 from .conftest import follow, make_repo, validate_sarif, worktrees
+
+pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents)
 
 HOPLINE = [sys.executable, "-m", "hopline"]
 

@@ -19,6 +19,8 @@ from hopline.gate.states import DEV_PENDING_TYPES, TERMINAL_TYPES
 
 from .conftest import follow, items_of, make_repo, run_gate, validate_sarif, worktrees
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents)
+
 
 def check_items(events: list[Any]) -> None:
     """Every item type a run emitted is terminal or in DEV_PENDING_TYPES (each run's test calls it;

@@ -18,6 +18,8 @@ from hopline.harness.tools import ReviewRange, ToolError, Workspace, check_revie
 
 from .conftest import make_repo, worktrees
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents)
+
 BUDGET = Budget.defaults()
 
 

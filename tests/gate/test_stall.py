@@ -22,6 +22,8 @@ from hopline.gate.sarif import to_sarif
 from .conftest import follow, gate_agent_cmd, items_of, make_repo, validate_sarif, worktrees
 from .test_gate_run import check_items
 
+pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents)
+
 STALL_SECONDS = 2
 
 
