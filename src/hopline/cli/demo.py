@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from hopline.budget import Budget
 
 DEMO_TOOLS_PER_ITERATION = 3
-# The iterations a demo gate agent explores the change for (reading its diff takes some more): long
-# enough that the bodies grow past the compaction trigger, short enough for a minute on two cores.
-DEMO_EXPLORE_ITERATIONS = 30
+# The iterations a demo gate agent explores the change for: with reading its diff and answering, each
+# gate runs 59 of its 60 (ADR 0098's gate agents), the bodies grow past the compaction trigger many
+# times over, and the whole run (8 gate sessions) stays well under a minute on two cores.
+DEMO_EXPLORE_ITERATIONS = 58
 
 
 def naive_env() -> dict[str, str]:
