@@ -65,6 +65,7 @@ PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
 NAIVE_ENV = "HOPLINE_NAIVE"
 AGENT_ENV = "HOPLINE_AGENT_ENV"  # the operator's list of variables passed to agent children
 OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
+HOPLINE_ENV_PREFIX = "HOPLINE_"  # every setting of hopline's own (stores, tokens, limits) starts so
 # hopline's own tokens: never handed to a child process, whatever the operator names (D-11).
 HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({SERVER_TOKEN_ENV, INTERNAL_TOKEN_ENV, SIDECAR_WRITE_TOKEN_ENV})
 # ...and the provider key: never in a tool's environment. A third-party agent that calls its

@@ -162,6 +162,13 @@ async def test_no_secret_reaches_the_child_its_tools_the_journal_or_the_log(
     assert f"{NAMED[0]}={NAMED[1]}" in env_output and "PATH=" in env_output
     for name in (*CANARIES, "HOPLINE_GATEWAY_TOKEN", "gatewayToken"):
         assert f"{name}=" not in env_output
+    # ...nor one of hopline's own settings: where the agent's stores are is nothing a tool needs
+    stores = {"HOPLINE_DATA_DIR": str(tmp_path / "data" / "agent"),
+              "HOPLINE_SIDECAR_DIR": str(tmp_path / "data" / "sidecars")}
+    for name, value in stores.items():
+        assert f"{name}={value}" in environ  # the agent itself has them...
+        assert f"{name}=" not in env_output and value not in env_output  # ...its tools do not
+    assert "HOPLINE_" not in env_output
     # the child's own environment: the named variable and the safe base, nothing secret
     assert f"{NAMED[0]}={NAMED[1]}" in environ
     # (per-session credentials travel in the ACP request, never in a child's environment)

@@ -7,7 +7,16 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.harness.tools import TOOL_NAMES, Workspace, cap_for_model, tool_schemas
+from hopline.harness.tools import (
+    TOOL_NAMES,
+    ToolError,
+    Workspace,
+    cap_for_model,
+    check_review_command,
+    review_environment,
+    tool_environment,
+    tool_schemas,
+)
 
 LIMIT = 32 * 1024
 
@@ -143,3 +152,81 @@ async def test_read_file_result_at_the_cap_and_one_byte_over(tmp_path: Path) -> 
     m = re.search(r"\[hopline: (\d+) bytes cut .*read_file path='over.txt' offset=(\d+) limit=(\d+)",
                   over.model_output)
     assert m is not None and int(m[1]) == int(m[3]) > 0
+
+
+# --- the review command policy (a gate session's run_command) --------------------------------------
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    (root / "tests").mkdir(parents=True)
+    (root / "src").mkdir()
+    (root / "pkg").mkdir()
+    os.symlink(tmp_path, root / "out")
+    return root
+
+
+@pytest.mark.parametrize("command", [
+    "pytest -q", "python -m pytest tests/test_app.py", "ruff check src", "mypy src", "make test",
+    "ruff format --check .", "go vet ./...", "pytest -x -q --tb=short -k 'app and not slow' tests",
+    "pytest tests/test_app.py::test_one[1] --maxfail 2 -rA", "python3 -m unittest -v tests.test_app",
+    "python -m unittest discover -s tests -p 'test_*.py'", "ruff check --select E,F --output-format json src",
+    "mypy --strict -p pkg", "go test -run TestApp -count=1 ./pkg/...", "cargo test --workspace app_tests",
+    "make lint -j4 -k", "npm run lint", "black --check --diff src", "pylint --disable=C0114 src",
+    "flake8 --max-line-length 100 src", "go test ."])
+def test_a_gate_session_runs_tests_and_linters(command: str, checkout: Path) -> None:
+    argv = check_review_command(command, checkout)
+    assert argv[0] == command.split()[0]
+
+
+@pytest.mark.parametrize("command", [
+    # not a test runner or linter, or shell syntax
+    "rm -rf src", "cat src/app.py", "pytest; rm -rf src", "pytest && echo x", "pytest > out.txt", "black src",
+    "pytest $(whoami)", "python -c 'print(1)'", "git commit -am x", "PYTEST_ADDOPTS=-x pytest",
+    # options that write files, fix code, load plugins or run another program (#19's audit)
+    "ruff check --fix src", "ruff check --fix=true .", "pytest --basetemp=/home", "pytest --basetemp /home",
+    "ruff check --output-file=/any", "pytest --junitxml=/any", "pytest -o cache_dir=/any",
+    "mypy --cache-dir=/any",
+    "pytest -p evil_plugin", "pytest -pevil_plugin", "make test PYTEST=rm", "go test -exec=/bin/sh ./...",
+    "go test -exec /bin/sh ./...", "go test -toolexec=/bin/sh ./...", "go test -o /tmp/x ./...",
+    "pytest --rootdir=/", "pytest -c /etc/pytest.ini", "mypy --install-types", "mypy --junit-xml=/any src",
+    "pylint --load-plugins=evil src", "pylint --output-format=json:/tmp/x src",
+    "cargo test --target-dir /tmp/x",
+    "cargo test -- --logfile /tmp/x", "make test -f /tmp/Makefile", "make test install", "make -C / test",
+    "npm test -- --x", "pytest --quiet=1", "pytest -qx",
+    # operands outside the checkout
+    "pytest /etc", "pytest ../x", "pytest ~/x", "pytest out/x", "ruff check /", "go test ../...",
+    "go test example.com/pkg", "python -m unittest discover -s /", "pytest --maxfail lots",
+])
+def test_anything_else_is_refused_to_a_gate_session(command: str, checkout: Path) -> None:
+    with pytest.raises(ToolError, match="tests and linters only"):
+        check_review_command(command, checkout)
+
+
+def test_a_refusal_names_the_option_and_what_the_command_takes(checkout: Path) -> None:
+    with pytest.raises(ToolError) as refused:
+        check_review_command("pytest --basetemp=/home", checkout)
+    assert "option --basetemp is not one pytest takes" in str(refused.value)
+    assert "--maxfail" in str(refused.value)
+    with pytest.raises(ToolError, match=r"PYTEST=\.\.\.: variable assignments are refused"):
+        check_review_command("make test PYTEST=rm", checkout)
+
+
+def test_a_tool_gets_none_of_hopline_s_settings_or_credentials() -> None:
+    environ = {"PATH": "/bin", "LANG": "C.UTF-8", "HOPLINE_DATA_DIR": "/data", "HOPLINE_SIDECAR_DIR": "/sc",
+               "HOPLINE_NAIVE": "1", "HOPLINE_SERVER_TOKEN": "t", "OPENAI_API_KEY": "k",
+               "API_JSON_BODY_LIMIT": "100kb", "MY_TOOL_SETTING": "x"}
+    assert tool_environment(environ) == {"PATH": "/bin", "LANG": "C.UTF-8", "MY_TOOL_SETTING": "x"}
+
+
+def test_a_review_command_keeps_only_the_locale_and_absolute_search_paths(tmp_path: Path) -> None:
+    environ = {"PATH": f"/usr/bin{os.pathsep}.{os.pathsep}{os.pathsep}bin", "LC_ALL": "C", "HOME": "/root",
+               "MAKEFLAGS": "-e", "PYTEST_ADDOPTS": "-p evil", "GOFLAGS": "-exec=/bin/sh",
+               "HOPLINE_DATA_DIR": "/data"}
+    env = review_environment(environ, tmp_path)
+    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C"
+    assert env["HOME"] == str(tmp_path / "home") and env["TMPDIR"] == str(tmp_path / "tmp")
+    assert env["PYTEST_ADDOPTS"] == "-p no:cacheprovider"
+    assert not {"MAKEFLAGS", "GOFLAGS", "HOPLINE_DATA_DIR"} & set(env)
+    assert all(Path(env[k]).is_dir() for k in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "MYPY_CACHE_DIR"))

@@ -13,12 +13,17 @@ read-only agent.
 ``git_diff`` shows the change under review: a gate session's ``base..head`` (commit ids the gate run
 gives in ``session/new``, :class:`ReviewRange`), else the uncommitted changes against ``HEAD``; whole
 (cut and kept like any long output), one file's, or the changed files with their line counts. In a
-gate session ``run_command`` runs test runners and linters only (:data:`REVIEW_COMMANDS`).
+gate session ``run_command`` runs test runners and linters only (:data:`REVIEW_COMMANDS`: each with
+the options of its allow-list, its operands inside the checkout, no variable assignment), without a
+shell, with a temporary HOME, TMPDIR and caches (:func:`review_environment`).
 
 ``run_command`` runs with the agent's environment less every credential hopline knows
-(:data:`CREDENTIAL_ENV`): what the model runs never sees a token (SPEC D-11). Under the daemon the
-agent's own environment holds none either (an allow-list, and per-session credentials travel in
-the ACP request); ``list_files`` and ``search_workspace`` read files only, never the environment.
+(:data:`CREDENTIAL_ENV`) and every setting of hopline's own (``HOPLINE_*``: the data and sidecar
+directories among them): what the model runs never sees a token or where hopline keeps its stores
+(SPEC D-11). Under the daemon the agent's own environment holds no credential either (an allow-list,
+and per-session credentials travel in the ACP request); ``list_files`` and ``search_workspace`` read
+files only, never the environment. That hides the stores; it does not wall them off: a command the
+model runs has the agent's OS user, so real isolation takes a separate user or a sandbox.
 """
 
 from __future__ import annotations
@@ -35,25 +40,17 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import CEILINGS, Budget, HoplineError
 from hopline.harness import git
 from hopline.harness.events import ToolKind
-from hopline.vocabulary import CREDENTIAL_ENV
+from hopline.vocabulary import CREDENTIAL_ENV, HOPLINE_ENV_PREFIX
 
 OUTPUT_PREFIX = "@output/"
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
-# What a gate agent may run (a read-only review): test runners and linters, as argv prefixes.
-REVIEW_COMMANDS: tuple[tuple[str, ...], ...] = (
-    ("pytest",), ("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("python", "-m", "unittest"),
-    ("python3", "-m", "unittest"), ("ruff", "check"), ("ruff", "format", "--check"), ("mypy",),
-    ("flake8",), ("pylint",), ("black", "--check"), ("make", "test"), ("make", "lint"), ("make", "check"),
-    ("npm", "test"), ("npm", "run", "test"), ("npm", "run", "lint"), ("go", "test"), ("go", "vet"),
-    ("cargo", "test"), ("cargo", "clippy"),
-)
-# Options that make a linter write (fixes, formatting) or a tool write a file.
-_WRITING_OPTIONS = ("--fix", "--unsafe-fixes", "--write", "--in-place", "--output")
 # Chaining, redirection, substitution, escapes: a review command is one program with its arguments.
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\\\n\r]")
+# A variable assignment (``make test PYTEST=rm``, ``CC=x go test``): never part of a review command.
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 # The session/new _meta key that makes a session a gate session: {"base", "head"} (commit ids).
@@ -72,26 +69,250 @@ class ReviewRange:
         git.check_commit(self.head, "head")
 
 
-def check_review_command(command: str) -> None:
-    """ToolError unless ``command`` is a test runner or a linter of :data:`REVIEW_COMMANDS`, alone."""
-    shown = ", ".join(" ".join(prefix) for prefix in REVIEW_COMMANDS)
-    refused = f"a gate agent runs tests and linters only ({shown}), one command with no shell syntax"
+# --- the review command policy (a gate session's run_command) -------------------------------------
+# Each command of a review is a fixed argv prefix, the options it may take (a fixed set: an option
+# not listed is refused, so nothing that writes a file, loads a plugin or runs another program
+# passes), and what its operands may be. Values and operands are checked here; paths must resolve
+# inside the checkout.
+
+ValueCheck = Callable[[str, Path], None]
+Operands = Literal["nodes", "paths", "modules", "packages", "filters", "none"]
+
+
+def _matching(pattern: str, what: str) -> ValueCheck:
+    compiled = re.compile(pattern)
+
+    def check(value: str, root: Path) -> None:
+        if not compiled.fullmatch(value):
+            raise ToolError(f"{value[:80]!r} is not {what}")
+    return check
+
+
+def _one_of(*choices: str) -> ValueCheck:
+    return _matching("|".join(map(re.escape, choices)), "one of " + ", ".join(choices))
+
+
+def _path_value(value: str, root: Path) -> None:
+    resolve_inside(root, value)
+
+
+_INT = _matching(r"\d{1,6}", "a whole number")
+_NUMBER = _matching(r"\d{1,6}(?:\.\d{1,3})?", "a number")
+_CODES = _matching(r"[A-Za-z0-9_,\-]{1,400}", "a list of rule codes")
+_NAMES = _matching(r"[A-Za-z0-9_ .:\-\[\]]{1,200}", "an expression of test names")
+_REGEX = _matching(r"[A-Za-z0-9_^.*+?/\-\[\]]{1,200}", "a test-name pattern")
+_MODULE_RE = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+_MODULE = _matching(_MODULE_RE, "a module name")
+_PY_VERSION = _matching(r"py3\d{1,2}", "a target version such as py312")
+_RUST_NAME = _matching(r"[A-Za-z0-9_\-]{1,100}", "a package or target name")
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewCommand:
+    prefix: tuple[str, ...]
+    flags: frozenset[str] = frozenset()  # options without a value
+    valued: Mapping[str, ValueCheck] = dataclasses.field(default_factory=dict)  # an option and its value
+    operands: Operands = "paths"
+
+    @property
+    def shown(self) -> str:
+        return " ".join(self.prefix)
+
+
+def _flags(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+_PYTEST = ReviewCommand(
+    ("pytest",),
+    flags=_flags("-q", "--quiet", "-v", "-vv", "--verbose", "-x", "--exitfirst", "-s", "-l", "--showlocals",
+                 "--co", "--collect-only", "--strict-markers", "--no-header", "--disable-warnings",
+                 "--runxfail", "--full-trace"),
+    valued={"-k": _NAMES, "-m": _NAMES, "--tb": _one_of("auto", "long", "short", "line", "native", "no"),
+            "--maxfail": _INT, "-r": _matching(r"[fEsxXpPaAwN]{1,12}", "report characters"),
+            "--durations": _INT, "--color": _one_of("yes", "no", "auto")},
+    operands="nodes")
+_UNITTEST = ReviewCommand(("python", "-m", "unittest"),
+                          flags=_flags("-v", "-q", "-f", "--failfast", "-b", "--buffer", "--locals"),
+                          valued={"-k": _NAMES}, operands="modules")
+_DISCOVER = dataclasses.replace(
+    _UNITTEST, prefix=("python", "-m", "unittest", "discover"), operands="none",
+    valued={"-k": _NAMES, "-s": _path_value, "-t": _path_value,
+            "-p": _matching(r"[A-Za-z0-9_*?.\-]{1,100}", "a file name pattern")})
+_LINT_CODES = {"--select": _CODES, "--ignore": _CODES, "--extend-select": _CODES, "--extend-ignore": _CODES}
+_RUFF_COMMON = {"--line-length": _INT, "--target-version": _PY_VERSION}
+_CARGO = ReviewCommand(
+    ("cargo", "test"),
+    flags=_flags("-q", "--quiet", "-v", "--verbose", "--lib", "--bins", "--tests", "--all-targets",
+                 "--workspace", "--all-features", "--no-default-features", "--release", "--offline",
+                 "--locked", "--frozen"),
+    valued={"-p": _RUST_NAME, "--package": _RUST_NAME, "-j": _INT, "--jobs": _INT,
+            "--features": _matching(r"[A-Za-z0-9_,/\-]{1,200}", "a list of features")},
+    operands="filters")
+_MAKE = ReviewCommand(("make", "test"), flags=_flags("-s", "--silent", "--quiet", "-k", "--keep-going"),
+                      valued={"-j": _INT, "--jobs": _INT}, operands="none")
+_NPM = ReviewCommand(("npm", "test"), flags=_flags("-s", "--silent", "--if-present"), operands="none")
+
+
+def _as(spec: ReviewCommand, *prefix: str, **changes: Any) -> ReviewCommand:
+    return dataclasses.replace(spec, prefix=prefix, **changes)
+
+
+REVIEW_COMMANDS: tuple[ReviewCommand, ...] = (
+    _PYTEST, _as(_PYTEST, "python", "-m", "pytest"), _as(_PYTEST, "python3", "-m", "pytest"),
+    _UNITTEST, _as(_UNITTEST, "python3", "-m", "unittest"),
+    _DISCOVER, _as(_DISCOVER, "python3", "-m", "unittest", "discover"),
+    ReviewCommand(("ruff", "check"),
+                  flags=_flags("-q", "--quiet", "--no-cache", "--statistics", "--exit-zero", "--preview",
+                               "--no-fix"),
+                  valued={**_LINT_CODES, **_RUFF_COMMON,
+                          "--output-format": _one_of("concise", "full", "json", "json-lines", "junit",
+                                                     "grouped", "github", "gitlab", "pylint", "rdjson",
+                                                     "azure", "sarif")}),
+    ReviewCommand(("ruff", "format", "--check"),
+                  flags=_flags("--diff", "-q", "--quiet", "--no-cache", "--preview"), valued=_RUFF_COMMON),
+    ReviewCommand(("mypy",),
+                  flags=_flags("--strict", "--ignore-missing-imports", "--no-incremental",
+                               "--show-error-codes", "--pretty", "--no-error-summary",
+                               "--show-column-numbers", "--warn-unused-ignores", "--check-untyped-defs",
+                               "--disallow-untyped-defs", "--no-implicit-optional", "--namespace-packages",
+                               "--explicit-package-bases"),
+                  valued={"--python-version": _matching(r"3\.\d{1,2}", "a version such as 3.12"),
+                          "-p": _MODULE, "--package": _MODULE, "-m": _MODULE, "--module": _MODULE}),
+    ReviewCommand(("flake8",),
+                  flags=_flags("--count", "--statistics", "-q", "--quiet", "--show-source", "--exit-zero"),
+                  valued={**_LINT_CODES, "--max-line-length": _INT, "--max-complexity": _INT}),
+    ReviewCommand(("pylint",), flags=_flags("-E", "--errors-only"),
+                  valued={"--disable": _CODES, "--enable": _CODES, "-j": _INT, "--jobs": _INT,
+                          "--output-format": _one_of("text", "parseable", "colorized", "json", "json2",
+                                                     "msvs"),
+                          "--score": _one_of("y", "n", "yes", "no"), "--fail-under": _NUMBER}),
+    ReviewCommand(("black", "--check"),
+                  flags=_flags("--diff", "-q", "--quiet", "-v", "--verbose", "--color", "--no-color",
+                               "--preview"),
+                  valued={"-l": _INT, "--line-length": _INT, "-t": _PY_VERSION,
+                          "--target-version": _PY_VERSION}),
+    _MAKE, _as(_MAKE, "make", "lint"), _as(_MAKE, "make", "check"),
+    _NPM, _as(_NPM, "npm", "run", "test"), _as(_NPM, "npm", "run", "lint"),
+    ReviewCommand(("go", "test"),
+                  flags=_flags("-v", "-short", "-failfast", "-race", "-cover", "-json", "-benchmem"),
+                  valued={"-run": _REGEX, "-bench": _REGEX, "-count": _INT, "-parallel": _INT,
+                          "-timeout": _matching(r"\d{1,6}(?:ns|us|ms|s|m|h)", "a duration such as 90s"),
+                          "-tags": _CODES, "-cpu": _matching(r"[0-9,]{1,50}", "a list of counts")},
+                  operands="packages"),
+    ReviewCommand(("go", "vet"), flags=_flags("-json"), valued={"-tags": _CODES}, operands="packages"),
+    _CARGO, _as(_CARGO, "cargo", "clippy", operands="none"),
+)
+_REVIEW_BY_LENGTH = sorted(REVIEW_COMMANDS, key=lambda c: -len(c.prefix))
+
+
+def _check_operand(kind: Operands, value: str, root: Path) -> None:
+    if kind == "none":
+        raise ToolError(f"{value[:80]!r}: this command takes no operand")
+    if kind == "filters":
+        _matching(r"[A-Za-z0-9_:]{1,200}", "a test-name filter")(value, root)
+    elif kind == "modules" and re.fullmatch(_MODULE_RE, value):
+        return
+    elif kind == "packages":
+        if value != "." and not value.startswith("./"):
+            raise ToolError(f"{value[:80]!r}: packages are relative paths (., ./..., ./pkg/...)")
+        resolve_inside(root, value.removesuffix("...").removesuffix("/") or ".")
+    else:  # a path, or a pytest node id (path::test[param])
+        resolve_inside(root, value.split("::", 1)[0] if kind == "nodes" else value)
+
+
+def check_review_command(command: str, root: Path) -> list[str]:
+    """The argv of ``command`` when it is a test runner or linter of :data:`REVIEW_COMMANDS` with
+    options of its allow-list and operands inside ``root``; else :class:`ToolError` saying why."""
+    refused = ("a gate agent runs tests and linters only (" + ", ".join(c.shown for c in REVIEW_COMMANDS)
+               + "), one command with no shell syntax and no variable assignment")
     if _SHELL_SYNTAX.search(command):
         raise ToolError(f"refused: {refused}")
     try:
         argv = shlex.split(command)
     except ValueError:
         raise ToolError(f"refused: {refused}") from None
-    if not any(tuple(argv[:len(prefix)]) == prefix for prefix in REVIEW_COMMANDS):
+    spec = next((c for c in _REVIEW_BY_LENGTH if tuple(argv[:len(c.prefix)]) == c.prefix), None)
+    if spec is None:
         raise ToolError(f"refused: {refused}")
-    for arg in argv:
-        if arg.split("=", 1)[0] in _WRITING_OPTIONS:
-            raise ToolError(f"refused: {arg.split('=', 1)[0]} writes files; {refused}")
+    allowed = ", ".join(sorted([*spec.flags, *spec.valued])) or "none"
+    args = argv[len(spec.prefix):]
+    index = 0
+    try:
+        while index < len(args):
+            arg = args[index]
+            index += 1
+            if _ASSIGNMENT.match(arg):
+                raise ToolError(f"{arg.split('=', 1)[0]}=...: variable assignments are refused")
+            if not arg.startswith("-"):
+                _check_operand(spec.operands, arg, root)
+                continue
+            if arg in spec.flags:
+                continue
+            name, value = arg, None
+            if "=" in arg:
+                name, value = arg.split("=", 1)
+            elif arg not in spec.valued and len(arg) > 2 and arg[:2] in spec.valued:
+                name, value = arg[:2], arg[2:]  # -kEXPR
+            check = spec.valued.get(name)
+            if check is None:
+                raise ToolError(f"option {name[:80]} is not one {spec.shown} takes in a review "
+                                f"(allowed: {allowed})")
+            if value is None:
+                if index >= len(args):
+                    raise ToolError(f"option {name} needs a value")
+                value = args[index]
+                index += 1
+            check(value, root)
+    except ToolError as exc:
+        raise ToolError(f"refused: {exc}; {refused}") from None
+    return argv
+
+
+def resolve_inside(root: Path, path: str) -> Path:
+    """The real path of ``path`` inside ``root``, or ToolError (no escape of any kind)."""
+    if "\x00" in path:
+        raise ToolError("path contains a NUL byte")
+    if os.path.isabs(path) or path.startswith("~"):
+        raise ToolError("absolute paths are refused: paths are relative to the workspace root")
+    candidate = (root / path).resolve()  # follows symlinks, collapses ..
+    if candidate != root and not candidate.is_relative_to(root):
+        raise ToolError("path escapes the workspace (via .. or a symlink) and is refused")
+    return candidate
 
 
 def tool_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment a tool's command runs with: ``environ`` less :data:`CREDENTIAL_ENV`."""
-    return {k: v for k, v in environ.items() if k not in CREDENTIAL_ENV}
+    """The environment a tool's command runs with: ``environ`` less every credential
+    (:data:`CREDENTIAL_ENV`) and every setting of hopline's own (``HOPLINE_*``, the budget's
+    variables): where hopline keeps its stores, its tokens and its limits are nothing a tool needs."""
+    return {k: v for k, v in environ.items()
+            if k not in CREDENTIAL_ENV and not k.startswith(HOPLINE_ENV_PREFIX) and k not in _CEILING_ENV}
+
+
+_CEILING_ENV = frozenset(c.env for c in CEILINGS if c.env)
+# What a review command keeps of the agent's environment: a program's search path and the locale.
+_REVIEW_BASE_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ", "USER", "LOGNAME"})
+
+
+def review_environment(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """The environment of a review command: the locale and the absolute entries of ``PATH`` (never
+    the checkout's own programs), with ``home`` (a temporary directory) as HOME, TMPDIR and every
+    cache, so that what a test runner or linter writes by default stays out of the real home and
+    ``/tmp``, and out of the checkout (pytest's cache is off)."""
+    base = {k: v for k, v in tool_environment(environ).items()
+            if k in _REVIEW_BASE_ENV or k.startswith("LC_")}
+    search = base.get("PATH", os.defpath).split(os.pathsep)
+    base["PATH"] = os.pathsep.join(p for p in search if os.path.isabs(p))
+    cache = home / "home" / ".cache"
+    dirs = {"HOME": home / "home", "TMPDIR": home / "tmp", "XDG_CACHE_HOME": cache,
+            "XDG_CONFIG_HOME": home / "home" / ".config", "XDG_DATA_HOME": home / "home" / ".local" / "share",
+            "XDG_STATE_HOME": home / "home" / ".local" / "state", "PYTHONPYCACHEPREFIX": cache / "pycache",
+            "MYPY_CACHE_DIR": cache / "mypy", "RUFF_CACHE_DIR": cache / "ruff",
+            "CARGO_TARGET_DIR": cache / "cargo-target"}
+    for path in dirs.values():
+        path.mkdir(parents=True, exist_ok=True)
+    return {**base, **{k: str(v) for k, v in dirs.items()}, "TEMP": str(dirs["TMPDIR"]),
+            "TMP": str(dirs["TMPDIR"]), "PYTEST_ADDOPTS": "-p no:cacheprovider"}
 
 
 class ToolError(HoplineError):
@@ -220,24 +441,19 @@ class Workspace:
         self.review = review
         self._spill: tempfile.TemporaryDirectory[str] | None = None
         self._spill_count = 0
+        self._review_home: tempfile.TemporaryDirectory[str] | None = None  # HOME, TMPDIR, caches of reviews
 
     def close(self) -> None:
-        if self._spill is not None:
-            self._spill.cleanup()
-            self._spill = None
+        for held in (self._spill, self._review_home):
+            if held is not None:
+                held.cleanup()
+        self._spill = self._review_home = None
 
     # --- paths -----------------------------------------------------------------------------------
 
     def resolve(self, path: str) -> Path:
         """The real path of ``path`` inside the workspace, or ToolError (no escape of any kind)."""
-        if "\x00" in path:
-            raise ToolError("path contains a NUL byte")
-        if os.path.isabs(path) or path.startswith("~"):
-            raise ToolError("absolute paths are refused: paths are relative to the workspace root")
-        candidate = (self.root / path).resolve()  # follows symlinks, collapses ..
-        if candidate != self.root and not candidate.is_relative_to(self.root):
-            raise ToolError("path escapes the workspace (via .. or a symlink) and is refused")
-        return candidate
+        return resolve_inside(self.root, path)
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() or "."
@@ -443,14 +659,25 @@ class Workspace:
 
     async def run_command(self, command: str) -> tuple[str, bool]:
         """Run ``command`` in the root; output captured up to the budget, killed on timeout. A gate
-        session's runs test runners and linters only (:func:`check_review_command`)."""
-        if self.review is not None:
-            check_review_command(command)
+        session's runs test runners and linters only (:func:`check_review_command`), without a
+        shell, in :func:`review_environment`."""
         budget = self.budget
         capture = budget.command_output_max_bytes
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=self.root, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=tool_environment(os.environ))
+        pipes: dict[str, Any] = {"cwd": self.root, "stdin": asyncio.subprocess.DEVNULL,
+                                 "stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.STDOUT,
+                                 "start_new_session": True}
+        if self.review is None:
+            proc = await asyncio.create_subprocess_shell(command, env=tool_environment(os.environ), **pipes)
+        else:  # the checked argv, run as is (no shell: no glob or ~ expansion), homed in a temporary dir
+            argv = check_review_command(command, self.root)
+            if self._review_home is None:
+                self._review_home = tempfile.TemporaryDirectory(prefix="hopline-review-")
+            env = review_environment(os.environ, Path(self._review_home.name))
+            try:
+                proc = await asyncio.create_subprocess_exec(*argv, env=env, **pipes)
+            except OSError as exc:
+                raise ToolError(f"{argv[0]} could not be started ({type(exc).__name__}): is it installed?") \
+                    from None
         chunks: list[bytes] = []
         kept = 0
         dropped = 0
