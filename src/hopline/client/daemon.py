@@ -79,7 +79,7 @@ class SidecarIntegrityError(HoplineError):
         super().__init__(f"hop {HOP_SIDECARS}: sidecar {sidecar_id}: {message}")
 
 
-class _StreamEnded(Exception):
+class _StreamEnded(HoplineError):
     """The server ended the SSE response (no error): resume like a drop."""
 
 

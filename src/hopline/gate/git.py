@@ -15,7 +15,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.harness.git import GitError, run_git
 
 # A revision a client may name: a ref, a commit id, HEAD~2, main@{upstream}... never an option.
@@ -26,7 +26,7 @@ _COMMITTER = ["-c", "user.name=hopline dev agent", "-c", "user.email=dev-agent@h
               "-c", "commit.gpgsign=false"]
 
 
-class RepoError(ValueError):
+class RepoError(HoplineError, ValueError):
     """The repository or a revision cannot be used; the message says which, never a path."""
 
 

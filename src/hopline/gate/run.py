@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
 from hopline.gate.git import Checkout, RepoError, default_base, repository_root, resolve_commit
@@ -196,7 +196,7 @@ class _NoVerdict:
     retry: bool = True  # a fresh attempt may help (a stall, a failed turn); not after a bad answer
 
 
-class _Stalled(Exception):
+class _Stalled(HoplineError):
     pass
 
 

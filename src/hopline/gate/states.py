@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hopline.budget import HoplineError
+
 
 class GateItem(enum.StrEnum):
     """The type of a gate agent's item: where that gate is."""
@@ -72,7 +74,7 @@ DEV_TRANSITIONS: Mapping[tuple[DevState, DevEvent], DevState] = {
 NO_MOVE_WHILE_PENDING = "NO_MOVE_WHILE_PENDING"
 
 
-class DevStateError(RuntimeError):
+class DevStateError(HoplineError, RuntimeError):
     """A transition the table or an invariant forbids (a bug in the orchestration, never input)."""
 
 

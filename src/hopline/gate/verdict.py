@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hopline.budget import HoplineError
+
 Severity = Literal["error", "warning", "note"]
 _FENCED_RE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
 # An answer is read from its start up to this many characters (a verdict is small; a display bound).
@@ -59,7 +61,7 @@ VERDICT_FORMAT = ('{"verdict": "pass" | "fail" | "error", "summary": "one line",
                   '"rule": "a-rule-id", "message": "what is wrong and why"}]}')
 
 
-class VerdictInvalid(ValueError):
+class VerdictInvalid(HoplineError, ValueError):
     """The answer holds no valid verdict; the message says why (never the answer itself)."""
 
 

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hopline.budget import HoplineError
 from hopline.wire.input import InputRefused, loads_bounded
 
 _STATUS_KINDS = {404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
@@ -47,7 +48,7 @@ def field_errors_of(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]
     return out
 
 
-class RefusedBody(HTTPException):
+class RefusedBody(HoplineError, HTTPException):
     """:class:`InputRefused` raised while FastAPI parses a body (it re-raises HTTP exceptions only)."""
 
     def __init__(self, refused: InputRefused) -> None:

@@ -18,13 +18,15 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hopline.budget import HoplineError
+
 # A commit id as hopline passes it to git: full or abbreviated hex, so it can never read as an option.
 COMMIT_RE = re.compile(r"^[0-9a-f]{4,64}$")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
             "GIT_OPTIONAL_LOCKS": "0"}
 
 
-class GitError(Exception):
+class GitError(HoplineError):
     """git failed, timed out, or is missing; the message holds git's own first line (no payload)."""
 
 

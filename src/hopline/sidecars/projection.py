@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from hopline.budget import Budget
+from hopline.budget import Budget, HoplineError
 from hopline.sidecars.store import REASON_DISK_ERROR, SidecarEntry, SidecarRefused, SidecarStore
 from hopline.vocabulary import LOAD_REPLAY_META_KEYS, META_SIDECAR, META_TRUNCATED
 
@@ -209,7 +209,7 @@ def _walk_fields(update: dict[str, Any]) -> Iterator[tuple[int, JsonPath, Any]]:
     return iter(found)
 
 
-class _Unencodable(Exception):
+class _Unencodable(HoplineError):
     pass
 
 
