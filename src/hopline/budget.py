@@ -368,6 +368,15 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("gate_max_findings", HOP_GATE, Unit.COUNT, 200, "HOPLINE_GATE_MAX_FINDINGS",
             "findings kept per verdict (more are counted as omitted, never dropped silently)",
             maximum=10_000),
+    Ceiling("gate_message_max_chars", HOP_GATE, Unit.COUNT, 2000, "HOPLINE_GATE_MESSAGE_MAX_CHARS",
+            "characters of a finding's message or a verdict's summary (longer: cut, saying how long it was)",
+            minimum=64, maximum=100_000),
+    Ceiling("gate_finding_file_max_chars", HOP_GATE, Unit.COUNT, 1024, None,
+            "characters of a finding's file (longer: the verdict is invalid, asked for once more)"),
+    Ceiling("gate_finding_rule_max_chars", HOP_GATE, Unit.COUNT, 128, None,
+            "characters of a finding's rule id (longer: the verdict is invalid, asked for once more)"),
+    Ceiling("gate_git_output_max_bytes", HOP_GATE, Unit.BYTES, 64 * KiB, None,
+            "what one of the gate's own git commands prints (a commit id, a ref; more is an error)"),
     # --- sidecars -----------------------------------------------------------------------------
     Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
             "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
@@ -475,6 +484,10 @@ class Budget:
     gate_max_rounds: int
     gate_runs_kept: int
     gate_max_findings: int
+    gate_message_max_chars: int
+    gate_finding_file_max_chars: int
+    gate_finding_rule_max_chars: int
+    gate_git_output_max_bytes: int
     sidecar_threshold_bytes: int
     sidecar_preview_bytes: int
     sidecar_max_object_bytes: int

@@ -80,6 +80,16 @@ def test_git_output_is_read_up_to_its_limit_and_the_rest_is_counted(repo: tuple[
     assert (len(over.text), over.truncated_bytes) == (size - 1, 1)
 
 
+def test_the_gate_s_own_git_output_is_read_whole_up_to_its_ceiling(repo: tuple[Path, str, str]) -> None:
+    root, _, head = repo
+    exact = BUDGET.replace(gate_git_output_max_bytes=len(head) + 1)  # a commit id and its newline
+    assert resolve_commit(root, exact, "HEAD", "head") == head
+    over = BUDGET.replace(gate_git_output_max_bytes=len(head))
+    with pytest.raises(RepoError, match="git rev-parse printed 41 bytes, over the limit of 40 "
+                                        r"\(GATE_GIT_OUTPUT_MAX_BYTES\)"):
+        resolve_commit(root, over, "HEAD", "head")
+
+
 def test_git_diff_shows_the_change_under_review(repo: tuple[Path, str, str]) -> None:
     root, base, head = repo
     tools = Workspace(root, BUDGET, review=ReviewRange(base, head))

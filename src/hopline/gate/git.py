@@ -15,13 +15,12 @@ import shutil
 import stat
 from pathlib import Path
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
 from hopline.harness.git import GitError, run_git
 
 # A revision a client may name: a ref, a commit id, HEAD~2, main@{upstream}... never an option.
 REVISION_RE = re.compile(r"^[A-Za-z0-9._/@{}^~:+][A-Za-z0-9._/@{}^~:+-]{0,254}$")
 DEFAULT_BRANCH = "main"
-_GIT_OUTPUT_BYTES = 64 * 1024  # what these commands print: a few lines (an id, a name)
 _COMMITTER = ["-c", "user.name=hopline dev agent", "-c", "user.email=dev-agent@hopline.invalid",
               "-c", "commit.gpgsign=false"]
 
@@ -31,7 +30,13 @@ class RepoError(HoplineError, ValueError):
 
 
 def _git(cwd: Path, budget: Budget, *args: str) -> str:
-    out = run_git(cwd, args, timeout=budget.command_timeout_seconds, max_bytes=_GIT_OUTPUT_BYTES)
+    """What ``git args`` prints (a few lines: an id, a name), whole: more than
+    ``gate_git_output_max_bytes`` is a :class:`RepoError` saying so, never a cut id."""
+    limit = budget.gate_git_output_max_bytes
+    out = run_git(cwd, args, timeout=budget.command_timeout_seconds, max_bytes=limit)
+    if out.truncated_bytes:
+        raise RepoError(f"git {args[0]} printed {limit + out.truncated_bytes} bytes, over the limit of "
+                       f"{limit} ({CEILINGS_BY_KEY['gate_git_output_max_bytes'].name})")
     return out.text.strip()
 
 

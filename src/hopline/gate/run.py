@@ -386,7 +386,8 @@ class GateRun:
                 self._set_item(report, GateItem.RETRYING, reason=outcome.reason)
             if isinstance(outcome, _NoVerdict):
                 report.error = outcome.error or {"reason": outcome.reason}
-                outcome = error_verdict(f"no verdict after {report.attempt} attempt(s): {outcome.reason}")
+                outcome = error_verdict(f"no verdict after {report.attempt} attempt(s): {outcome.reason}",
+                                        self.budget)
             report.verdict = outcome.verdict
             report.summary = outcome.summary
             report.findings = outcome.findings
@@ -425,8 +426,8 @@ class GateRun:
                     if error.get("status") == 413:
                         report.http_413s += 1
                     return _NoVerdict(f"the turn failed (origin {error.get('origin')})", error)
-                try:
-                    return parse_verdict(tracker.final_text, max_findings=self.budget.gate_max_findings)
+                try:  # linear, bounded by the budget, and off the loop: an answer may be megabytes
+                    return await asyncio.to_thread(parse_verdict, tracker.final_text, self.budget)
                 except VerdictInvalid as exc:
                     if ask == 2:
                         return _NoVerdict(f"no valid verdict, asked twice: {exc}", retry=False)

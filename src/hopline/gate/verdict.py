@@ -8,7 +8,11 @@ The answer holds one JSON object (alone, or in a fenced ```json block: the last 
 
 Consistency rules: ``fail`` needs at least one ``error`` finding, ``pass`` has none. An answer that
 does not parse or validate is :class:`VerdictInvalid` (the run asks once more, then records an
-``error`` verdict: never a pass). Findings past ``HOPLINE_GATE_MAX_FINDINGS`` are counted as omitted.
+``error`` verdict: never a pass). The budget bounds the work before any validation: findings past
+``HOPLINE_GATE_MAX_FINDINGS`` are counted as omitted (errors are kept first, in one pass), and only
+the kept ones are validated. A message or summary longer than ``HOPLINE_GATE_MESSAGE_MAX_CHARS`` is
+cut (saying how long it was): a long message is no reason to lose the verdict. A ``file`` or ``rule``
+past its ceiling is invalid (cut, it would name something else).
 """
 
 from __future__ import annotations
@@ -18,32 +22,73 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from hopline.budget import HoplineError
+from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
 
 Severity = Literal["error", "warning", "note"]
 _FENCED_RE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
-# An answer is read from its start up to this many characters (a verdict is small; a display bound).
-MESSAGE_MAX_CHARS = 2000
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters; else its head and a marker saying how long
+    it was, ``limit`` characters in all."""
+    if len(text) <= limit:
+        return text
+    marker = f" … ({len(text)} characters in all)"  # shorter than the ceiling's minimum (64)
+    return text[:limit - len(marker)] + marker
+
+
+def _budget(info: ValidationInfo) -> Budget:
+    """The budget a verdict is validated with (:func:`parse_verdict` passes it as the context)."""
+    budget: Budget = (info.context or {})["budget"]
+    return budget
 
 
 class Finding(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     severity: Severity
-    file: Annotated[str, Field(min_length=1, max_length=1024)]
+    file: Annotated[str, Field(min_length=1)]
     line: Annotated[int, Field(ge=1)] | None = None
-    rule: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.\-/]+$")]
-    message: Annotated[str, Field(min_length=1, max_length=MESSAGE_MAX_CHARS)]
+    rule: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+    message: Annotated[str, Field(min_length=1)]
+
+    @field_validator("file", "rule", mode="before")
+    @classmethod
+    def _within_ceiling(cls, value: Any, info: ValidationInfo) -> Any:
+        key = f"gate_finding_{info.field_name}_max_chars"
+        limit = int(_budget(info).value(key))
+        if isinstance(value, str) and len(value) > limit:
+            setting = CEILINGS_BY_KEY[key].name
+            raise ValueError(f"{len(value)} characters, over the limit of {limit} ({setting})")
+        return value
+
+    @field_validator("message")
+    @classmethod
+    def _cut_message(cls, value: str, info: ValidationInfo) -> str:
+        return cut_text(value, _budget(info).gate_message_max_chars)
 
 
 class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: Literal["pass", "fail", "error"]
-    summary: Annotated[str, Field(max_length=MESSAGE_MAX_CHARS)] = ""
+    summary: str = ""
     findings: list[Finding] = Field(default_factory=list)
+
+    @field_validator("summary")
+    @classmethod
+    def _cut_summary(cls, value: str, info: ValidationInfo) -> str:
+        return cut_text(value, _budget(info).gate_message_max_chars)
 
     @model_validator(mode="after")
     def _consistent(self) -> Verdict:
@@ -83,8 +128,22 @@ def _candidates(text: str) -> list[str]:
     return [*reversed(blocks), stripped]
 
 
-def parse_verdict(text: str, *, max_findings: int) -> ParsedVerdict:
-    """The verdict in a final answer, or :class:`VerdictInvalid` naming what was wrong."""
+def kept_findings(findings: list[Any], max_findings: int) -> list[Any]:
+    """At most ``max_findings`` of ``findings``, those of severity ``error`` first (so the verdict's
+    consistency, judged on what is kept, is that of the whole list): one pass, no comparison."""
+    if len(findings) <= max_findings:
+        return findings
+    errors: list[Any] = []
+    others: list[Any] = []
+    for finding in findings:
+        is_error = isinstance(finding, dict) and finding.get("severity") == "error"
+        (errors if is_error else others).append(finding)
+    return (errors + others[:max(0, max_findings - len(errors))])[:max_findings]
+
+
+def parse_verdict(text: str, budget: Budget) -> ParsedVerdict:
+    """The verdict in a final answer, or :class:`VerdictInvalid` naming what was wrong. Linear in
+    the answer's size; blocking for a large answer (the gate run calls it off the event loop)."""
     reasons: list[str] = []
     for candidate in _candidates(text):
         try:
@@ -96,14 +155,11 @@ def parse_verdict(text: str, *, max_findings: int) -> ParsedVerdict:
             continue
         findings = raw.get("findings")
         omitted = 0
-        if isinstance(findings, list) and len(findings) > max_findings:
-            omitted = len(findings) - max_findings
-            # The verdict's consistency is judged on every finding; only the kept ones are reported.
-            errors = [f for f in findings if isinstance(f, dict) and f.get("severity") == "error"]
-            kept = (errors + [f for f in findings if f not in errors])[:max_findings]
-            raw = {**raw, "findings": kept}
+        if isinstance(findings, list) and len(findings) > budget.gate_max_findings:
+            omitted = len(findings) - budget.gate_max_findings
+            raw = {**raw, "findings": kept_findings(findings, budget.gate_max_findings)}
         try:
-            verdict = Verdict.model_validate(raw)
+            verdict = Verdict.model_validate(raw, context={"budget": budget})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first.get("loc", ())) or "verdict"
@@ -116,6 +172,6 @@ def parse_verdict(text: str, *, max_findings: int) -> ParsedVerdict:
     raise VerdictInvalid("the verdict does not match the schema: " + "; ".join(reasons[:3]))
 
 
-def error_verdict(reason: str) -> ParsedVerdict:
+def error_verdict(reason: str, budget: Budget) -> ParsedVerdict:
     """The verdict of a gate that gave none (stalled, failed, unparseable): ``error``, never pass."""
-    return ParsedVerdict("error", reason[:MESSAGE_MAX_CHARS], [])
+    return ParsedVerdict("error", cut_text(reason, budget.gate_message_max_chars), [])
