@@ -204,7 +204,12 @@ def test_bad_gate_requests_get_a_4xx_naming_what(hopline_gate_daemon: Daemon, tm
             answer = http.post("/gate", json=body)
             assert answer.status_code == status, (body, answer.text)
             error = answer.json()["error"]
-            assert error["hop"] in ("daemon.gate", "daemon.api") and text in answer.text, (body, answer.text)
+            assert error["hop"] == "daemon.gate" and text in answer.text, (body, answer.text)
+        surrogate = http.post("/gate", content=b'{"repo": "\\ud800"}',
+                              headers={"Content-Type": "application/json"})
+        assert surrogate.status_code == 400 and surrogate.json()["error"]["hop"] == "daemon.gate"
+        assert http.get("/gate/g_0123456789abcdef01234567/events", params={"maxQueued": 1}).json()[
+            "error"]["hop"] == "daemon.gate"  # a query parameter out of its range
         assert http.get("/gate/g_0123456789abcdef01234567").status_code == 404
         assert http.get("/gate/not-an-id/events").status_code == 404
         assert http.post("/gate/g_0123456789abcdef01234567/cancel").status_code == 404

@@ -1,4 +1,4 @@
-"""The pending items, DEV_PENDING_TYPES and the dev state machine (pure)."""
+"""The pending items, DEV_PENDING_TYPES, the dev state machine and a run's states (pure)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,17 @@ from hopline.gate.states import (
     DEV_PENDING_TYPES,
     DEV_TRANSITIONS,
     NO_MOVE_WHILE_PENDING,
+    RUN_IN_PROGRESS,
+    RUN_TRANSITIONS,
     TERMINAL_TYPES,
     DevEvent,
     DevState,
     DevStateError,
     DevStateMachine,
     GateItem,
+    IllegalRunTransition,
+    RunState,
+    move_run,
     waiting,
 )
 
@@ -55,3 +60,19 @@ def test_only_the_table_s_transitions_happen() -> None:
     cancelled = DevStateMachine(state=DevState.AWAITING_GATE)
     cancelled.fire(DevEvent.CANCELLED, [GateItem.STALLED])  # a cancel ends the wait, pending or not
     assert cancelled.state is DevState.IDLE
+
+
+def test_a_gate_run_moves_through_its_table_only() -> None:
+    assert set(RUN_TRANSITIONS) == set(RunState)
+    assert {RunState.STARTING, RunState.RUNNING} == RUN_IN_PROGRESS
+    for current in RunState:
+        for target in RunState:
+            if target in RUN_TRANSITIONS[current]:
+                assert move_run(current, target) is target
+            else:
+                with pytest.raises(IllegalRunTransition, match=f"from {current} to {target}"):
+                    move_run(current, target)
+    ended = set(RunState) - RUN_IN_PROGRESS
+    assert all(RUN_TRANSITIONS[state] == frozenset() for state in ended)  # an ended run stays ended
+    assert RunState.DONE not in RUN_TRANSITIONS[RunState.STARTING]  # no verdict without running
+    assert not any(RunState.INTERRUPTED in targets for targets in RUN_TRANSITIONS.values())

@@ -39,7 +39,7 @@ from hopline.gate.run import (
     GateRun,
     SessionEvent,
 )
-from hopline.gate.states import DevState
+from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
 from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
@@ -168,7 +168,7 @@ class GateRegistry:
         return self._slots
 
     def in_progress(self) -> list[GateRun]:
-        return [run for run in self.runs.values() if run.state in ("starting", "running")]
+        return [run for run in self.runs.values() if run.in_progress]
 
     async def start(self, body: GateBody) -> GateRun:
         budget = self.budget
@@ -230,7 +230,7 @@ class GateRegistry:
     def _forget_ended(self) -> None:
         """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring
         is freed and ``GET /gate/{id}`` reads its result back from the journal."""
-        ended = [run for run in self.runs.values() if run.state not in ("starting", "running")]
+        ended = [run for run in self.runs.values() if not run.in_progress]
         for run in ended[:max(0, len(ended) - self.budget.gate_runs_kept)]:
             del self.runs[run.id]
             self.bus.close_session(run.id)
@@ -274,11 +274,12 @@ class GateRegistry:
         if rows and rows[0].type == GATE_COMPLETE:
             result: dict[str, Any] = orjson.loads(rows[0].data)["result"]
             return result
-        return {"gateId": gate_id, "state": "interrupted", "exitCode": 2,
+        return {"gateId": gate_id, "state": RunState.INTERRUPTED.value, "exitCode": 2,
                 "error": "the daemon stopped while this gate run was in progress"}
 
     def status(self) -> list[dict[str, Any]]:
-        return [{"gateId": run.id, "state": run.state, "exitCode": run.exit_code, "round": len(run.rounds),
+        return [{"gateId": run.id, "state": run.state.value, "exitCode": run.exit_code,
+                 "round": len(run.rounds),
                  "devSessionId": run.dev_session_id, "devState": run.dev_state,
                  "items": {r.agent: r.item.value for r in run.agents},
                  "verdicts": {r.agent: r.verdict for r in run.agents}} for run in self.runs.values()]
@@ -291,8 +292,9 @@ class GateRegistry:
 
 
 def gate_router(registry: GateRegistry) -> APIRouter:
-    # Bodies parsed as the daemon's own routes parse them (bounded depth, no lone surrogate: 400).
-    router = APIRouter(route_class=bounded_json_route(registry.budget.json_max_depth))
+    # Bodies parsed as the daemon's own routes parse them (bounded depth, no lone surrogate: 400);
+    # what a request gets wrong is the gate's hop's error (daemon.gate), like every other /gate error.
+    router = APIRouter(route_class=bounded_json_route(registry.budget.json_max_depth, HOP_GATE))
     errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 409: {}, 413: {}, 422: {}}
 
     @router.post("/gate", status_code=202, response_model=GateCreated, responses={**errors, 429: {}})

@@ -40,12 +40,15 @@ from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
 from hopline.gate.git import Checkout, RepoError, default_base, repository_root, resolve_commit
 from hopline.gate.states import (
+    RUN_IN_PROGRESS,
     TERMINAL_TYPES,
     VERDICT_ITEMS,
     DevEvent,
     DevState,
     DevStateMachine,
     GateItem,
+    RunState,
+    move_run,
 )
 from hopline.gate.verdict import VERDICT_FORMAT, ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
 from hopline.harness.review import FIX_MARKER, GATE_AGENTS, GATE_REVIEW_MARKER
@@ -215,7 +218,7 @@ class GateRun:
         self.budget = budget
         self.work_dir = work_dir / self.id
         self.slots = slots
-        self.state = "starting"  # starting | running | done | cancelled | failed
+        self._state = RunState.STARTING  # moves through RUN_TRANSITIONS only (see :meth:`move`)
         self.error: str | None = None
         self.repo = request.repo
         self.base = ""
@@ -258,6 +261,18 @@ class GateRun:
         log.info("dev state", extra={"state": change["state"], "previous": change["previous"]})
 
     @property
+    def state(self) -> RunState:
+        return self._state
+
+    @property
+    def in_progress(self) -> bool:
+        return self._state in RUN_IN_PROGRESS
+
+    def move(self, target: RunState) -> None:
+        """Go to ``target``, or :class:`~hopline.gate.states.IllegalRunTransition`."""
+        self._state = move_run(self._state, target)
+
+    @property
     def dev_state(self) -> str | None:
         return self.dev.state.value if self.dev is not None else None
 
@@ -281,28 +296,30 @@ class GateRun:
     async def run(self) -> None:
         try:
             await self._prepare()
-            self.state = "running"
+            self.move(RunState.RUNNING)
             await self._rounds()
-            self.state = "done"
+            self.move(RunState.DONE)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            self.state = "cancelled"
+            self.move(RunState.CANCELLED)
             self.error = "cancelled"
             self._end_dev(DevEvent.CANCELLED)
         except RepoError as exc:
-            self.state, self.error = "failed", str(exc)
+            self.move(RunState.FAILED)
+            self.error = str(exc)
             self._end_dev(DevEvent.CANCELLED)
         except Exception as exc:  # a bug or a daemon failure: the run ends, said, never a pass
-            self.state, self.error = "failed", f"{type(exc).__name__}: {str(exc)[:300]}"
+            self.move(RunState.FAILED)
+            self.error = f"{type(exc).__name__}: {str(exc)[:300]}"
             log.warning("gate run failed", extra={"exception": type(exc).__name__})
             self._end_dev(DevEvent.CANCELLED)
         finally:
             await asyncio.shield(self._cleanup())
             self.ended_at = time.time()
             self._emit(GATE_COMPLETE, {"result": self.to_json()})
-            log.info("gate run ended", extra={"state": self.state, "exitCode": self.exit_code})
+            log.info("gate run ended", extra={"state": self.state.value, "exitCode": self.exit_code})
 
     def _end_dev(self, event: DevEvent) -> None:
         if self.dev is not None and self.dev.state is not DevState.IDLE:
@@ -563,16 +580,17 @@ class GateRun:
     @property
     def exit_code(self) -> int | None:
         """0: every gate passed; 1: a gate failed; 2: a gate error, or the run did not finish."""
-        if self.state in ("starting", "running"):
+        if self.in_progress:
             return None
         verdicts = [r.verdict for r in self.agents]
-        if self.state != "done" or not verdicts or any(v not in ("pass", "fail") for v in verdicts):
+        if self.state is not RunState.DONE or not verdicts or any(v not in ("pass", "fail")
+                                                                  for v in verdicts):
             return 2
         return 1 if "fail" in verdicts else 0
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "gateId": self.id, "state": self.state, "error": self.error, "exitCode": self.exit_code,
+            "gateId": self.id, "state": self.state.value, "error": self.error, "exitCode": self.exit_code,
             "base": self.base, "baseFrom": self.base_from, "head": self.head,
             "finalHead": self.heads[-1] if self.heads else self.head,
             "fix": self.request.fix, "rounds": self.request.rounds, "roundsRun": len(self.rounds),

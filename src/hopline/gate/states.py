@@ -1,10 +1,13 @@
-"""The gate's pending items and the dev agent's state machine (ADR 0098, RN-412). Pure: no I/O.
+"""The gate's pending items, the dev agent's state machine (ADR 0098, RN-412) and a gate run's own
+states. Pure: no I/O.
 
 Each gate agent of a run has one item, whose type is where that gate is. The dev session attached
 to the run is ``awaiting_gate`` while any item's type is in :data:`DEV_PENDING_TYPES`: a slow, retried,
 compacting or hung gate keeps it waiting; only terminal items (a verdict, or ``gate_error``) let it
 move on. :class:`DevStateMachine` holds that rule as a named invariant enforced by code
-(:data:`NO_MOVE_WHILE_PENDING`), over an explicit transition table (:data:`DEV_TRANSITIONS`).
+(:data:`NO_MOVE_WHILE_PENDING`), over an explicit transition table (:data:`DEV_TRANSITIONS`). A run
+moves through :data:`RUN_TRANSITIONS` (:class:`RunState`), as a daemon session moves through
+``hopline.daemon.session.TRANSITIONS``.
 """
 
 from __future__ import annotations
@@ -98,3 +101,42 @@ class DevStateMachine:
         self.state = target
         self.history.append(change)
         return change
+
+
+class RunState(enum.StrEnum):
+    """Where a gate run is."""
+
+    STARTING = "starting"  # resolving the commits, making the checkout
+    RUNNING = "running"  # its rounds
+    DONE = "done"  # every round ran: the verdicts count
+    CANCELLED = "cancelled"
+    FAILED = "failed"  # a bad repository, or a failure of the daemon: never a pass
+    # Read back from the journal for a run a stopped daemon left unfinished; never entered live.
+    INTERRUPTED = "interrupted"
+
+
+RUN_TRANSITIONS: Mapping[RunState, frozenset[RunState]] = {
+    RunState.STARTING: frozenset({RunState.RUNNING, RunState.CANCELLED, RunState.FAILED}),
+    RunState.RUNNING: frozenset({RunState.DONE, RunState.CANCELLED, RunState.FAILED}),
+    RunState.DONE: frozenset(),
+    RunState.CANCELLED: frozenset(),
+    RunState.FAILED: frozenset(),
+    RunState.INTERRUPTED: frozenset(),
+}
+RUN_IN_PROGRESS: frozenset[RunState] = frozenset({RunState.STARTING, RunState.RUNNING})
+
+
+class IllegalRunTransition(HoplineError):
+    """A move :data:`RUN_TRANSITIONS` does not allow: a bug in the orchestration, never input."""
+
+    def __init__(self, current: RunState, target: RunState) -> None:
+        super().__init__(f"a gate run cannot go from {current} to {target}")
+        self.current = current
+        self.target = target
+
+
+def move_run(current: RunState, target: RunState) -> RunState:
+    """``target``, or :class:`IllegalRunTransition` when the table forbids the move."""
+    if target not in RUN_TRANSITIONS[current]:
+        raise IllegalRunTransition(current, target)
+    return target

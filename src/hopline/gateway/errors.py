@@ -56,37 +56,42 @@ class RefusedBody(HoplineError, HTTPException):
         self.refused = refused
 
 
+RequestError = RequestValidationError | RefusedBody | InputRefused
+
+
+def request_error_response(exc: RequestError, hop: str) -> JSONResponse:
+    """A request hopline does not take (a validation 422, a refused body or input 400), naming ``hop``."""
+    if isinstance(exc, RefusedBody):
+        return refused_response(exc.refused, hop)
+    if isinstance(exc, InputRefused):
+        return refused_response(exc, hop)
+    errors = field_errors_of(exc.errors())
+    return error_response(422, hop, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
+                          field=errors[0]["field"], errors=errors)
+
+
 def install_error_handlers(app: FastAPI, hop: str) -> None:
     """FastAPI's own errors in hopline's shape, naming ``hop``."""
 
-    async def validation(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        errors = field_errors_of(exc.errors())
-        return error_response(422, hop, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
-                              field=errors[0]["field"], errors=errors)
-
-    async def refused_body(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RefusedBody)
-        return refused_response(exc.refused, hop)
-
-    async def refused_input(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, InputRefused)
-        return refused_response(exc, hop)
+    async def refused(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestError)
+        return request_error_response(exc, hop)
 
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         kind = _STATUS_KINDS.get(exc.status_code, "http_error")
         return error_response(exc.status_code, hop, kind, str(exc.detail), headers=exc.headers)
 
-    app.add_exception_handler(RequestValidationError, validation)
-    app.add_exception_handler(RefusedBody, refused_body)
-    app.add_exception_handler(InputRefused, refused_input)
+    for error in (RequestValidationError, RefusedBody, InputRefused):
+        app.add_exception_handler(error, refused)
     app.add_exception_handler(StarletteHTTPException, http_error)
 
 
-def bounded_json_route(max_depth: int) -> type[APIRoute]:
+def bounded_json_route(max_depth: int, hop: str | None = None) -> type[APIRoute]:
     """An ``APIRoute`` class whose JSON bodies are parsed by :func:`loads_bounded` (FastAPI's
-    documented extension point for a custom request; set it as ``app.router.route_class``)."""
+    documented extension point for a custom request; set it as ``app.router.route_class``). With
+    ``hop``, its routes' request errors (validation 422, a refused body or input 400) name that hop rather
+    than the app's (the daemon's ``/gate`` routes are hop ``daemon.gate``)."""
 
     class BoundedJsonRequest(Request):
         async def json(self) -> Any:
@@ -102,7 +107,12 @@ def bounded_json_route(max_depth: int) -> type[APIRoute]:
             handler = super().get_route_handler()
 
             async def bounded(request: Request) -> Response:
-                return await handler(BoundedJsonRequest(request.scope, request.receive))
+                try:
+                    return await handler(BoundedJsonRequest(request.scope, request.receive))
+                except (RequestValidationError, RefusedBody, InputRefused) as exc:
+                    if hop is None:
+                        raise
+                    return request_error_response(exc, hop)
 
             return bounded
 
