@@ -12,8 +12,9 @@ hint of ours reaches it), so a whole gate session can run through it; a summariz
 recognized by hopline's summarizer system prompt, as a real model would simply follow it.
 ``usage.prompt_tokens`` counts the request's messages and tools JSON at ``bytes_per_token``.
 
-Knobs for failure tests: ``cut_after`` deltas then the stream stops without finishing (``"close"``:
-the body ends cleanly; ``"drop"``: the connection closes mid-body; ``"reset"``: it is reset);
+Knobs for failure tests: ``refuse_summaries`` answers every summarization request with a 400 (as a
+provider does that will not take it); ``cut_after`` deltas then the stream stops without finishing
+(``"close"``: the body ends cleanly; ``"drop"``: the connection closes mid-body; ``"reset"``: it is reset);
 ``drop_after_finish`` closes it mid-body right after the ``finish_reason`` chunk (no usage, no
 ``[DONE]``); ``hold_after`` deltas then
 the server waits for the client to go away and records it in ``disconnected``; ``delta_delay`` and
@@ -147,6 +148,7 @@ class StrictOpenAI:
         self.bytes_per_token = bytes_per_token
         self.arg_piece_chars = arg_piece_chars
         self.reply: Reply | None = None  # a fixed answer instead of the scripted model's
+        self.refuse_summaries = False
         self.cut_after: int | None = None
         self.cut_mode = "close"
         self.drop_after_finish = False  # close the connection mid-body right after the finish chunk
@@ -195,11 +197,16 @@ class StrictOpenAI:
 
     # --- answers ------------------------------------------------------------------------------
 
+    @staticmethod
+    def is_summary(body: dict[str, Any]) -> bool:
+        first = body["messages"][0]
+        return bool(first.get("role") == "system" and first.get("content") == SUMMARY_SYSTEM_PROMPT)
+
     def answer(self, body: dict[str, Any]) -> Reply:
         if self.reply is not None:
             return self.reply
         messages = body["messages"]
-        summary = messages[0].get("role") == "system" and messages[0].get("content") == SUMMARY_SYSTEM_PROMPT
+        summary = self.is_summary(body)
         if summary:
             with self._lock:
                 self.summaries += 1
@@ -264,6 +271,11 @@ class _Handler(BaseHTTPRequestHandler):
             owner.rejections.append({"status": 400, "param": invalid.param, "message": invalid.message})
             self._json(400, {"error": {"message": invalid.message, "type": "invalid_request_error",
                                        "param": invalid.param, "code": invalid.code}})
+            return
+        if owner.refuse_summaries and owner.is_summary(body):
+            owner.rejections.append({"status": 400, "param": "messages", "message": "summary refused"})
+            self._json(400, {"error": {"message": "This request is refused.", "type": "invalid_request_error",
+                                       "param": "messages", "code": None}})
             return
         owner.requests.append(body)
         owner.headers.append({k.lower(): v for k, v in self.headers.items()})

@@ -62,6 +62,46 @@ def test_hopline_gate_json_and_sarif_against_a_daemon(hopline_gate_daemon: Daemo
     assert str(repo) not in sarif.read_text()  # locations are relative to the repository's root
 
 
+def test_a_failed_summarizer_reaches_the_gate_and_demo_summaries_and_json(tmp_path: Path) -> None:
+    """#15 item 4 through the gate: a provider that refuses every summarization request (400) makes
+    each compaction fall back to the extractive summary; the gate's per-agent report, `hopline gate
+    --json`, its summary table and the demo's summary all say so, with origin and status."""
+    from rich.console import Console
+
+    from hopline.cli.demo import build_summary, print_summary
+    from hopline.cli.gate import print_result
+    from hopline.harness.scripted import ScriptedModel
+    from strict_openai import StrictOpenAI
+
+    repo, _, _ = make_sample_pull_request(tmp_path / "large", logs=2)
+    model = ScriptedModel(seed=0, tools_per_iteration=3, iterations=12)
+    with StrictOpenAI(model) as server:
+        server.refuse_summaries = True
+        env = {"HOPLINE_PROVIDER": "openai", "OPENAI_BASE_URL": server.base_url,
+               "OPENAI_API_KEY": "sk-strict", "HOPLINE_MODEL": "strict-model"}
+        with running_daemon(tmp_path, agent_cmd=None, env=env) as daemon:
+            done = cli(["gate", "--url", daemon.url, "--json", "--agent", "qa_automation", "--repo",
+                        str(repo), "--base", "main", "--head", "feature"], cwd=tmp_path, token=daemon.token)
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    [agent] = result["agents"]
+    assert agent["compactions"] >= 1 and server.rejections  # the summaries were asked for, and refused
+    assert agent["summarizers"] == {"extractive": agent["compactions"]}
+    assert agent["summarizerErrors"] == [{"origin": "code", "status": 400, "hop": "gateway.provider"}] * (
+        agent["compactions"])
+    console = Console(record=True, width=200)
+    print_result(console, result)
+    assert f"{agent['compactions']} (summarizer extractive x{agent['compactions']} (origin code HTTP 400))" \
+        in console.export_text()
+    summary = build_summary(naive=False, result=result, status={}, statuses={}, budget=Budget.defaults(),
+                            elapsed=1.0)
+    assert summary["compactions"]["summarizerErrors"] == agent["summarizerErrors"]
+    assert summary["gates"][0]["summarizerErrors"] == agent["summarizerErrors"]
+    demo = Console(record=True, width=200)
+    print_summary(demo, summary)
+    assert "summarizer extractive x" in demo.export_text().split("every hop's budget", 1)[1]
+
+
 def test_hopline_status_shows_gate_runs_and_the_dev_state(hopline_gate_daemon: Daemon,
                                                           tmp_path: Path) -> None:
     daemon = hopline_gate_daemon

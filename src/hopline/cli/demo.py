@@ -112,12 +112,15 @@ def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any]
         "state": result.get("state"),
         "roundsRun": result.get("roundsRun"),
         "gates": [{k: a.get(k) for k in ("agent", "round", "verdict", "iterations", "maxIterations",
-                                         "compactions", "maxBodyBytes", "ceilingBytes", "http413s", "attempt",
-                                         "stalls", "sidecars")} | {"findings": len(a.get("findings") or [])}
+                                         "compactions", "summarizers", "summarizerErrors", "maxBodyBytes",
+                                         "ceilingBytes", "http413s", "attempt", "stalls", "sidecars")}
+                  | {"findings": len(a.get("findings") or [])}
                   for a in reports],
         "verdicts": {a["agent"]: a.get("verdict") for a in result.get("agents") or []},
         "iterations": sum(int(a.get("iterations") or 0) for a in reports),
-        "compactions": {"count": sum(int(a.get("compactions") or 0) for a in reports)},
+        "compactions": {"count": sum(int(a.get("compactions") or 0) for a in reports),
+                        # the compactions whose model summary failed (the extractive one was used), and why
+                        "summarizerErrors": [e for a in reports for e in a.get("summarizerErrors") or []]},
         "largestBodyBytes": max((int(a.get("maxBodyBytes") or 0) for a in reports), default=0),
         "engineCeilingBytes": _ceiling(status, "HOPLINE_TRANSPORT_MAX_BODY_BYTES")
         or budget.transport_max_body_bytes,
@@ -140,9 +143,11 @@ def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any]
 
 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from hopline.cli.gate import print_result
+    from hopline.cli.run import summarizer_note
     from hopline.cli.status import exact_size as size
 
     print_result(console, summary["gate"])
@@ -152,7 +157,9 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     table.add_column("value")
     table.add_row("gate", f"{summary['state']}, {summary['roundsRun']} round(s), exit {summary['exitCode']}")
     table.add_row("iterations (all gates)", str(summary["iterations"]))
-    table.add_row("compactions", str(summary["compactions"]["count"]))
+    failed = summary["compactions"]["summarizerErrors"]
+    table.add_row("compactions", str(summary["compactions"]["count"])
+                  + (f" [bold red]({escape(summarizer_note(failed))})[/]" if failed else ""))
     table.add_row("largest llm-turn body", size(summary["largestBodyBytes"]))
     table.add_row("  engine ceiling", size(summary["engineCeilingBytes"]))
     table.add_row("  gateway limit", size(summary["gatewayLimitBytes"]))

@@ -60,7 +60,7 @@ class GateView:
                 return f"{agent}: {data.get('item')}" + (f" ({data['reason']})" if data.get("reason") else "")
         elif event.type == "gate_progress" and row is not None:
             row.update({k: data.get(k) for k in ("iteration", "maxIterations", "maxBodyBytes", "ceilingBytes",
-                                                 "compactions", "http413s")})
+                                                 "compactions", "extractiveSummaries", "http413s")})
         elif event.type == "gate_verdict" and row is not None:
             row.update(data)
             return (f"{agent}: {data.get('verdict')} — {len(data.get('findings') or [])} findings, "
@@ -83,9 +83,12 @@ class GateView:
             table.add_column(column)
         for row in self.rows.values():
             verdict = row.get("verdict")
+            # compactions whose model summary failed: counted while it runs, listed in its verdict
+            extractive = row.get("extractiveSummaries") or len(row.get("summarizerErrors") or [])
             table.add_row(str(row.get("agent")), str(row.get("item") or "-"),
                           f"{row.get('iteration') or 0}/{row.get('maxIterations') or '?'}",
-                          str(row.get("compactions") or 0),
+                          str(row.get("compactions") or 0) + (f" ([red]{extractive} extractive[/])"
+                                                              if extractive else ""),
                           f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}",
                           str(row.get("http413s") or 0),
                           f"[{VERDICT_STYLES.get(str(verdict), '')}]{verdict}[/]" if verdict else "…")
@@ -93,8 +96,12 @@ class GateView:
 
 
 def summary_table(result: dict[str, Any]) -> RenderableType:
-    """Per gate: verdict, findings, iterations, compactions, largest body against the ceiling, 413s."""
+    """Per gate: verdict, findings, iterations, compactions (and any whose model summary failed),
+    largest body against the ceiling, 413s."""
+    from rich.markup import escape
     from rich.table import Table
+
+    from hopline.cli.run import summarizer_note
 
     table = Table(title=f"hopline gate — {result.get('base', '')[:12]}..{result.get('finalHead', '')[:12]}, "
                         f"{result.get('roundsRun')} round(s), exit {result.get('exitCode')}",
@@ -108,9 +115,12 @@ def summary_table(result: dict[str, Any]) -> RenderableType:
         errors = sum(1 for f in findings if f.get("severity") == "error")
         omitted = f" (+{agent['omittedFindings']} omitted)" if agent.get("omittedFindings") else ""
         style = "bold green" if agent.get("http413s") == 0 else "bold red"
+        failed = agent.get("summarizerErrors") or []
+        compactions = str(agent.get("compactions")) + (f" [red]({escape(summarizer_note(failed))})[/]"
+                                                       if failed else "")
         table.add_row(str(agent.get("agent")), f"[{VERDICT_STYLES.get(verdict, '')}]{verdict}[/]",
                       f"{len(findings)} ({errors} errors){omitted}", str(agent.get("iterations")),
-                      str(agent.get("compactions")),
+                      compactions,
                       f"{_size(agent.get('maxBodyBytes'))} / {_size(agent.get('ceilingBytes'))}",
                       f"[{style}]{agent.get('http413s')}[/]", str(agent.get("attempt")))
     return table

@@ -41,6 +41,14 @@ def _tokens(n: int) -> str:
     return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
 
 
+def summarizer_note(errors: list[dict[str, Any]]) -> str:
+    """The compactions whose model summary failed, and why: ``summarizer extractive x2 (origin code
+    HTTP 400)`` (the progress line, the gate and demo summaries)."""
+    causes = sorted({f"origin {e.get('origin')}" + (f" HTTP {e['status']}" if e.get("status") else "")
+                     for e in errors})
+    return f"summarizer extractive x{len(errors)} ({', '.join(causes)})"
+
+
 def progress_line(tracker: TurnTracker) -> str:
     """The live progress line: iteration, estimate vs window (and which estimate: the provider's
     usage or bytes), compactions (and any that fell back to the extractive summary), body vs
@@ -56,9 +64,7 @@ def progress_line(tracker: TurnTracker) -> str:
     parts.append(f"compactions {len(tracker.compactions)}{shown}")
     failed = tracker.summarizer_errors()
     if failed:
-        causes = sorted({f"origin {e.get('origin')}" + (f" HTTP {e['status']}" if e.get("status") else "")
-                         for e in failed})
-        parts.append(f"summarizer extractive x{len(failed)} ({', '.join(causes)})")
+        parts.append(summarizer_note(failed))
     if tracker.ceiling_bytes:
         parts.append(f"largest body {_size(tracker.max_body_bytes)} / {_size(tracker.ceiling_bytes)} ceiling")
     parts.append(f"tools {len(tracker.tool_calls)}")

@@ -168,6 +168,8 @@ class AgentReport:
     iterations: int = 0
     max_iterations: int = 0
     compactions: int = 0
+    summarizers: dict[str, int] = dataclasses.field(default_factory=dict)  # compactions by summarizer
+    summarizer_errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # why extractive
     max_body_bytes: int = 0
     ceiling_bytes: int = 0
     http_413s: int = 0
@@ -185,7 +187,8 @@ class AgentReport:
                 "sessionId": self.session_id, "verdict": self.verdict, "summary": self.summary,
                 "findings": self.findings, "omittedFindings": self.omitted_findings,
                 "iterations": self.iterations, "maxIterations": self.max_iterations,
-                "compactions": self.compactions, "maxBodyBytes": self.max_body_bytes,
+                "compactions": self.compactions, "summarizers": dict(self.summarizers),
+                "summarizerErrors": list(self.summarizer_errors), "maxBodyBytes": self.max_body_bytes,
                 "ceilingBytes": self.ceiling_bytes, "http413s": self.http_413s,
                 "modelRetries": self.model_retries, "stalls": self.stalls, "verdictAsks": self.verdict_asks,
                 "sidecars": self.sidecars, "sidecarBytes": self.sidecar_bytes,
@@ -513,12 +516,21 @@ class GateRun:
                                        "bodyBytes": int(progress.get("bodyBytes") or 0),
                                        "maxBodyBytes": report.max_body_bytes,
                                        "ceilingBytes": report.ceiling_bytes,
-                                       "compactions": report.compactions, "http413s": report.http_413s,
+                                       "compactions": report.compactions,
+                                       "extractiveSummaries": len(report.summarizer_errors),
+                                       "http413s": report.http_413s,
                                        "sidecars": report.sidecars})
         elif event.type == COMPACTION:
+            record = event.data.get("compaction")
+            record = record if isinstance(record, dict) else {}
             report.compactions += 1
-            self._set_item(report, GateItem.COMPACTING,
-                           trigger=(event.data.get("compaction") or {}).get("trigger"))
+            summarizer = str(record.get("summarizer") or "model")
+            report.summarizers[summarizer] = report.summarizers.get(summarizer, 0) + 1
+            failed = record.get("summarizerError")
+            if isinstance(failed, dict):  # the model's summary failed: the extractive one was used
+                report.summarizer_errors.append({k: failed.get(k) for k in ("origin", "status", "hop")
+                                                 if k in failed})
+            self._set_item(report, GateItem.COMPACTING, trigger=record.get("trigger"))
         elif event.type == TURN_COMPLETE:
             turn = event.data.get("turn")
             turn = turn if isinstance(turn, dict) else {}
