@@ -23,11 +23,12 @@ GATE_AGENT = Path(__file__).parent / "agents" / "gate_agent.py"
 SARIF_SCHEMA = Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json"
 
 
-def gate_agent_cmd(**modes: str) -> str:
-    """The test agent's command: ``hang="appsec"``, ``garbage="qa_automation,..."``, ``invalid=...``."""
+def gate_agent_cmd(**modes: str | int | float) -> str:
+    """The test agent's command: ``hang="appsec"``, ``garbage="qa_automation,..."``, ``invalid=...``,
+    ``big="appsec", big_bytes=100_000``, ``hold_until=2, slow=0.2``."""
     args = [sys.executable, str(GATE_AGENT)]
-    for mode, profiles in modes.items():
-        args += [f"--{mode}", profiles]
+    for mode, value in modes.items():
+        args += [f"--{mode.replace('_', '-')}", str(value)]
     return shlex.join(args)
 
 

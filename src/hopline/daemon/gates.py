@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import re
@@ -25,7 +26,7 @@ import orjson
 from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
 from hopline.daemon.journal import Journal
 from hopline.daemon.sessions import SessionError, SessionManager
@@ -44,6 +45,7 @@ from hopline.gateway.errors import bounded_json_route
 from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.tools import REVIEW_META
+from hopline.sidecars.projection import restore_update
 
 log = logging.getLogger("hopline.daemon.gates")
 
@@ -114,6 +116,31 @@ class ManagerDriver:
 
     def publish(self, stream: str, event_type: str, data: dict[str, Any]) -> None:
         self.bus.publish(stream, event_type, data)
+
+    async def resolve_update(self, session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+        """The update with its sidecars read back from this daemon's store (off the loop: files)."""
+        store = self.manager.sidecars
+        if store is None:
+            return update
+
+        def body(entry: dict[str, Any]) -> bytes:
+            found = store.get(session_id, str(entry.get("id")))
+            data = store.read_bytes(found) if found is not None else None
+            if data is None or hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+                raise SidecarUnavailable("a sidecar of this update is gone or does not match its entry")
+            return data
+
+        def restore() -> dict[str, Any]:
+            try:
+                return restore_update(update, body)
+            except ValueError as exc:  # a truncated entry: its bytes were lost
+                raise SidecarUnavailable(str(exc)) from None
+
+        return await asyncio.to_thread(restore)
+
+
+class SidecarUnavailable(HoplineError):
+    """A moved field of an update cannot be read back (truncated, reaped, or changed)."""
 
 
 class GateBody(BaseModel):

@@ -105,6 +105,11 @@ class SessionDriver(Protocol):
 
     def has_session(self, session_id: str) -> bool: ...
 
+    async def resolve_update(self, session_id: str, update: dict[str, Any]) -> dict[str, Any]:
+        """The original of a projected update: its fields moved to sidecars set back (size and
+        sha256 checked); a :class:`~hopline.budget.HoplineError` when one cannot be."""
+        ...
+
     def publish(self, stream: str, event_type: str, data: dict[str, Any]) -> None:
         """Journal and deliver one event on a stream (a gate run's id, or a session's)."""
         ...
@@ -482,7 +487,7 @@ class GateRun:
                     self._cursors[session_id] = event.id
                 if not event.synthetic and not tracker.mine(event):
                     continue
-                tracker.apply(event)
+                tracker.apply(await self._whole(session_id, event))
                 if report is not None:
                     self._track(report, event)
                 if event.is_turn_end and event.prompt_id == prompt_id:
@@ -490,6 +495,19 @@ class GateRun:
         finally:
             with contextlib.suppress(Exception):
                 await stream.aclose()  # type: ignore[attr-defined]
+
+    async def _whole(self, session_id: str, event: Event) -> Event:
+        """An agent message whose text went to a sidecar (a long answer in one chunk), restored: the
+        verdict is read from the whole answer, never from its preview. Other events as they are."""
+        if event.update_kind != "agent_message_chunk" or not any(not r.truncated for r in event.sidecars()):
+            return event
+        try:
+            update = await self.driver.resolve_update(session_id, event.update)
+        except HoplineError as exc:  # gone or lost: the preview is all there is (said, sizes only)
+            log.warning("a moved agent message could not be restored", extra={
+                "exception": type(exc).__name__, "bytes": sum(r.bytes for r in event.sidecars())})
+            return event
+        return Event(event.id, event.type, {**event.data, "update": update}, event.size)
 
     def _track(self, report: AgentReport, event: Event) -> None:
         moved = [ref for ref in event.sidecars() if not ref.truncated]
