@@ -91,3 +91,16 @@ def test_progress_and_compaction_lines_say_when_the_summarizer_fell_back() -> No
     shown = compaction_line(record, 1)
     assert "(trigger transport, reactive)" in shown
     assert "the model's summary failed: origin code, status 400" in shown
+
+
+def test_the_fetch_hint_names_the_daemon_it_ran_against_and_never_a_token() -> None:
+    from hopline.cli.sidecar import fetch_hint
+
+    sid, ref = "a" * 32, "b" * 32
+    assert fetch_hint(sid, ref) == f"hopline sidecar {sid} {ref} > file"
+    assert fetch_hint(sid, ref, data_dir="/tmp/x y") == (
+        f"hopline sidecar {sid} {ref} --data-dir '/tmp/x y' > file")
+    assert fetch_hint(sid, ref, url="http://127.0.0.1:8765") == (
+        f"hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 > file")  # the token: $HOPLINE_SERVER_TOKEN
+    assert fetch_hint(sid, ref, url="http://me:secret@127.0.0.1:8765", token_from_env=False) == (
+        f'hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 --token "$HOPLINE_SERVER_TOKEN" > file')

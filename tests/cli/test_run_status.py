@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -63,11 +64,14 @@ def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedS
     # Outputs that went to a sidecar are shown with their path, size, hash prefix and how to fetch
     # them whole; then a preview of their head and tail.
     moved = re.search(r"content\[0\]\.content\.text: [\d.]+ KiB in sidecar ([0-9a-f]{12}) — "
-                      r"hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) > file", text)
+                      r"(hopline sidecar ([0-9a-f]{32}) ([A-Za-z0-9_-]{32}) --url (\S+)) > file", text)
     assert moved, text[-3000:]
-    sha_prefix, session_id, sidecar_id = moved.groups()
-    fetched = subprocess.run([*HOPLINE, "sidecar", session_id, sidecar_id, "--url", daemon.url],
-                             env={**os.environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
+    sha_prefix, command, session_id, _, url = moved.groups()
+    assert url == daemon.url and daemon.token not in text
+    # the printed command, as printed, with the token in the environment as the run had it
+    environ = {k: v for k, v in os.environ.items() if k != "HOPLINE_URL"}
+    fetched = subprocess.run([*HOPLINE, *shlex.split(command)[1:]],
+                             env={**environ, "HOPLINE_SERVER_TOKEN": daemon.token}, capture_output=True,
                              timeout=60)
     assert fetched.returncode == 0, fetched.stderr
     assert hashlib.sha256(fetched.stdout).hexdigest().startswith(sha_prefix)

@@ -280,7 +280,7 @@ def _json_line(obj: Any) -> None:
 
 async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str | None, cwd: str | None,
                      profile: str | None, as_json: bool, ask: bool,
-                     scripted: dict[str, Any] | None) -> int:
+                     scripted: dict[str, Any] | None, token_from_env: bool = True) -> int:
     from rich.console import Console
 
     from hopline.client import DaemonClient
@@ -293,7 +293,8 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
     def fetch_command(session_id: str) -> FetchHint:
         from hopline.cli.sidecar import fetch_hint
 
-        return lambda sidecar_id: fetch_hint(session_id, sidecar_id, data_dir=kept.get("dir"))
+        return lambda sidecar_id: fetch_hint(session_id, sidecar_id, data_dir=kept.get("dir"), url=url,
+                                             token_from_env=token_from_env)
 
     async def session(client: DaemonClient) -> int:
         session_id = await client.create_session(cwd=cwd, profile=profile,
@@ -375,8 +376,10 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter("--ask needs the terminal; it cannot be combined with --json")
         hints = parse_scripted(scripted)
         workspace = os.path.abspath(cwd or os.getcwd())
+        token_from_env = token is None
         if url is not None and token is None:
             token = os.environ.get(SERVER_TOKEN_ENV)
         code = run_client("run", run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
-                                            profile=profile, as_json=as_json, ask=ask, scripted=hints))
+                                            profile=profile, as_json=as_json, ask=ask, scripted=hints,
+                                            token_from_env=token_from_env))
         raise typer.Exit(code)

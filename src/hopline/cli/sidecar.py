@@ -23,9 +23,24 @@ from hopline.vocabulary import SERVER_TOKEN_ENV
 SIDECARS_SUBDIR = "sidecars"
 
 
-def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None) -> str:
-    """The command line that fetches one sidecar (what `hopline run` prints)."""
-    where = f" --data-dir {data_dir}" if data_dir else ""
+def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None, url: str | None = None,
+               token_from_env: bool = True) -> str:
+    """The command line that fetches one sidecar (what `hopline run` prints): from the data
+    directory, or from the daemon at ``url``. The token is never in it: the command reads
+    ``$HOPLINE_SERVER_TOKEN`` (said as ``--token "$HOPLINE_SERVER_TOKEN"`` when the run was given
+    ``--token`` rather than the variable); a user and password in the URL are left out too."""
+    import shlex
+
+    where = ""
+    if data_dir:
+        where = f" --data-dir {shlex.quote(data_dir)}"
+    elif url:
+        import httpx
+
+        shown = str(httpx.URL(url).copy_with(username=None, password=None))
+        where = f" --url {shlex.quote(shown)}"
+        if not token_from_env:
+            where += f' --token "${SERVER_TOKEN_ENV}"'
     return f"hopline sidecar {session_id} {sidecar_id}{where} > file"
 
 
