@@ -321,6 +321,9 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("error_data_echo_max_bytes", HOP_DAEMON_API, Unit.BYTES, 4 * KiB,
             "HOPLINE_ERROR_DATA_ECHO_MAX_BYTES",
             "an agent's JSON-RPC error data echoed to a client (larger: only its size is)"),
+    Ceiling("error_message_echo_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * KiB,
+            "HOPLINE_ERROR_MESSAGE_ECHO_MAX_BYTES",
+            "an agent's JSON-RPC error message echoed to a client (longer: cut, its size said)"),
     Ceiling("serve_stop_grace_seconds", HOP_DAEMON_API, Unit.SECONDS, 5.0, None,
             "a stopping daemon's time to finish its open requests (whole seconds, rounded up)"),
     Ceiling("path_id_max_chars", HOP_DAEMON_API, Unit.COUNT, 128, None,
@@ -464,6 +467,7 @@ class Budget:
     sse_event_envelope_bytes: int
     stub_title_max_chars: int
     error_data_echo_max_bytes: int
+    error_message_echo_max_bytes: int
     serve_stop_grace_seconds: float
     path_id_max_chars: int
     bulk_replay_max_updates: int

@@ -2,7 +2,8 @@
 
 Every route that waits on a child (``POST /session``, ``POST /session/{id}/load``) turns what the
 child did into an HTTP error through :func:`agent_failure`: a JSON-RPC error is 422
-``agent_refused`` (its data echoed up to ``error_data_echo_max_bytes``), an exit 502
+``agent_refused`` (its message echoed up to ``error_message_echo_max_bytes``, its data up to
+``error_data_echo_max_bytes``: the agent's words are bounded like any input), an exit 502
 ``agent_exited``, no answer in time 504 ``agent_timeout``.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CeilingExceeded, HoplineError
+from hopline.budget import Budget, CeilingExceeded, HoplineError
 from hopline.daemon.child import AgentExited, AgentRpcError
 
 
@@ -40,12 +41,25 @@ def echoed(data: Any, max_bytes: int) -> Any:
     return data if len(raw) <= max_bytes else {"omittedBytes": len(raw)}
 
 
-def agent_failure(exc: BaseException, what: str, *, echo_max_bytes: int) -> SessionError | None:
+def echoed_message(message: str, max_bytes: int) -> tuple[str, int]:
+    """An agent's error message as a client may see it: whole up to ``max_bytes`` UTF-8 bytes, else
+    its head that fits (never a split character); and the bytes left out (0 when whole)."""
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= max_bytes:
+        return message, 0
+    head = raw[:max_bytes].decode("utf-8", "ignore")
+    return head, len(raw) - len(head.encode("utf-8"))
+
+
+def agent_failure(exc: BaseException, what: str, budget: Budget) -> SessionError | None:
     """The HTTP error for the agent's failure to answer ``what`` (a method name), or ``None`` when
     ``exc`` is not an agent's failure."""
     if isinstance(exc, AgentRpcError):
-        return SessionError(422, "agent_refused", f"the agent refused {what}: {exc.message}",
-                            code=exc.code, data=echoed(exc.data, echo_max_bytes))
+        message, omitted = echoed_message(exc.message, budget.error_message_echo_max_bytes)
+        extra: dict[str, Any] = {"omittedMessageBytes": omitted} if omitted else {}
+        shown = f"{message} … ({omitted} more bytes)" if omitted else message
+        return SessionError(422, "agent_refused", f"the agent refused {what}: {shown}", code=exc.code,
+                            data=echoed(exc.data, budget.error_data_echo_max_bytes), **extra)
     if isinstance(exc, AgentExited):
         return SessionError(502, "agent_exited", f"the agent exited during {what} with code {exc.returncode}",
                             reason="agent_exited", exitCode=exc.returncode)

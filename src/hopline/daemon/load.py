@@ -121,7 +121,7 @@ class SessionLoader:
             try:
                 return request.result()
             except Exception as exc:
-                failure = agent_failure(exc, method, echo_max_bytes=self.budget.error_data_echo_max_bytes)
+                failure = agent_failure(exc, method, self.budget)
                 if failure is None:
                     raise
                 raise failure from None

@@ -300,7 +300,7 @@ class SessionManager:
                                    "the agent answered session/new without a sessionId")
         except BaseException as exc:
             await self._forget(session)
-            failure = agent_failure(exc, "session/new", echo_max_bytes=self.budget.error_data_echo_max_bytes)
+            failure = agent_failure(exc, "session/new", self.budget)
             if failure is None:
                 raise
             raise failure from None
