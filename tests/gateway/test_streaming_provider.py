@@ -192,6 +192,32 @@ async def test_the_raw_stream_is_bounded_too(strict: StrictOpenAI) -> None:
     assert "HOPLINE_PROVIDER_STREAM_MAX_BYTES" in caught.value.message
 
 
+@pytest.mark.parametrize("slack", [0, -1])
+async def test_a_stream_of_exactly_the_raw_ceiling_passes_and_one_byte_less_cuts_it(
+        strict: StrictOpenAI, slack: int) -> None:
+    """HOPLINE_PROVIDER_STREAM_MAX_BYTES at its limit: the stream's raw bytes (SSE framing included),
+    measured by a plain client on the same request, are exactly the ceiling: the whole answer; with a
+    ceiling one byte smaller, it is cut."""
+    strict.reply = REPLY
+    payload = _provider(strict).request_body(_turn())
+    measured = httpx.post(strict.base_url + "/chat/completions", content=payload,
+                          headers={"content-type": "application/json"})
+    assert measured.headers["content-type"] == "text/event-stream"
+    raw = len(measured.content)
+    assert raw > DELTA_BYTES  # the framing counts
+    budget = Budget.defaults().replace(provider_response_max_bytes=DELTA_BYTES,
+                                       provider_stream_max_bytes=raw + slack)
+    if slack == 0:
+        answer = await _provider(strict, budget).complete(_turn())
+        assert answer.message["tool_calls"] == CALLS and answer.message["content"] == TEXT
+        return
+    with pytest.raises(ProviderFailure) as caught:
+        await _provider(strict, budget).complete(_turn())
+    assert caught.value.origin == "model"
+    assert caught.value.limit_bytes == raw - 1 and caught.value.observed_bytes > raw - 1
+    assert "HOPLINE_PROVIDER_STREAM_MAX_BYTES" in caught.value.message
+
+
 async def test_without_streaming_the_whole_answer_is_asked_for(strict: StrictOpenAI) -> None:
     strict.reply = REPLY
     env = {"HOPLINE_PROVIDER": "openai", "OPENAI_BASE_URL": strict.base_url, "HOPLINE_PROVIDER_STREAM": "0"}
