@@ -1,4 +1,6 @@
-"""A frame over the pipe's max frame: dropped with a `frame_dropped` event, and the session goes on."""
+"""A frame the pipe cannot relay (over the max frame, not JSON, not UTF-8, cut by the end of the
+stream): dropped with a `frame_dropped` event naming why, measured in `runtime.perf.pipe`, and the
+session goes on."""
 
 from __future__ import annotations
 
@@ -88,3 +90,44 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
                         break
                 assert b"event: replay_complete" in raw and b"id:" not in raw
         assert "pipe frame dropped" in daemon.log_text()
+
+
+async def test_frames_that_are_not_json_or_utf8_or_cut_by_eof_are_dropped_counted_and_said(
+        tmp_path: Path) -> None:
+    """#13 item 3 beyond the oversize case: a test agent writes bad frames on its real stdout."""
+    from .support import iter_sse
+
+    big = 300 * 1024  # at or over the 256 KiB large-frame threshold: a record of origin unknown
+    with running_daemon(tmp_path) as daemon:
+        async with daemon.client() as client:
+            sid = await new_session(client, tmp_path)
+            await prompt(client, sid, "echo warm")
+            warm = await read_events(client, sid, turns_done(1))
+            events = []
+            # subscribed before the bad frames: frame_dropped is a live (synthetic) event
+            async with client.stream("GET", f"/session/{sid}/events",
+                                     headers={"Last-Event-ID": str(warm[-1].id)}) as stream:
+                sse = iter_sse(stream)  # one reader of the one stream, turn after turn
+                for command in (f"raw json {big}", "raw utf8 1000", "raw eof 500"):
+                    await prompt(client, sid, command)
+                    async for event in sse:
+                        events.append(event)
+                        if event.type in ("turn_complete", "turn_error"):
+                            break
+            status = (await client.get("/daemon/status")).json()
+    dropped = [e.data for e in events if e.type == "frame_dropped"]
+    assert [(d["reason"], d["bytes"], d["direction"]) for d in dropped] == [
+        ("invalid_json", big, "inbound"), ("invalid_utf8", 1000, "inbound"),
+        ("incomplete_frame", 500, "inbound")]
+    assert all(e.id is None for e in events if e.type == "frame_dropped")  # live notices, not journaled
+    ends = [e for e in events if e.type in ("turn_complete", "turn_error")]
+    assert [e.type for e in ends] == ["turn_complete", "turn_complete", "turn_error"]
+    assert texts(events) == ["raw done", "raw done"]  # the frames around a dropped one arrived
+    inbound = status["runtime"]["perf"]["pipe"]["inbound"]
+    assert (inbound["dropped"], inbound["droppedBytes"], inbound["maxDroppedBytes"]) == (3, big + 1500, big)
+    assert status["framesDropped"] == 3
+    records = [orjson.loads(line)["record"] for line in daemon.log_text().splitlines()
+               if "hopline.daemon.pipe.large_frame" in line]
+    unknown = [r for r in records if r["sourceClass"] == "unknown"]
+    assert [r["bytes"] for r in unknown] == [big]  # the small ones are under the threshold
+    assert "nnnnnnnn" not in daemon.log_text()  # sizes only, never the frame

@@ -13,6 +13,9 @@ Prompt commands (one per prompt):
   ``kinds``            the large updates of every kind (:func:`kind_updates`), one after the other
   ``message N``        one agent_message_chunk of N bytes of distinct text
   ``foreign``          a session/update for another session id and two malformed ones, then a chunk
+  ``raw KIND N``       writes one frame of N bytes the SDK never would, straight to its stdout:
+                       ``json`` (not JSON), ``utf8`` (not UTF-8), then says "raw done"; ``eof`` (a
+                       frame cut by the end of the stream: the agent exits inside it)
   ``creds``            says where this session's sidecar write token came (env or request _meta),
                        its sha256, and leaves the token itself in ``$BIG_AGENT_CANARY_DIR`` (a canary)
   anything else        echoed back as one chunk
@@ -176,6 +179,17 @@ class BigUpdateAgent(Agent):
             await raw.send_notification("session/update", {"sessionId": session_id})
             await raw.send_notification("session/update", {"sessionId": session_id, "update": "odd"})
             await self._say(session_id, "foreign done")
+        elif command == "raw":
+            kind, size = words[1], int(words[2])
+            # the SDK's own stdout writer: what it sent before is written, nothing interleaves
+            writer = self.conn._conn._transport._sender._writer  # type: ignore[attr-defined]
+            start = {"json": b"{", "utf8": b'"\xff', "eof": b'{"jsonrpc": "2.0", '}[kind]
+            frame = (start + b"n" * size)[:size - 1] + (b'"' if kind == "utf8" else b"n")
+            writer.write(frame if kind == "eof" else frame + b"\n")
+            await writer.drain()
+            if kind == "eof":
+                os._exit(0)
+            await self._say(session_id, "raw done")
         elif command == "creds":
             token = self.tokens.get(session_id)
             canary_dir = os.environ.get("BIG_AGENT_CANARY_DIR")
