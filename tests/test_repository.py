@@ -1,8 +1,10 @@
-"""The checkout itself: no file carries an unresolved merge, and the bench's results parse."""
+"""The checkout itself: no file carries an unresolved merge, the bench's results parse, and the
+README's images are there."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,3 +31,10 @@ def test_no_tracked_file_holds_a_merge_conflict_marker() -> None:
 def test_bench_results_parse() -> None:
     results = json.loads((ROOT / "bench" / "results.json").read_text())
     assert set(results["benchmarks"]) >= {"relay", "observer", "streaming", "warm_pool"}
+
+
+def test_every_image_the_readme_shows_is_tracked() -> None:
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+    assert "docs/console.png" in images and "docs/console-gate.png" in images
+    tracked = {str(path.relative_to(ROOT)) for path in _tracked_files()}
+    assert [image for image in images if image not in tracked] == []

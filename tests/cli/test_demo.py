@@ -87,6 +87,10 @@ def test_demo_naive_reproduces_the_413_and_the_dev_session_stays_awaiting_gate()
     assert [(c["previous"], c["state"]) for c in summary["devStates"]] == [
         ("idle", "awaiting_gate"), ("awaiting_gate", "idle")]
     assert summary["devStayedAwaiting"] and summary["exitCode"] == 2
+    console = Console(record=True, width=200)
+    print_summary(console, summary)
+    shown = console.export_text()  # each gate's body against the limit that refused it, not 8 MiB
+    assert shown.count("/ 100 KiB (gateway.llm_turn refused it)") >= 4 and "/ 8 MiB" not in shown
 
 
 @pytest.mark.e2e

@@ -104,3 +104,37 @@ def test_the_fetch_hint_names_the_daemon_it_ran_against_and_never_a_token() -> N
         f"hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 > file")  # the token: $HOPLINE_SERVER_TOKEN
     assert fetch_hint(sid, ref, url="http://me:secret@127.0.0.1:8765", token_from_env=False) == (
         f'hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 --token "$HOPLINE_SERVER_TOKEN" > file')
+
+
+def test_a_gate_refused_as_too_large_shows_the_limit_that_refused_it() -> None:
+    """demo --naive: the gateway's 100 KiB refused the bodies; the table says so, not "/ 8 MiB"."""
+    from rich.console import Console
+
+    from hopline.cli.gate import body_against_ceiling, summary_table
+
+    naive = {"agent": "appsec", "verdict": "error", "findings": [], "iterations": 4, "compactions": 0,
+             "maxBodyBytes": 90 * 1024, "ceilingBytes": 8 * 1024 * 1024, "http413s": 2, "attempt": 2,
+             "error": {"origin": "code", "status": 413, "hop": "gateway.llm_turn", "limitBytes": 100 * 1024,
+                       "observedBytes": 120 * 1024}}
+    assert body_against_ceiling(naive) == "120 KiB / 100 KiB (gateway.llm_turn refused it)"
+    within = {**naive, "error": None, "maxBodyBytes": 300 * 1024}
+    assert body_against_ceiling(within) == "300 KiB / 8 MiB"
+    console = Console(record=True, width=200)
+    console.print(summary_table({"agents": [naive], "base": "a" * 40, "finalHead": "b" * 40}))
+    assert "100 KiB (gateway.llm_turn refused it)" in console.export_text()
+    assert "/ 8 MiB" not in console.export_text()
+
+
+def test_status_shows_a_short_session_id_in_its_tables() -> None:
+    from rich.console import Console
+
+    from hopline.cli.status import print_status
+
+    sid = "0123456789abcdef" * 2
+    status = {"sessions": [{"sessionId": sid, "cwd": "/secret/path", "state": "ready", "devState": "idle"}],
+              "gates": [{"gateId": "g_" + "1" * 24, "state": "done", "exitCode": 0, "round": 1,
+                         "devSessionId": sid, "devState": "idle", "items": {}, "verdicts": {}}]}
+    console = Console(record=True, width=200)
+    print_status(console, status)
+    text = console.export_text()
+    assert text.count("01234567…") == 2 and sid not in text and "/secret/path" not in text

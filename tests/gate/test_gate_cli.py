@@ -124,6 +124,11 @@ def test_hopline_status_shows_gate_runs_and_the_dev_state(hopline_gate_daemon: D
     run = next(g for g in status["gates"] if g["gateId"] == gate_id)
     assert run["devState"] == "idle" and run["verdicts"] == {"qa_strategy": "fail"}  # untested change
     assert [s["devState"] for s in status["sessions"] if s["sessionId"] == run["devSessionId"]] == ["idle"]
+    # the tables tie the gate run's dev state to its session: a short id prefix in both (never the cwd)
+    prefix = run["devSessionId"][:8] + "…"
+    session_rows = [line for line in shown.stdout.splitlines() if prefix in line]
+    assert len(session_rows) == 2 and all("idle" in line for line in session_rows), shown.stdout
+    assert run["devSessionId"] not in shown.stdout and str(repo) not in shown.stdout
 
 
 def test_a_daemon_removes_the_checkout_a_dead_daemon_left(tmp_path: Path) -> None:

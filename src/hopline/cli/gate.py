@@ -36,6 +36,17 @@ def _size(value: Any) -> str:
     return format_size(int(value)) if isinstance(value, int) else "-"
 
 
+def body_against_ceiling(row: dict[str, Any]) -> str:
+    """A gate's largest llm-turn body against the ceiling that bounds it: the engine ceiling, or,
+    when a hop refused a body as too large (413), the limit that refused it and that hop."""
+    found = row.get("error")
+    error: dict[str, Any] = found if isinstance(found, dict) else {}
+    if error.get("status") == 413 and isinstance(error.get("limitBytes"), int):
+        largest = max(int(row.get("maxBodyBytes") or 0), int(error.get("observedBytes") or 0))
+        return f"{_size(largest)} / {_size(error['limitBytes'])} ({error.get('hop')} refused it)"
+    return f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}"
+
+
 class GateView:
     """The live state of a run from its events: one row per gate agent, the dev state, the round."""
 
@@ -89,8 +100,7 @@ class GateView:
                           f"{row.get('iteration') or 0}/{row.get('maxIterations') or '?'}",
                           str(row.get("compactions") or 0) + (f" ([red]{extractive} extractive[/])"
                                                               if extractive else ""),
-                          f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}",
-                          str(row.get("http413s") or 0),
+                          body_against_ceiling(row), str(row.get("http413s") or 0),
                           f"[{VERDICT_STYLES.get(str(verdict), '')}]{verdict}[/]" if verdict else "…")
         return table
 
@@ -120,8 +130,7 @@ def summary_table(result: dict[str, Any]) -> RenderableType:
                                                        if failed else "")
         table.add_row(str(agent.get("agent")), f"[{VERDICT_STYLES.get(verdict, '')}]{verdict}[/]",
                       f"{len(findings)} ({errors} errors){omitted}", str(agent.get("iterations")),
-                      compactions,
-                      f"{_size(agent.get('maxBodyBytes'))} / {_size(agent.get('ceilingBytes'))}",
+                      compactions, body_against_ceiling(agent),
                       f"[{style}]{agent.get('http413s')}[/]", str(agent.get("attempt")))
     return table
 

@@ -46,6 +46,14 @@ def _plain(value: Any) -> str:
     return str(value)
 
 
+SHORT_ID_CHARS = 8  # a display bound: enough to tell the sessions of one daemon apart
+
+
+def short_id(value: Any) -> str:
+    """A session id's first characters, to tie a row to a session (the whole id is in ``--json``)."""
+    return f"{value[:SHORT_ID_CHARS]}…" if isinstance(value, str) and value else "-"
+
+
 def print_status(console: Console, status: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -57,13 +65,15 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
         keys: list[str] = []
         for s in sessions:
             for k in s if isinstance(s, dict) else ():
-                if k not in keys and k not in ("id", "sessionId", "cwd"):  # ids and paths stay out
+                if k not in keys and k not in ("id", "sessionId", "cwd"):  # the id is shown short; no path
                     keys.append(k)
+        table.add_column("session")
         for k in keys:
             table.add_column(k)
         for s in sessions:
             if isinstance(s, dict):
-                table.add_row(*(_plain(s.get(k, "")) for k in keys))
+                table.add_row(short_id(s.get("sessionId") or s.get("id")),
+                              *(_plain(s.get(k, "")) for k in keys))
         console.print(table)
     else:
         console.print(f"sessions: {sessions}")
@@ -71,14 +81,16 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     gates = status.get("gates")
     if isinstance(gates, list) and gates:
         table = Table(title=f"gate runs ({len(gates)})", title_justify="left")
-        for column in ("gate", "state", "exit", "round", "dev state", "gates (item / verdict)"):
+        for column in ("gate", "state", "exit", "round", "dev session", "dev state",
+                       "gates (item / verdict)"):
             table.add_column(column)
         for g in gates:
             items = g.get("items") or {}
             verdicts = g.get("verdicts") or {}
             shown = ", ".join(f"{a}: {verdicts.get(a) or items.get(a)}" for a in items)
             table.add_row(str(g.get("gateId")), str(g.get("state")), _plain(g.get("exitCode")),
-                          str(g.get("round")), str(g.get("devState") or "-"), shown)
+                          str(g.get("round")), short_id(g.get("devSessionId")), str(g.get("devState") or "-"),
+                          shown)
         console.print(table)
 
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
