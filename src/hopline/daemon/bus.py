@@ -47,13 +47,21 @@ log = logging.getLogger("hopline.daemon.bus")
 WARN_FRACTION = 0.75  # SPEC D-4: warn at 75 % of a subscriber's queue, evict at 100 %
 
 
-@dataclasses.dataclass(frozen=True)
 class Event:
-    """One SSE event; ``id`` is None for synthetic events. ``wire`` is the exact SSE bytes."""
+    """One SSE event; ``id`` is None for synthetic events. ``wire`` is the exact SSE bytes and
+    ``size`` their length, computed once (the bounds read it several times per event). Treated
+    as immutable: one event object is shared by the ring and every subscriber."""
 
-    id: int | None
-    type: str
-    data: bytes = dataclasses.field(repr=False)  # the JSON of the event's data
+    __slots__ = ("data", "id", "size", "type")
+
+    def __init__(self, id: int | None, type: str, data: bytes) -> None:
+        self.id = id
+        self.type = type
+        self.data = data  # the JSON of the event's data
+        self.size = wire_size(id, type, len(data))
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.id!r}, type={self.type!r}, {len(self.data)} bytes)"
 
     @property
     def wire(self) -> bytes:
@@ -64,11 +72,6 @@ class Event:
         into one socket write without building each event's bytes first."""
         head = b"event: " if self.id is None else b"id: %d\nevent: " % self.id
         return head + self.type.encode() + b"\ndata: ", self.data, b"\n\n"
-
-    @property
-    def size(self) -> int:
-        """Exactly ``len(self.wire)``, without building it."""
-        return wire_size(self.id, self.type, len(self.data))
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "type": self.type, "data": orjson.loads(self.data)}
