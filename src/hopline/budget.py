@@ -306,6 +306,9 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SSE_QUEUE_MAX_BYTES", "per-subscriber queue bytes (not client-settable)"),
     Ceiling("sse_heartbeat_seconds", HOP_DAEMON_SSE, Unit.SECONDS, 15.0,
             "HOPLINE_SSE_HEARTBEAT_SECONDS", "SSE heartbeat comment interval", minimum=0.01),
+    Ceiling("sse_catch_up_seconds", HOP_DAEMON_SSE, Unit.SECONDS, 0.1, "HOPLINE_SSE_CATCH_UP_SECONDS",
+            "how long a session's pipe reader waits, before its next read, for a subscriber past half its "
+            "queue to catch up (one that does not is then evicted as its queue fills)", minimum=0),
     Ceiling("ring_max_events", HOP_DAEMON_SSE, Unit.COUNT, 8000, "HOPLINE_RING_MAX_EVENTS",
             "replay ring per session, events"),
     Ceiling("ring_max_bytes", HOP_DAEMON_SSE, Unit.BYTES, 8 * MiB, "HOPLINE_RING_MAX_BYTES",
@@ -437,6 +440,7 @@ class Budget:
     sse_queue_max_events: int
     sse_queue_max_bytes: int
     sse_heartbeat_seconds: float
+    sse_catch_up_seconds: float
     ring_max_events: int
     ring_max_bytes: int
     journal_queue_max_events: int

@@ -5,6 +5,7 @@ The bus delivers once the journal's writer thread has committed: ``publish`` ret
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,31 @@ async def test_a_small_event_holds_its_own_size_in_memory(make_bus: MakeBus) -> 
         tracemalloc.stop()
     assert all(e is not None and len(e.data) == 1011 for e in events)
     assert held < 200 * 2048  # about 1 KiB an event (8 KiB each without the copy)
+
+
+async def test_the_pipe_reader_waits_for_a_subscriber_past_half_its_queue(make_bus: MakeBus) -> None:
+    bus = await make_bus(sse_catch_up_seconds=30.0)
+    sub, _ = await bus.subscribe("s1", 16)
+    for i in range(7):
+        await _publish(bus, "s1", "e", {"i": i})
+    assert bus.catch_up("s1") is None  # 7 of 16: under half, read on
+    await _publish(bus, "s1", "e", {"i": 7})
+    waiting = bus.catch_up("s1")  # 8 of 16: at half, the reader waits
+    assert waiting is not None
+    task = asyncio.ensure_future(waiting)
+    await asyncio.sleep(0)
+    assert not task.done()
+    sub.pop_nowait()  # 7: below half again
+    await asyncio.wait_for(task, 5)
+    assert bus.catch_up("s1") is None
+
+
+async def test_a_subscriber_that_does_not_catch_up_is_waited_for_a_bounded_time(make_bus: MakeBus) -> None:
+    bus = await make_bus(sse_catch_up_seconds=0.01)
+    sub, _ = await bus.subscribe("s1", 16)
+    for i in range(8):
+        await _publish(bus, "s1", "e", {"i": i})
+    waiting = bus.catch_up("s1")
+    assert waiting is not None
+    await asyncio.wait_for(waiting, 5)  # done although nothing was read
+    assert sub.half_full and not sub.evicted

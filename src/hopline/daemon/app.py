@@ -58,6 +58,11 @@ from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
 
+# I/O granularity, not a limit: the queued events joined into one socket write. 64 KiB is one write
+# per 64 events of 1 KiB; larger writes cost a client that re-scans its buffer per event (a naive
+# SSE reader) quadratic time, and the slow-subscriber test's reader fell behind at 256 KiB.
+SSE_WRITE_BYTES = 64 * 1024
+
 
 
 # --- request bodies -------------------------------------------------------------------------------
@@ -101,7 +106,8 @@ class PromptAccepted(BaseModel):
 class SseStream(Response):
     """An SSE response: replay (ring or journal) up to the subscribe instant, ``replay_complete``,
     then live events from the subscriber's bounded queue, with heartbeat comments. The events
-    queued when the stream wakes go out in one socket write (at most ``sse_queue_max_bytes``). The stream ends
+    queued when the stream wakes go out in socket writes of up to ``SSE_WRITE_BYTES`` (one event
+    larger than that is one write). The stream ends
     when the subscriber is evicted (after ``client_evicted``), closed, or the client disconnects."""
 
     def __init__(self, bus: EventBus, session_id: str, subscriber: Subscriber, *, after: int, upto: int,
@@ -359,7 +365,8 @@ def create_daemon_app(
                       "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
             start = upto
         return SseStream(bus, session.id, subscriber, after=start, upto=upto, resync=resync,
-                         heartbeat=budget.sse_heartbeat_seconds, write_max_bytes=budget.sse_queue_max_bytes)
+                         heartbeat=budget.sse_heartbeat_seconds,
+                         write_max_bytes=min(SSE_WRITE_BYTES, budget.sse_queue_max_bytes))
 
     @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str) -> dict[str, Any]:

@@ -12,6 +12,12 @@ dropped (memory is freed at once) and it gets ``client_evicted``, after which it
 the client reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in the
 journal.
 
+A session's pipe reader also waits (:meth:`EventBus.catch_up`, at most ``sse_catch_up_seconds``
+before each read) while one of the session's subscribers is past half its queue: a reader a little
+slower than the agent is waited for, not evicted by the next burst; one that does not read is
+evicted as its queue fills. Delivery of one commit pauses for a turn of the loop when a subscriber
+whose stream is about to run is half full.
+
 Synthetic events (no id, not journaled) go to the live subscribers only.
 
 Inside :meth:`EventBus.batch` (a synchronous stretch, e.g. every frame of one pipe read) the events
@@ -33,7 +39,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import orjson
@@ -113,6 +119,7 @@ class Subscriber:
         self._waiter: asyncio.Future[None] | None = None
         self.evicted_signal = asyncio.Event()
         self.after = 0  # events up to this id come from the replay, not the queue
+        self._below_half: asyncio.Future[None] | None = None  # a pipe reader waiting for it
 
     def start_after(self, after: int) -> None:
         """Take only events with an id above ``after`` (those up to it are replayed); drop the
@@ -160,6 +167,7 @@ class Subscriber:
         self.queued_bytes = 0
         self.evicted = True
         self.evicted_signal.set()
+        self._check_below_half()
         self._control.append(synthetic("client_evicted", {
             "reason": "subscriber queue full", "hop": HOP_DAEMON_SSE,
             "maxQueuedEvents": self.max_events, "maxQueuedBytes": self.max_bytes,
@@ -169,8 +177,36 @@ class Subscriber:
         log.warning("sse subscriber evicted", extra={"maxQueuedEvents": self.max_events,
                                                       "maxQueuedBytes": self.max_bytes})
 
+    @property
+    def half_full(self) -> bool:
+        """Half of either bound reached (the head, in delivery, not counted toward the bytes)."""
+        if not self._queue or self.evicted or self.closed:
+            return False
+        waiting = self.queued_bytes - self._queue[0].size
+        return len(self._queue) * 2 >= self.max_events or waiting * 2 >= self.max_bytes
+
+    @property
+    def half_full_and_woken(self) -> bool:
+        """Half full while its stream has been woken and not yet run."""
+        waiter = self._waiter
+        return waiter is not None and waiter.done() and self.half_full
+
+    def below_half(self) -> asyncio.Future[None]:
+        """A future resolved once the queue is below half of both bounds (or gone)."""
+        if self._below_half is None or self._below_half.done():
+            self._below_half = asyncio.get_running_loop().create_future()
+            if not self.half_full:
+                self._below_half.set_result(None)
+        return self._below_half
+
+    def _check_below_half(self) -> None:
+        below = self._below_half
+        if below is not None and not below.done() and not self.half_full:
+            below.set_result(None)
+
     def close(self) -> None:
         self.closed = True
+        self._check_below_half()
         self._wake()
 
     def pop_nowait(self) -> Event | None:
@@ -182,6 +218,8 @@ class Subscriber:
             self.queued_bytes -= event.size
             if not self._queue:
                 self.warned = False
+            if self._below_half is not None:
+                self._check_below_half()
             return event
         return None
 
@@ -241,6 +279,7 @@ class _Commit:
     journaled: int  # events with an id
     nbytes: int  # their data bytes
     delivered: asyncio.Future[None] | None = None  # made on demand by EventBus.flushed
+    next_index: int = 0  # the first event not yet delivered (a commit may take several turns)
 
 
 def _ready(commit: _Commit) -> bool:
@@ -347,20 +386,27 @@ class EventBus:
         """Deliver the commit at the head of the queue if it is done, then the next one in the next
         loop iteration: a writer transaction that settles many commits at once does not pour them
         all into the subscribers' queues before their streams run (the pacing of one pipe read
-        per iteration is kept, and a subscriber that keeps up is never evicted by a burst)."""
+        per iteration is kept). Within a commit, delivery also pauses for one iteration when a
+        subscriber whose stream is about to run is half full: a subscriber that keeps up is never
+        evicted by one burst, one that does not read (its stream stuck in a write) is not waited for."""
         commits = self._commits
         if commits and _ready(commits[0]):
-            commit = commits.popleft()
-            self.queued_events -= commit.journaled
-            self.queued_bytes -= commit.nbytes
+            commit = commits[0]
             error = None
             if commit.committed is not None and not commit.committed.cancelled():
                 error = commit.committed.exception()
-            for session_id, event in commit.events:
+            events = commit.events
+            while commit.next_index < len(events):
+                session_id, event = events[commit.next_index]
+                commit.next_index += 1
                 if error is not None and event.id is not None:
                     self._journal_failed(session_id, event, error)
-                else:
-                    self._deliver(session_id, event)
+                elif self._deliver(session_id, event) and commit.next_index < len(events):
+                    asyncio.get_running_loop().call_soon(self._deliver_next)
+                    return
+            commits.popleft()
+            self.queued_events -= commit.journaled
+            self.queued_bytes -= commit.nbytes
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
             room = self._room
@@ -392,6 +438,17 @@ class EventBus:
             self._room = asyncio.get_running_loop().create_future()
         return self._room
 
+    def catch_up(self, session_id: str) -> Awaitable[object] | None:
+        """None while every subscriber of the session is below half its queue; else an awaitable
+        done when they all are, or after ``sse_catch_up_seconds``: the session's pipe reader awaits
+        it before its next read, so a subscriber that reads a little slower than the agent writes
+        is waited for instead of evicted, and one that does not read is evicted after a bounded
+        delay (its queue fills on the next reads)."""
+        behind = [s for s in self._subscribers.get(session_id, ()) if s.half_full]
+        if not behind:
+            return None
+        return asyncio.wait([s.below_half() for s in behind], timeout=self.budget.sse_catch_up_seconds)
+
     async def flushed(self) -> None:
         """Return once everything published before the call is committed and delivered."""
         if not self._commits:
@@ -403,13 +460,19 @@ class EventBus:
 
     # --- delivery -------------------------------------------------------------------------------
 
-    def _deliver(self, session_id: str, event: Event) -> None:
+    def _deliver(self, session_id: str, event: Event) -> bool:
+        """Ring the event and offer it; True when a subscriber about to drain its queue is half
+        full (the caller lets it run before offering more)."""
         if event.id is not None:
             self._ring(session_id).append(event)
+        pause = False
         for subscriber in list(self._subscribers.get(session_id, ())):
             subscriber.offer(event)
             if subscriber.evicted:
                 self._drop(subscriber)
+            elif subscriber.half_full_and_woken:
+                pause = True
+        return pause
 
     async def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
         """Register a subscriber; return it and the session's last committed id at that instant.

@@ -81,8 +81,8 @@ class ChildHandler(Protocol):
     # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
     # None while the child may be read on; else an awaitable done when it may (the journal's queue
-    # is full: the child is held back, SPEC D-5 bounds).
-    def backpressure(self) -> Awaitable[None] | None: ...
+    # is full, or a subscriber is catching up: the child is held back, SPEC D-4, D-5 bounds).
+    def backpressure(self) -> Awaitable[Any] | None: ...
 
 
 @dataclasses.dataclass

@@ -120,8 +120,11 @@ class _ChildEvents:
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return self.manager.bus.batch()
 
-    def backpressure(self) -> Awaitable[None] | None:
-        return self.manager.bus.backpressure()
+    def backpressure(self) -> Awaitable[Any] | None:
+        held = self.manager.bus.backpressure()
+        if held is not None or self.session is None:
+            return held
+        return self.manager.bus.catch_up(self.session.id)
 
 
 class SessionManager:
