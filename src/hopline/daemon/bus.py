@@ -38,6 +38,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
@@ -76,11 +77,16 @@ class Event:
     def wire_parts(self) -> tuple[bytes, bytes, bytes]:
         """The SSE bytes in three parts, ``data`` among them as is: several events are joined
         into one socket write without building each event's bytes first."""
-        head = b"event: " if self.id is None else b"id: %d\nevent: " % self.id
-        return head + self.type.encode() + b"\ndata: ", self.data, b"\n\n"
+        lines = _type_lines(self.type)
+        return lines if self.id is None else b"id: %d\n%s" % (self.id, lines), self.data, b"\n\n"
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "type": self.type, "data": orjson.loads(self.data)}
+
+
+@functools.lru_cache(maxsize=64)  # the event types (vocabulary), and a few more
+def _type_lines(event_type: str) -> bytes:
+    return b"event: " + event_type.encode() + b"\ndata: "
 
 
 def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
@@ -336,7 +342,8 @@ class EventBus:
         """:meth:`publish` for data already encoded: ``payload`` is the JSON of the event's data,
         journaled and sent as given."""
         limit = self.budget.sse_max_event_bytes
-        if wire_size(self.journal.next_id(session_id), event_type, len(payload)) > limit:
+        event = Event(self.journal.next_id(session_id), event_type, payload)  # sized with its id
+        if event.size > limit:
             self.oversize_dropped += 1
             self.publish_synthetic(session_id, FRAME_DROPPED, {
                 "direction": "sse", "bytes": len(payload), "limitBytes": limit,
@@ -345,7 +352,8 @@ class EventBus:
             log.warning("event over the sse event limit dropped",
                         extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
             return None
-        event = Event(self.journal.stage(session_id, event_type, payload), event_type, payload)
+        if self.journal.stage(session_id, event_type, payload) != event.id:  # next_id's contract
+            raise RuntimeError("the journal staged an event under another id than next_id gave")
         if self._batch is not None:
             self._batch.append((session_id, event))
         else:
