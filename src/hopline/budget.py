@@ -196,6 +196,7 @@ HOP_PROVIDER = "gateway.provider"
 HOP_CONTEXT = "harness.context"
 HOP_TOOLS = "harness.tools"
 HOP_REPLAY = "daemon.replay"
+HOP_JOURNAL = "daemon.journal"
 HOP_SIDECARS = "daemon.sidecars"
 HOP_OBSERVE = "observe.large_frames"
 HOP_GATE = "daemon.gate"
@@ -306,10 +307,18 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SSE_QUEUE_MAX_BYTES", "per-subscriber queue bytes (not client-settable)"),
     Ceiling("sse_heartbeat_seconds", HOP_DAEMON_SSE, Unit.SECONDS, 15.0,
             "HOPLINE_SSE_HEARTBEAT_SECONDS", "SSE heartbeat comment interval", minimum=0.01),
+    Ceiling("sse_catch_up_seconds", HOP_DAEMON_SSE, Unit.SECONDS, 0.1, "HOPLINE_SSE_CATCH_UP_SECONDS",
+            "how long a session's pipe reader waits, before its next read, for a subscriber past half its "
+            "queue to catch up (one that does not is then evicted as its queue fills)", minimum=0),
     Ceiling("ring_max_events", HOP_DAEMON_SSE, Unit.COUNT, 8000, "HOPLINE_RING_MAX_EVENTS",
             "replay ring per session, events"),
     Ceiling("ring_max_bytes", HOP_DAEMON_SSE, Unit.BYTES, 8 * MiB, "HOPLINE_RING_MAX_BYTES",
             "replay ring per session, bytes"),
+    Ceiling("journal_queue_max_events", HOP_JOURNAL, Unit.COUNT, 4096, "HOPLINE_JOURNAL_QUEUE_MAX_EVENTS",
+            "events handed to the journal's writer and not yet committed; past it the pipe readers stop "
+            "reading their children until the writer catches up"),
+    Ceiling("journal_queue_max_bytes", HOP_JOURNAL, Unit.BYTES, 16 * MiB, "HOPLINE_JOURNAL_QUEUE_MAX_BYTES",
+            "data bytes of those events; past it the pipe readers stop reading their children"),
     Ceiling("transcript_page_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
             "HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES", "one transcript page"),
     Ceiling("transcript_page_envelope_bytes", HOP_DAEMON_API, Unit.BYTES, 64, None,
@@ -460,8 +469,11 @@ class Budget:
     sse_queue_max_events: int
     sse_queue_max_bytes: int
     sse_heartbeat_seconds: float
+    sse_catch_up_seconds: float
     ring_max_events: int
     ring_max_bytes: int
+    journal_queue_max_events: int
+    journal_queue_max_bytes: int
     transcript_page_max_bytes: int
     transcript_page_envelope_bytes: int
     sse_event_envelope_bytes: int

@@ -71,3 +71,9 @@ HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({SERVER_TOKEN_ENV, INTERNAL_TOKEN_
 # ...and the provider key: never in a tool's environment. A third-party agent that calls its
 # provider itself (qwen --acp) gets the key only when the operator names it (HOPLINE_AGENT_ENV).
 CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {OPENAI_API_KEY_ENV}
+
+# --- journal streams that are not sessions -------------------------------------------------------
+# A gate run's events are a journaled stream of their own (its id is the stream's key); its row in
+# the journal's sessions says so, and no session route serves it.
+STREAM_KIND = "streamKind"
+STREAM_KIND_GATE = "gate"

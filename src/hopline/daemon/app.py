@@ -43,10 +43,10 @@ from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
-from hopline.daemon.journal import Journal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
 from hopline.daemon.sessions import SessionManager
+from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
@@ -58,6 +58,11 @@ from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
+
+# I/O granularity, not a limit: the queued events joined into one socket write. 64 KiB is one write
+# per 64 events of 1 KiB; larger writes cost a client that re-scans its buffer per event (a naive
+# SSE reader) quadratic time, and the slow-subscriber test's reader fell behind at 256 KiB.
+SSE_WRITE_BYTES = 64 * 1024
 
 
 
@@ -101,11 +106,13 @@ class PromptAccepted(BaseModel):
 
 class SseStream(Response):
     """An SSE response: replay (ring or journal) up to the subscribe instant, ``replay_complete``,
-    then live events from the subscriber's bounded queue, with heartbeat comments. The stream ends
+    then live events from the subscriber's bounded queue, with heartbeat comments. The events
+    queued when the stream wakes go out in socket writes of up to ``SSE_WRITE_BYTES`` (one event
+    larger than that is one write). The stream ends
     when the subscriber is evicted (after ``client_evicted``), closed, or the client disconnects."""
 
     def __init__(self, bus: EventBus, session_id: str, subscriber: Subscriber, *, after: int, upto: int,
-                 resync: dict[str, Any] | None, heartbeat: float) -> None:
+                 resync: dict[str, Any] | None, heartbeat: float, write_max_bytes: int) -> None:
         self.bus = bus
         self.session_id = session_id
         self.subscriber = subscriber
@@ -113,6 +120,7 @@ class SseStream(Response):
         self.upto = upto
         self.resync = resync
         self.heartbeat = heartbeat
+        self.write_max_bytes = write_max_bytes
         self.background = None
         self.status_code = 200
 
@@ -151,20 +159,31 @@ class SseStream(Response):
             if message["type"] == "http.disconnect":
                 return
 
-    async def _emit(self, send: Send, event: Event) -> None:
-        await send({"type": "http.response.body", "body": event.wire, "more_body": True})
+    async def _emit(self, send: Send, events: Sequence[Event]) -> None:
+        """Write ``events`` in as few socket writes as the bound allows: consecutive events are
+        joined while a write holds at most ``write_max_bytes`` (at least one event each)."""
+        parts: list[bytes] = []
+        size = 0
+        for event in events:
+            if parts and size + event.size > self.write_max_bytes:
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+                parts.clear()
+                size = 0
+            parts.extend(event.wire_parts())
+            size += event.size
+        if parts:
+            await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
 
     async def _pump(self, send: Send) -> None:
         try:
             if self.resync is not None:
-                await self._emit(send, synthetic("state_resync_required", self.resync))
+                await self._emit(send, [synthetic("state_resync_required", self.resync)])
             replayed = 0
-            for page in self.bus.replay(self.session_id, self.after, self.upto):
-                for event in page:
-                    await self._emit(send, event)
-                    replayed += 1
-            await self._emit(send, synthetic("replay_complete",
-                                             {"replayed": replayed, "lastEventId": self.upto}))
+            async for page in self.bus.replay(self.session_id, self.after, self.upto):
+                await self._emit(send, page)
+                replayed += len(page)
+            await self._emit(send, [synthetic("replay_complete",
+                                              {"replayed": replayed, "lastEventId": self.upto})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
                 if live is None:
@@ -172,20 +191,27 @@ class SseStream(Response):
                         return
                     await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
                     continue
-                await self._emit(send, live)
-                if live.type == "client_evicted":
+                # Everything already queued goes out in one write (the queue's byte bound bounds it).
+                batch = [live]
+                while batch[-1].type != "client_evicted":
+                    queued = self.subscriber.pop_nowait()
+                    if queued is None:
+                        break
+                    batch.append(queued)
+                await self._emit(send, batch)
+                if batch[-1].type == "client_evicted":
                     return
         except OSError:
             return
         except Exception as exc:
             log.warning("sse stream failed", extra={"exception": type(exc).__name__})
             with contextlib.suppress(Exception):
-                await self._emit(send, synthetic("stream_error", {"message": "the event stream failed; "
-                                                                  "reconnect with Last-Event-ID"}))
+                await self._emit(send, [synthetic("stream_error", {"message": "the event stream failed; "
+                                                                   "reconnect with Last-Event-ID"})])
 
 
-def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: int | None,
-                      last_event_id: str | None) -> SseStream:
+async def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: int | None,
+                            last_event_id: str | None) -> SseStream:
     """The SSE stream of one journaled stream (a session's, a gate run's): the subscriber limit
     (429), ``Last-Event-ID`` parsed (400), and a resync when it is ahead of the journal."""
     after = (parse_decimal_id(last_event_id, "Last-Event-ID")
@@ -197,7 +223,7 @@ def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: in
                            f"this would be event stream {subscribers + 1} of this session, over the "
                            f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
                            observed=subscribers + 1, setting=setting)
-    subscriber, upto = bus.subscribe(key, max_queued or budget.sse_queue_max_events)
+    subscriber, upto = await bus.subscribe(key, max_queued or budget.sse_queue_max_events)
     resync = None
     start = after or 0
     if after is not None and after > upto:
@@ -205,7 +231,8 @@ def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: in
                   "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
         start = upto
     return SseStream(bus, key, subscriber, after=start, upto=upto, resync=resync,
-                     heartbeat=budget.sse_heartbeat_seconds)
+                     heartbeat=budget.sse_heartbeat_seconds,
+                     write_max_bytes=min(SSE_WRITE_BYTES, budget.sse_queue_max_bytes))
 
 
 # --- the app --------------------------------------------------------------------------------------
@@ -248,7 +275,7 @@ def create_daemon_app(
         require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
-    journal = Journal(data_dir)
+    journal = SqliteJournal(data_dir)
     bus = EventBus(budget, journal)
     instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env: dict[str, str] = {}
@@ -292,7 +319,7 @@ def create_daemon_app(
                 bus.close_all()
                 await manager.shutdown()
                 instruments.shutdown()
-                journal.close()
+                await journal.close()
                 if store is not None:
                     store.close()
 
@@ -310,10 +337,10 @@ def create_daemon_app(
     async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
         return _error(exc)
 
-    def session_of(session_id: str) -> DaemonSession:
+    async def session_of(session_id: str) -> DaemonSession:
         if len(session_id) > budget.path_id_max_chars:  # opaque tokens: refused before any lookup
             raise SessionError(404, "unknown_session", "no such session")
-        return manager.get(session_id)
+        return await manager.get(session_id)
 
     errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
 
@@ -335,13 +362,13 @@ def create_daemon_app(
     @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
               responses={**errors, 429: {}})
     async def prompt(session_id: str, body: PromptBody) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
-        return {"promptId": manager.prompt(session, body.text)}
+        return {"promptId": await manager.prompt(session, body.text)}
 
     @app.post("/session/{session_id}/cancel", responses=errors)
     async def cancel(session_id: str) -> dict[str, Any]:
-        running = await manager.cancel(session_of(session_id))
+        running = await manager.cancel(await session_of(session_id))
         return {"cancelled": running}
 
     @app.get("/session/{session_id}/events", responses={**errors, 429: {}})
@@ -350,45 +377,48 @@ def create_daemon_app(
         maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
-        session = session_of(session_id)
-        return open_event_stream(bus, budget, session.id, max_queued=maxQueued, last_event_id=last_event_id)
+        session = await session_of(session_id)
+        return await open_event_stream(bus, budget, session.id, max_queued=maxQueued,
+                                       last_event_id=last_event_id)
 
     @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str) -> dict[str, Any]:
-        return await manager.load(session_of(session_id))
+        return await manager.load(await session_of(session_id))
 
     @app.get("/session/{session_id}/transcript", responses=errors)
     async def transcript(session_id: str,
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         after = parse_decimal_id(cursor, "cursor") if cursor else 0
-        page = transcript_page(journal, session.id, after, page_max_bytes=budget.transcript_page_max_bytes,
-                               envelope_bytes=budget.transcript_page_envelope_bytes)
+        page = await transcript_page(journal, session.id, after,
+                                     page_max_bytes=budget.transcript_page_max_bytes,
+                                     envelope_bytes=budget.transcript_page_envelope_bytes)
         return Response(page, media_type="application/json")
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
     async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:
         request = request_id[:budget.path_id_max_chars]
-        outcome = await manager.answer_permission(session_of(session_id), request, option_id=body.optionId,
+        session = await session_of(session_id)
+        outcome = await manager.answer_permission(session, request, option_id=body.optionId,
                                                   reject=body.outcome == "reject")
         return {"requestId": request_id, "outcome": outcome}
 
     @app.delete("/session/{session_id}", responses=errors)
     async def delete_session(session_id: str) -> dict[str, Any]:
-        await manager.delete(session_of(session_id))
+        await manager.delete(await session_of(session_id))
         return {"deleted": True}
 
     if store is not None:
         from hopline.sidecars.routes import sidecar_router
 
         async def sidecar_session(session_id: str) -> None:
-            session_of(session_id)  # 404 for a session this daemon does not know (D-7)
+            await session_of(session_id)  # 404 for a session this daemon does not know (D-7)
 
         app.include_router(sidecar_router(store, authorize=sidecar_session))
 
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
-        sessions = manager.status()
+        sessions = await manager.status()
         dev_states = gates.dev_states()
         for row in sessions:  # a dev session attached to a gate run shows its dev state
             if row["sessionId"] in dev_states:
@@ -396,6 +426,10 @@ def create_daemon_app(
         return {
             "sessions": sessions,
             "gates": gates.status(),
+            # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
+            "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
+                        "failedEvents": bus.journal_failed},
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),

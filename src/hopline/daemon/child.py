@@ -45,6 +45,12 @@ HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERM
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 JSONRPC_METHOD_NOT_FOUND = -32601
+# I/O granularity, not a limit: while the decoder holds the start of a frame larger than one read
+# chunk, the reader takes up to this much of what the stream has buffered at once (no event can
+# come out before the frame ends). Small frames keep 64 KiB reads, so one read's burst of events
+# stays a few per subscriber queue (a larger pipe or read made the slow-subscriber test's reader
+# that keeps up fall behind).
+LARGE_READ_BYTES = 256 * 1024
 
 
 class AgentExited(HoplineError):
@@ -67,13 +73,16 @@ class AgentRpcError(HoplineError):
 class ChildHandler(Protocol):
     # May return an awaitable (work moved off the event loop): the reader awaits it before the next
     # frame, so the order of the child's messages is kept.
-    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None: ...
+    def on_notification(self, frame: Frame) -> Awaitable[None] | None: ...
     def on_request(self, message: dict[str, Any]) -> None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
     # Wraps the synchronous handling of the frames of one pipe read: what they publish is journaled
     # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
+    # None while the child may be read on; else an awaitable done when it may (the journal's queue
+    # is full, or a subscriber is catching up: the child is held back, SPEC D-4, D-5 bounds).
+    def backpressure(self) -> Awaitable[Any] | None: ...
 
 
 @dataclasses.dataclass
@@ -143,11 +152,11 @@ class AcpChild:
         return self._proc is not None and not self.exited.is_set()
 
     async def start(self) -> None:
-        # The pipe's stream-reader limit is set to the chunk size: we only ever call read(n).
+        # The stream-reader limit is the largest read: we only ever call read(n).
         self._proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
-            limit=READ_CHUNK_BYTES)
+            limit=LARGE_READ_BYTES)
         self._tasks = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._drain_stderr())]
 
     # --- writing ----------------------------------------------------------------------------------
@@ -200,7 +209,13 @@ class AcpChild:
         stdout = self._proc.stdout
         try:
             while True:
-                chunk = await stdout.read(READ_CHUNK_BYTES)
+                held = self.handler.backpressure()
+                if held is not None:
+                    # Not reading lets the stream's buffer fill, then the pipe's: the child blocks
+                    # in its write until the journal catches up.
+                    await held
+                large = self.decoder.buffered_bytes >= READ_CHUNK_BYTES
+                chunk = await stdout.read(LARGE_READ_BYTES if large else READ_CHUNK_BYTES)
                 if not chunk:
                     break
                 items = self.decoder.feed(chunk)
@@ -271,7 +286,7 @@ class AcpChild:
             elif kind == "request":
                 self.handler.on_request(message)
             elif kind == "notification":
-                return self.handler.on_notification(message, item.size)
+                return self.handler.on_notification(item)
             else:
                 self._frame_error(None, item.size, "invalid_jsonrpc")
         except Exception:

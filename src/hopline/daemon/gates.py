@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
-from hopline.daemon.journal import Journal
+from hopline.daemon.journal import EventJournal
 from hopline.daemon.sessions import SessionError, SessionManager
 from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import (
@@ -46,6 +46,7 @@ from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
+from hopline.vocabulary import STREAM_KIND, STREAM_KIND_GATE
 
 log = logging.getLogger("hopline.daemon.gates")
 
@@ -69,15 +70,15 @@ class ManagerDriver:
         return session.id
 
     async def prompt(self, session_id: str, text: str) -> str:
-        return self.manager.prompt(self.manager.get(session_id), text)
+        return await self.manager.prompt(await self.manager.get(session_id), text)
 
     async def events(self, session_id: str, *, after: int) -> AsyncIterator[SessionEvent]:
         """Replay then live, as an SSE stream serves them; an eviction resubscribes after the last id."""
         cursor = after
         while True:
-            subscriber, upto = self.bus.subscribe(session_id, self.budget.sse_queue_max_events)
+            subscriber, upto = await self.bus.subscribe(session_id, self.budget.sse_queue_max_events)
             try:
-                for page in self.bus.replay(session_id, cursor, upto):
+                async for page in self.bus.replay(session_id, cursor, upto):
                     for event in page:
                         cursor = max(cursor, event.id or 0)
                         yield SessionEvent(event.id, event.type, orjson.loads(event.data), event.size)
@@ -108,8 +109,13 @@ class ManagerDriver:
             await self.manager.delete(session)
 
     def has_session(self, session_id: str) -> bool:
+        """A session this daemon holds in memory (a journaled one is loaded by :meth:`load_session`)."""
+        return session_id in self.manager.sessions
+
+    async def load_session(self, session_id: str) -> bool:
+        """Whether the session exists, read back from the journal into memory when it must be."""
         try:
-            self.manager.get(session_id)
+            await self.manager.get(session_id)
         except SessionError:
             return False
         return True
@@ -162,7 +168,7 @@ class GateCreated(BaseModel):
 
 
 class GateRegistry:
-    def __init__(self, budget: Budget, manager: SessionManager, bus: EventBus, journal: Journal,
+    def __init__(self, budget: Budget, manager: SessionManager, bus: EventBus, journal: EventJournal,
                  data_dir: Path) -> None:
         self.budget = budget
         self.driver = ManagerDriver(manager, bus, budget)
@@ -224,7 +230,7 @@ class GateRegistry:
         if body.scripted is not None:
             scripted_hints(body.scripted, budget, unknown=True)
         if body.devSessionId is not None:
-            if not self.driver.has_session(body.devSessionId):
+            if not await self.driver.load_session(body.devSessionId):
                 raise SessionError(422, "unknown_dev_session", "devSessionId names no session of this daemon",
                                    hop=HOP_GATE, field="devSessionId")
             waiting = self.dev_gate(body.devSessionId)
@@ -248,6 +254,7 @@ class GateRegistry:
                                f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
                                hop=HOP_GATE, limit=budget.max_gate_runs, setting="HOPLINE_MAX_GATE_RUNS")
         self._forget_ended()
+        await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
         self.runs[run.id] = run
         run.start()
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
@@ -287,17 +294,17 @@ class GateRegistry:
                 states[run.dev_session_id] = run.dev.state.value
         return states
 
-    def result(self, gate_id: str) -> dict[str, Any]:
+    async def result(self, gate_id: str) -> dict[str, Any]:
         """A run's state: live from memory, or its last journaled result (after a restart)."""
         if not GATE_ID_RE.fullmatch(gate_id):
             raise SessionError(404, "unknown_gate", "no such gate run", hop=HOP_GATE)
         run = self.runs.get(gate_id)
         if run is not None:
             return run.to_json()
-        last = self.journal.last_id(gate_id)
+        last = await self.journal.last_id(gate_id)
         if last == 0:
             raise SessionError(404, "unknown_gate", "no such gate run", hop=HOP_GATE)
-        rows = self.journal.read_page(gate_id, last - 1, max_bytes=self.budget.sse_max_event_bytes)
+        rows = await self.journal.read_page(gate_id, last - 1, max_bytes=self.budget.sse_max_event_bytes)
         if rows and rows[0].type == GATE_COMPLETE:
             result: dict[str, Any] = orjson.loads(rows[0].data)["result"]
             return result
@@ -336,7 +343,7 @@ def gate_router(registry: GateRegistry) -> APIRouter:
 
     @router.get("/gate/{gate_id}", responses=errors)
     async def gate(gate_id: str) -> dict[str, Any]:
-        return registry.result(gate_id)
+        return await registry.result(gate_id)
 
     @router.get("/gate/{gate_id}/events", responses={**errors, 429: {}})
     async def gate_events(
@@ -346,13 +353,13 @@ def gate_router(registry: GateRegistry) -> APIRouter:
     ) -> Any:
         from hopline.daemon.app import open_event_stream
 
-        registry.result(gate_id)  # 404 for a run this daemon never had
-        return open_event_stream(registry.bus, registry.budget, gate_id, max_queued=maxQueued,
-                                 last_event_id=last_event_id)
+        await registry.result(gate_id)  # 404 for a run this daemon never had
+        return await open_event_stream(registry.bus, registry.budget, gate_id, max_queued=maxQueued,
+                                       last_event_id=last_event_id)
 
     @router.post("/gate/{gate_id}/cancel", responses=errors)
     async def cancel_gate(gate_id: str) -> dict[str, Any]:
-        registry.result(gate_id)
+        await registry.result(gate_id)
         run = registry.runs.get(gate_id)
         cancelled = run.cancel() if run is not None else False
         if run is not None and cancelled:

@@ -44,7 +44,7 @@ from hopline.daemon.child import (
     child_environment,
 )
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
-from hopline.daemon.journal import Journal
+from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
@@ -58,9 +58,12 @@ from hopline.vocabulary import (
     META_CREDENTIALS,
     PERMISSION_METHOD,
     PROGRESS_METHOD,
+    SESSION_UPDATE,
     SIDECAR_DIR_ENV,
+    STREAM_KIND,
 )
-from hopline.wire.ndjson import FrameError, FrameTooLarge
+from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
+from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -93,12 +96,12 @@ class _ChildEvents:
             return None
         return session
 
-    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None:
+    def on_notification(self, frame: Frame) -> Awaitable[None] | None:
         session = self._current()
         if session is not None:
-            return self.manager._on_notification(session, message, size)
+            return self.manager._on_notification(session, frame)
         if self.session is None:  # a warm child has no session: nothing it sends is anyone's
-            self.manager._drop_frame(None, size, DROP_FOREIGN_SESSION)
+            self.manager._drop_frame(None, frame.size, DROP_FOREIGN_SESSION)
         return None
 
     def on_request(self, message: dict[str, Any]) -> None:
@@ -118,10 +121,17 @@ class _ChildEvents:
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return self.manager.bus.batch()
 
+    def backpressure(self) -> Awaitable[Any] | None:
+        held = self.manager.bus.backpressure()
+        if held is not None or self.session is None:
+            return held
+        return self.manager.bus.catch_up(self.session.id)
+
 
 class SessionManager:
-    def __init__(self, budget: Budget, *, journal: Journal, bus: EventBus, instruments: PipeObservability,
-                 agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
+    def __init__(self, budget: Budget, *, journal: EventJournal, bus: EventBus,
+                 instruments: PipeObservability, agent_cmd: Sequence[str], data_dir: Path,
+                 child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
                  sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
                  gateway_tokens: SessionTokens | None = None) -> None:
@@ -150,15 +160,18 @@ class SessionManager:
         self.lost_bytes = 0
         self.lost_by_reason: dict[str, int] = {}
         self.dropped_by_reason: dict[str, int] = {}
+        self.passed_through = 0  # session updates relayed as the agent's own bytes (not re-encoded)
 
     async def start(self) -> None:
         """At daemon startup: end the prompts a previous run left running, then warm the pool."""
-        for session_id, prompt_id in self.journal.unended_prompts():
+        for session_id, prompt_id in await self.journal.unended_prompts():
+            if await self.journal.get_session(session_id) is None:  # opens it for its event
+                continue
             self.bus.publish(session_id, "turn_error", {
                 "promptId": prompt_id, "origin": "daemon", "reason": REASON_DAEMON_RESTARTED,
                 "message": "the daemon restarted while this prompt was running; its turn ended there "
                            "(POST /session/{id}/load restores the session)"})
-            self.journal.close_prompt(session_id, prompt_id)
+            await self.journal.close_prompt(session_id, prompt_id)
             log.warning("prompt ended by a daemon restart")
         for pool in self.pools.values():
             pool.fill()
@@ -169,15 +182,15 @@ class SessionManager:
 
     # --- lookup -----------------------------------------------------------------------------------
 
-    def get(self, session_id: str) -> DaemonSession:
+    async def get(self, session_id: str) -> DaemonSession:
         session = self.sessions.get(session_id)
         if session is not None:
             return session
-        record = self.journal.get_session(session_id)
-        if record is None:
+        record = await self.journal.get_session(session_id)
+        if record is None or STREAM_KIND in record.options:  # a gate run's stream is no session
             raise SessionError(404, "unknown_session", "no such session")
-        session = DaemonSession(record.id, record.options, record.agent_session_id)
-        self.sessions[session_id] = session
+        session = self.sessions.setdefault(session_id, DaemonSession(record.id, record.options,
+                                                                     record.agent_session_id))
         return session
 
     # --- the child ------------------------------------------------------------------------------
@@ -277,7 +290,7 @@ class SessionManager:
         self.check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
-        self.journal.create_session(session_id, options)
+        await self.journal.create_session(session_id, options)
         session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
@@ -307,7 +320,7 @@ class SessionManager:
         session.agent_session_id = agent_session_id
         if self.gateway_tokens is not None:
             self.gateway_tokens.bind(session_id, agent_session_id)
-        self.journal.set_agent_session_id(session_id, agent_session_id)
+        await self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
         session.move(SessionState.READY)
         log.info("session created", extra={"agentPid": child.pid})
@@ -321,7 +334,7 @@ class SessionManager:
         if child is not None:
             await child.stop()
         self.bus.close_session(session.id)
-        self.journal.delete_session(session.id)
+        await self.journal.delete_session(session.id)
         if self.sidecars is not None:
             await asyncio.to_thread(self.sidecars.delete_session, session.id)
         self.sessions.pop(session.id, None)
@@ -338,7 +351,7 @@ class SessionManager:
             raise SessionError(409, "session_not_ready", message, state=state)
         return child
 
-    def prompt(self, session: DaemonSession, text: str) -> str:
+    async def prompt(self, session: DaemonSession, text: str) -> str:
         self._require_ready(session)
         pending, limit = len(session.prompts), self.budget.max_pending_prompts
         if pending >= limit:
@@ -348,25 +361,31 @@ class SessionManager:
                                f"the limit of {limit} ({setting}); wait for a turn to end", limit=limit,
                                observed=pending + 1, setting=setting)
         prompt_id = "p_" + secrets.token_hex(8)
-        self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        # Registered at once (it counts toward the limit while the prompt is stored); the task
+        # starts after open_prompt is queued, so its events follow it in the journal's write order.
         task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except BaseException:
+            task.cancel()
+            raise
         return prompt_id
 
-    def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
-                  data: dict[str, Any]) -> None:
+    async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
+                        data: dict[str, Any]) -> None:
         """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
         then no longer open (a turn cut before this point is ended by the next daemon start)."""
         lost = session.turn_lost.pop(prompt_id, 0)
         self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
-        self.journal.close_prompt(session.id, prompt_id)
+        await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
 
     async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str) -> None:
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
-                self._publish_exit_error(session, prompt_id, session.exit_code)
+                await self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
@@ -376,7 +395,7 @@ class SessionManager:
                 result = _dict(result)
                 turn = _dict(result.get("_meta")).get("hopline.turn")
                 turn = turn if isinstance(turn, dict) else None
-                self._end_turn(session, prompt_id, "turn_complete", {
+                await self._end_turn(session, prompt_id, "turn_complete", {
                     "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
             except AgentRpcError as exc:
                 data = _dict(exc.data)
@@ -389,14 +408,14 @@ class SessionManager:
                 for key in ("status", "hop", "limitBytes", "observedBytes"):
                     if key in data:
                         payload[key] = data[key]
-                self._end_turn(session, prompt_id, "turn_error", payload)
+                await self._end_turn(session, prompt_id, "turn_error", payload)
             except AgentExited as exc:
-                self._publish_exit_error(session, prompt_id, exc.returncode)
+                await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
                 session.current_prompt = None
 
-    def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
-        self._end_turn(session, prompt_id, "turn_error", {
+    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        await self._end_turn(session, prompt_id, "turn_error", {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
@@ -436,8 +455,8 @@ class SessionManager:
 
     # --- the child's traffic ------------------------------------------------------------------------
 
-    def _on_notification(self, session: DaemonSession, message: dict[str, Any],
-                         size: int) -> Awaitable[None] | None:
+    def _on_notification(self, session: DaemonSession, frame: Frame) -> Awaitable[None] | None:
+        message, size = frame.message, frame.size
         method = message.get("method")
         params = _dict(message.get("params"))
         if method == "session/update":
@@ -457,10 +476,10 @@ class SessionManager:
             prompt_id = session.current_prompt
             if size > self.budget.sidecar_threshold_bytes:
                 # A large update may be written to the sidecar store (files, fsync): off the loop.
-                return self._project_and_deliver(session, prompt_id, sender, update)
+                return self._project_and_deliver(session, prompt_id, sender, frame)
             # Its frame is under the threshold, so is its JSON: nothing to project (and under the
             # threshold it is under the SSE event limit, a coherence rule).
-            self._deliver_update(session, prompt_id, sender, update)
+            self._deliver_update(session, prompt_id, sender, update, raw_update=_passthrough(frame))
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -469,15 +488,18 @@ class SessionManager:
         return None
 
     async def _project_and_deliver(self, session: DaemonSession, prompt_id: str | None, sender: Any,
-                                   update: dict[str, Any]) -> None:
+                                   frame: Frame) -> None:
+        update = frame.message["params"]["update"]
         projected = await asyncio.to_thread(self.projector, session.id, update)
         if session.id in self.sessions:  # not deleted meanwhile
-            self._deliver_update(session, prompt_id, sender, projected)
+            raw = _passthrough(frame) if projected is update else None
+            self._deliver_update(session, prompt_id, sender, projected, raw_update=raw)
 
     def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
-                        update: dict[str, Any]) -> None:
+                        update: dict[str, Any], *, raw_update: memoryview | None = None) -> None:
         """Publish a projected update, or hold it while session/new has not answered. A load's
-        replayed updates are not counted again: their losses were counted when they were live."""
+        replayed updates are not counted again: their losses were counted when they were live.
+        ``raw_update``: the update's bytes as the agent wrote them, when nothing changed it."""
         early = session.early
         if session.agent_session_id is None and early is not None:
             size = len(orjson.dumps(update))
@@ -488,7 +510,7 @@ class SessionManager:
             early.append((sender, update))
             session.early_bytes += size
             return
-        self.publish_update(session, prompt_id, update, count=session.loading is None)
+        self.publish_update(session, prompt_id, update, count=session.loading is None, raw_update=raw_update)
 
     def _release_early(self, session: DaemonSession) -> None:
         """session/new answered: publish the held updates that are this session's, drop the rest."""
@@ -500,14 +522,21 @@ class SessionManager:
                 self._drop_frame(session, len(orjson.dumps(update)), DROP_FOREIGN_SESSION)
 
     def publish_update(self, session: DaemonSession, prompt_id: str | None, update: dict[str, Any], *,
-                        count: bool = True) -> None:
+                        count: bool = True, raw_update: memoryview | None = None) -> None:
         """One ``session_update`` event; what the update says it lost is on the event (``lostBytes``)
-        and, with ``count``, in the turn's and the daemon's counters."""
+        and, with ``count``, in the turn's and the daemon's counters. With ``raw_update`` (the
+        update's own bytes, :func:`~hopline.wire.passthrough.text_chunk_update_bytes`) the event's
+        data is the envelope with those bytes spliced in: the same JSON, not encoded again."""
         lost, reasons = losses(update)
-        data: dict[str, Any] = {"promptId": prompt_id, "update": update}
-        if lost:
-            data["lostBytes"] = lost
-        event = self.bus.publish(session.id, "session_update", data)
+        if raw_update is not None and not lost:
+            payload = b"".join((b'{"promptId":', orjson.dumps(prompt_id), b',"update":', raw_update, b"}"))
+            event = self.bus.publish_encoded(session.id, SESSION_UPDATE, payload)
+            self.passed_through += event is not None
+        else:
+            data: dict[str, Any] = {"promptId": prompt_id, "update": update}
+            if lost:
+                data["lostBytes"] = lost
+            event = self.bus.publish(session.id, SESSION_UPDATE, data)
         if event is None:  # over the SSE event limit: the bus sent frame_dropped instead
             lost, reasons = len(orjson.dumps(update)), ["sse_max_event_bytes"]
         if lost and count:
@@ -613,9 +642,10 @@ class SessionManager:
     def delivery_status(self) -> dict[str, Any]:
         """What could not be delivered whole (D-8) and what was dropped, daemon-wide."""
         return {"degradedUpdates": self.lost_updates, "lostBytes": self.lost_bytes,
-                "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason)}
+                "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason),
+                "passedThroughUpdates": self.passed_through}
 
-    def status(self) -> list[dict[str, Any]]:
+    async def status(self) -> list[dict[str, Any]]:
         out = []
         for session in self.sessions.values():
             child = session.child
@@ -626,12 +656,19 @@ class SessionManager:
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
                 "subscribers": self.bus.subscriber_count(session.id),
-                "lastEventId": self.journal.last_id(session.id),
+                "lastEventId": await self.journal.last_id(session.id),
                 "framesDropped": session.frames_dropped,
                 "lostBytes": session.lost_bytes,
                 "stderr": dataclasses.asdict(child.stderr) if child is not None else None,
             })
         return out
+
+
+def _passthrough(frame: Frame) -> memoryview | None:
+    """The update's own bytes when passing them through pays (see the threshold's measurements)."""
+    if frame.size < PASSTHROUGH_MIN_FRAME_BYTES:
+        return None
+    return text_chunk_update_bytes(frame.raw, frame.message)
 
 
 def _dict(value: Any) -> dict[str, Any]:

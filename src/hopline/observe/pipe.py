@@ -5,7 +5,7 @@
 frames that were not relayed, and answers its part of ``GET /daemon/status``.
 
 Two switches, for A/B measurements (``bench/daemon_server.py``): ``histogram=False`` leaves the
-OpenTelemetry histogram out of the taps (stats and large frames stay), ``hooks=False`` gives the
+byte histogram out of the taps (stats and large frames stay), ``hooks=False`` gives the
 taps no hooks at all. The daemon runs with both on; ``/metrics`` and the console read the same
 objects either way.
 """
@@ -43,7 +43,7 @@ class PipeObservability:
         tap.add_byte_hook(partial(self.stats.record, direction))
         if self.histogram:
             tap.add_byte_hook(partial(self.metrics.record, direction))
-        tap.add_observer(self._observe_large)
+        tap.add_observer(self._observe_large, min_bytes=self.large_frames.threshold_bytes)
         return tap
 
     def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:
