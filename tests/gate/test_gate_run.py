@@ -92,6 +92,13 @@ def test_a_clean_change_passes_every_gate(hopline_gate_daemon: Daemon, tmp_path:
     assert result["exitCode"] == 0
     assert [(a["verdict"], a["findings"]) for a in result["agents"]] == [("pass", [])] * 4
     check_items(events)
+    # A gate run's stream is journaled beside the sessions, and no session route serves it.
+    gate_id = result["gateId"]
+    for method, path in [("GET", f"/session/{gate_id}/events"), ("GET", f"/session/{gate_id}/transcript"),
+                         ("POST", f"/session/{gate_id}/prompt")]:
+        response = httpx.request(method, hopline_gate_daemon.url + path, headers=hopline_gate_daemon.headers,
+                                 json={"text": "x"} if method == "POST" else None, timeout=30)
+        assert response.status_code == 404, (path, response.text)
     validate_sarif(to_sarif(result))
     no_checkout_left(hopline_gate_daemon, repo)
 
