@@ -1,26 +1,24 @@
-"""The session journal (SPEC D-5): every session event is written to SQLite before it is published.
+"""The session journal (SPEC D-5): every session event is stored before it is published.
 
-One file under the daemon's data directory, WAL mode, one transaction per appended event or per
-batch of events (WAL with ``synchronous=NORMAL`` survives a daemon crash; an acknowledged event is
-on disk). Reads are paged by bytes so a replay never materializes a whole session.
+:class:`EventJournal` is the interface the daemon needs of its store (sessions, open prompts,
+events); the bus and the session manager speak only to it. ``daemon.sqlite_journal`` implements it
+on one SQLite file (a writer thread with group commit, reads on their own connection); the
+scale-out issue adds a PostgreSQL implementation of exactly this interface.
 
-Event ids are per session, monotonic from 1, and allocated here only: :meth:`Journal.stage` gives an
-event its id and holds it, :meth:`Journal.commit` writes everything staged in one transaction (a
-failed commit writes nothing and releases the staged ids). :meth:`Journal.next_id` tells the id the
-next staged event gets (the bus sizes an event's SSE form with it before staging it).
-
-Synchronous on purpose: appends are small and ordered, and the event loop is the only writer.
+:class:`Journal` below is the synchronous SQLite journal this interface replaces; it goes when
+``daemon.sqlite_journal`` lands.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -71,6 +69,120 @@ class JournalRow:
     seq: int
     type: str
     data: bytes  # the event's JSON, exactly as published
+
+
+class EventJournal(Protocol):
+    """What the daemon needs of its store. Every method that touches storage is ``async`` (or
+    returns an awaitable): an implementation never blocks the event loop on I/O.
+
+    **Order.** Writes (sessions, prompts, event commits) are applied in the order they are called:
+    each is queued behind every write called before it, whatever the method. A read sees every
+    write whose awaitable has resolved (and may see later ones).
+
+    **Event ids** are per session, increasing from 1, and allocated by the journal alone, at
+    :meth:`stage`, synchronously, in call order. :meth:`next_id` tells the id the next staged event
+    of a session gets, without allocating it (the bus sizes an event's SSE form with it before
+    staging). Both work on an *open* session only: one this journal created
+    (:meth:`create_session`) or returned from :meth:`get_session` (which loads the session's last
+    id), and not deleted since; on any other they raise ``LookupError``.
+
+    **Commit.** :meth:`commit` hands every event staged so far, of every session, to the writer
+    and returns a future resolved once they are durable (group commit: an implementation may join
+    several commits in one transaction; a transaction is all or nothing). Futures resolve in call
+    order. A failed transaction writes none of its events, and every commit in it gets the
+    exception; its ids are given out again to the next staged events of a session when nothing was
+    staged after them, else they stay a gap (ids never go back: always increasing, not always
+    consecutive).
+
+    **Close.** :meth:`close` commits what is staged, waits for every queued write, then releases
+    the storage; nothing may be called after it.
+
+    An implementation subclasses this protocol (it inherits :meth:`append_many`) and is checked
+    against it by mypy.
+    """
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+        """Store a new session (no agent session id yet); it is open, its last id is 0.
+        Raises when the id exists."""
+        ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        """The stored session, or None. A returned session is open (its last id loaded)."""
+        ...
+
+    async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
+        """Record the agent's id for the session (what a later ``session/load`` asks for)."""
+        ...
+
+    async def delete_session(self, session_id: str) -> None:
+        """Remove the session, its events and its prompts in one transaction; what was staged
+        for it and not committed is dropped. The session is no longer open."""
+        ...
+
+    async def list_sessions(self) -> list[SessionRecord]:
+        """Every stored session, oldest first."""
+        ...
+
+    # --- prompts: accepted and not yet ended (a restart ends them, D-8) -------------------------
+
+    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        """Record an accepted prompt, after the session's events committed so far, until
+        :meth:`close_prompt`. Durable when the call returns (the daemon answers 202 after it)."""
+        ...
+
+    async def close_prompt(self, session_id: str, prompt_id: str) -> None:
+        """The prompt's turn ended (its end event was committed before, by the write order)."""
+        ...
+
+    async def unended_prompts(self) -> list[tuple[str, str]]:
+        """(session id, prompt id) of every open prompt with no turn end (``TURN_END_TYPES`` with
+        its ``promptId``) journaled after it, by session then age. Open prompts that did end are
+        closed on the way."""
+        ...
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def next_id(self, session_id: str) -> int:
+        """The id the session's next staged event gets; allocates nothing, touches no storage."""
+        ...
+
+    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
+        """Allocate the session's next id to ``(event_type, data)`` and hold the event for the next
+        :meth:`commit`; touches no storage. ``data`` is the event's JSON, stored as given."""
+        ...
+
+    def commit(self) -> asyncio.Future[None]:
+        """Hand every staged event to the writer; the future resolves once all of them are durable
+        (with nothing staged: once every earlier commit has resolved), or fails with the error of
+        their transaction. Call it on the event loop; the future belongs to that loop."""
+        ...
+
+    async def append_many(self, session_id: str, events: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Stage ``(type, data)`` events of one session and commit; return their ids, in order,
+        once they are durable (with whatever else was staged before)."""
+        seqs = [self.stage(session_id, event_type, data) for event_type, data in events]
+        await self.commit()
+        return seqs
+
+    async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
+                        max_bytes: int) -> list[JournalRow]:
+        """Committed events with ``after < id <= upto`` (``upto`` None: the last committed), in id
+        order, until their ``data`` bytes pass ``max_bytes``. At least one row when one exists, so
+        a single event larger than ``max_bytes`` still makes progress."""
+        ...
+
+    async def last_id(self, session_id: str) -> int:
+        """The id of the session's last committed event (0 for none or an unknown session)."""
+        ...
+
+    async def count(self, session_id: str, event_type: str) -> int:
+        """How many committed events of the session have this type."""
+        ...
+
+    async def close(self) -> None:
+        ...
 
 
 class Journal:
