@@ -767,7 +767,8 @@ def check_coherence(budget: Budget) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "error")
 
 
-def limits_json(budget: Budget, findings: list[Finding], settings: Settings | None = None) -> dict[str, object]:
+def limits_json(budget: Budget, findings: list[Finding],
+                settings: Settings | None = None) -> dict[str, object]:
     """Every ceiling in force, where it came from, and the coherence findings: `hopline limits --json`
     and the ``budget`` of ``GET /daemon/status``; with ``settings``, the :data:`SETTINGS` too (shown
     without secrets)."""

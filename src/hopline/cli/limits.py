@@ -37,7 +37,8 @@ def _print_table(budget: Budget, findings: list[Finding], settings: Settings) ->
     for column in ("setting", "option", "value", "source"):
         shown.add_column(column)
     for setting in SETTINGS:
-        shown.add_row(setting.name, setting.option or "", settings.shown(setting.key), settings.source(setting.key))
+        shown.add_row(setting.name, setting.option or "", settings.shown(setting.key),
+                      settings.source(setting.key))
     console.print(shown)
     if not findings:
         console.print("coherent: no errors, no warnings")
