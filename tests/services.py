@@ -26,7 +26,8 @@ from typing import Any
 PG_USER = "hopline"
 PG_PASSWORD = "pg-test-password-7f3a"  # a canary too: it must never reach a log or a child
 HOW_TO_GET_POSTGRESQL = ("PostgreSQL is not installed (no pg_ctl on PATH or under "
-                         "/usr/lib/postgresql/*/bin); install it with `apt-get install postgresql` (.ci/run does this in CI)")
+                         "/usr/lib/postgresql/*/bin); install it with `apt-get install postgresql` "
+                         "(.ci/run does this in CI)")
 
 
 def postgres_bin_dir() -> Path | None:

@@ -67,7 +67,8 @@ def open_store(backend: dict[str, object], tmp_path: Path, clock: FakeClock) -> 
         store.close()
 
 
-def _body(store: SidecarStore, session: str, sidecar_id: str, start: int = 0, stop: int | None = None) -> bytes:
+def _body(store: SidecarStore, session: str, sidecar_id: str, start: int = 0,
+          stop: int | None = None) -> bytes:
     entry = store.get(session, sidecar_id)
     assert entry is not None
     handle = store.open_blob(entry)
