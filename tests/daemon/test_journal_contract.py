@@ -83,7 +83,8 @@ async def test_pages_cut_by_bytes_exactly(open_journal: Opener) -> None:
     assert await journal.read_page("s1", 5, max_bytes=1 << 20) == []
 
 
-async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journal: Opener, pg_url: str) -> None:
+async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journal: Opener,
+                                                                     pg_url: str) -> None:
     journal = await open_journal()
     await journal.create_session("s1", {})
     with psycopg.connect(pg_url, autocommit=True) as conn:  # someone else wrote id 2 meanwhile

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
-from hopline.daemon.journal import Journal
+from hopline.daemon.pg_journal import SyncJournal
 
 log = logging.getLogger("hopline.daemon.bus")
 
@@ -83,6 +83,9 @@ class Subscriber:
         self.warned = False
         self.evicted = False
         self.closed = False
+        # Events up to this id reach it by replay (its subscribe instant); a later one that is not
+        # above it (a catch-up of another daemon's events that began before) is skipped.
+        self.floor = 0
         self._waiter: asyncio.Future[None] | None = None
         self.evicted_signal = asyncio.Event()
 
@@ -91,7 +94,7 @@ class Subscriber:
         return len(self._queue)
 
     def offer(self, event: Event) -> None:
-        if self.evicted or self.closed:
+        if self.evicted or self.closed or (event.id is not None and event.id <= self.floor):
             return
         # The head of the queue is the event in delivery: it does not count toward the byte bound,
         # so one large event never evicts a subscriber that keeps up (an empty queue accepts any
@@ -195,7 +198,7 @@ class _Ring:
 
 
 class EventBus:
-    def __init__(self, budget: Budget, journal: Journal) -> None:
+    def __init__(self, budget: Budget, journal: SyncJournal) -> None:
         self.budget = budget
         self.journal = journal
         self._rings: dict[str, _Ring] = {}
@@ -203,6 +206,12 @@ class EventBus:
         self.evictions = 0
         self.oversize_dropped = 0
         self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
+        # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
+        # read another daemon's committed events for this daemon's subscribers.
+        self._delivered: dict[str, int] = {}
+        self._remote_last: dict[str, int] = {}
+        self._catch_ups: dict[str, asyncio.Task[None]] = {}
+        self.remote_events = 0
 
     def _ring(self, session_id: str) -> _Ring:
         ring = self._rings.get(session_id)
@@ -255,6 +264,7 @@ class EventBus:
     def _deliver(self, session_id: str, event: Event) -> None:
         if event.id is not None:
             self._ring(session_id).append(event)
+            self._delivered[session_id] = max(event.id, self._delivered.get(session_id, 0))
         for subscriber in list(self._subscribers.get(session_id, ())):
             subscriber.offer(event)
             if subscriber.evicted:
@@ -272,7 +282,10 @@ class EventBus:
         that id reach its queue; events up to it are read with :meth:`replay`."""
         subscriber = Subscriber(session_id, max_queued, self.budget.sse_queue_max_bytes)
         self._subscribers.setdefault(session_id, set()).add(subscriber)
-        return subscriber, self.journal.last_id(session_id)
+        upto = self.journal.last_id(session_id)
+        subscriber.floor = upto
+        self._delivered.setdefault(session_id, upto)
+        return subscriber, upto
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
         subscriber.close()
@@ -306,10 +319,50 @@ class EventBus:
             yield [Event(r.seq, r.type, r.data) for r in rows]
             cursor = rows[-1].seq
 
+    # --- another daemon's events (SPEC X) -----------------------------------------------------------
+
+    def on_remote_commit(self, session_id: str, last_id: int) -> None:
+        """A notification: the session's journal reached ``last_id`` (perhaps on another daemon).
+        Its events this daemon has not delivered are read from the journal for its subscribers."""
+        if last_id <= self._delivered.get(session_id, 0):
+            return  # published here (this daemon owns it), or already read
+        if not self._subscribers.get(session_id):
+            # Nobody here reads it: no catch-up, and the ring would have a hole, so it goes.
+            self._rings.pop(session_id, None)
+            self._delivered.pop(session_id, None)
+            return
+        self._remote_last[session_id] = max(last_id, self._remote_last.get(session_id, 0))
+        task = self._catch_ups.get(session_id)
+        if task is None or task.done():
+            self._catch_ups[session_id] = asyncio.get_running_loop().create_task(self._catch_up(session_id))
+
+    def catch_up_all(self) -> None:
+        """After (re)listening: every watched session read up to its journal's last id."""
+        for session_id in [s for s, subs in self._subscribers.items() if subs]:
+            self.on_remote_commit(session_id, self.journal.last_id(session_id))
+
+    async def _catch_up(self, session_id: str) -> None:
+        try:
+            while self._delivered.get(session_id, 0) < self._remote_last.get(session_id, 0):
+                after = self._delivered.get(session_id, 0)
+                rows = self.journal.read_page(session_id, after, upto=self._remote_last[session_id],
+                                              max_bytes=self.budget.sse_queue_max_bytes)
+                if not rows:
+                    return
+                for row in rows:
+                    self.remote_events += 1
+                    self._deliver(session_id, Event(row.seq, row.type, row.data))
+                await asyncio.sleep(0)  # one page at a time: the loop serves others between
+        except Exception as exc:  # the next notification tries again; a reconnecting client resumes
+            log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
+        finally:
+            self._catch_ups.pop(session_id, None)
+
     def close_session(self, session_id: str) -> None:
         for subscriber in list(self._subscribers.pop(session_id, ())):
             subscriber.close()
         self._rings.pop(session_id, None)
+        self._delivered.pop(session_id, None)
 
     def close_all(self) -> None:
         for session_id in list(self._subscribers):

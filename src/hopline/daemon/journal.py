@@ -186,9 +186,10 @@ class EventJournal(Protocol):
 
 
 class Journal:
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / JOURNAL_FILE
+    def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
+        """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
+        self.path = path if path is not None else data_dir / JOURNAL_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
         self._db.execute("PRAGMA journal_mode=WAL")

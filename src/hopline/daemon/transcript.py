@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import orjson
 
-from hopline.daemon.journal import Journal
+from hopline.daemon.pg_journal import SyncJournal
 
 
-def transcript_page(journal: Journal, session_id: str, after: int, *, page_max_bytes: int,
+def transcript_page(journal: SyncJournal, session_id: str, after: int, *, page_max_bytes: int,
                     envelope_bytes: int) -> bytes:
     """The JSON of the page of events after ``after``."""
     rows = journal.read_page(session_id, after, max_bytes=page_max_bytes)
