@@ -338,7 +338,8 @@ def create_daemon_app(
             raise SessionError(404, "unknown_session", "no such session")
         return manager.get(session_id)
 
-    async def at_owner(request: Request, session: DaemonSession, *, spawn: bool = True) -> Response | None:
+    async def at_owner(request: Request, session: DaemonSession, *,
+                       spawn: bool = True) -> Response | None:
         """Several daemons: None when this daemon owns the session (adopting it if its owner died),
         else the owner's answer to the forwarded request. A forwarded request is never forwarded
         again: if the lease moved meanwhile, the sender hears 409 and retries."""
@@ -354,7 +355,8 @@ def create_daemon_app(
             answer = await cluster.forward(owner, request)
             if answer is not None:
                 return answer
-        raise SessionError(503, "owner_changing", "the session's owner keeps changing; retry", hop=HOP_CLUSTER)
+        raise SessionError(503, "owner_changing", "the session's owner keeps changing; retry",
+                           hop=HOP_CLUSTER)
 
     errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
 
