@@ -10,7 +10,8 @@ embedded gateway). The switches below exist only here, for A/B runs:
   histogram. Both are the documented switches of :class:`hopline.observe.pipe.PipeObservability`
   (``hooks=False``, ``histogram=False``), handed to ``create_daemon_app(instruments=...)``;
 * ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are
-  not written, to show how much of the relay's time the synchronous journal write takes;
+  not written (the writer thread still runs its empty transactions), to show how much of the
+  relay's time the journal's writes take;
 * ``--sidecars on|off``: ``create_daemon_app(sidecars=...)`` (the app's switch; ``hopline serve``
   has no flag for it), for the sidecar A/B.
 """
@@ -55,12 +56,12 @@ def main() -> None:
     from hopline.logs import configure_json_logging
 
     if args.journal_off:
-        from hopline.daemon.journal import Journal
+        from hopline.daemon.sqlite_journal import SqliteJournal
 
-        def write_nothing(self: Any, rows: Any) -> None:  # ids are still allocated and committed
+        def write_nothing(self: Any, db: Any, rows: Any) -> None:  # ids still allocated, commits still settle
             return None
 
-        Journal._write = write_nothing  # type: ignore[method-assign]
+        SqliteJournal._insert_events = write_nothing  # type: ignore[method-assign]
 
     from hopline.observe.pipe import PipeObservability
 

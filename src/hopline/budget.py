@@ -196,6 +196,7 @@ HOP_PROVIDER = "gateway.provider"
 HOP_CONTEXT = "harness.context"
 HOP_TOOLS = "harness.tools"
 HOP_REPLAY = "daemon.replay"
+HOP_JOURNAL = "daemon.journal"
 HOP_SIDECARS = "daemon.sidecars"
 HOP_OBSERVE = "observe.large_frames"
 HOP_CLUSTER = "daemon.cluster"  # daemon <-> store and daemon <-> daemon (SPEC X)
@@ -310,6 +311,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "replay ring per session, events"),
     Ceiling("ring_max_bytes", HOP_DAEMON_SSE, Unit.BYTES, 8 * MiB, "HOPLINE_RING_MAX_BYTES",
             "replay ring per session, bytes"),
+    Ceiling("journal_queue_max_events", HOP_JOURNAL, Unit.COUNT, 4096, "HOPLINE_JOURNAL_QUEUE_MAX_EVENTS",
+            "events handed to the journal's writer and not yet committed; past it the pipe readers stop "
+            "reading their children until the writer catches up"),
+    Ceiling("journal_queue_max_bytes", HOP_JOURNAL, Unit.BYTES, 16 * MiB, "HOPLINE_JOURNAL_QUEUE_MAX_BYTES",
+            "data bytes of those events; past it the pipe readers stop reading their children"),
     Ceiling("transcript_page_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
             "HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES", "one transcript page"),
     Ceiling("transcript_page_envelope_bytes", HOP_DAEMON_API, Unit.BYTES, 64, None,
@@ -448,6 +454,8 @@ class Budget:
     sse_heartbeat_seconds: float
     ring_max_events: int
     ring_max_bytes: int
+    journal_queue_max_events: int
+    journal_queue_max_bytes: int
     transcript_page_max_bytes: int
     transcript_page_envelope_bytes: int
     sse_event_envelope_bytes: int

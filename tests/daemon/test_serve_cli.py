@@ -52,6 +52,7 @@ def test_generated_token_is_printed_and_required(tmp_path: Path) -> None:
         assert len(daemon.token) >= 32
         ok = httpx.get(daemon.url + "/daemon/status", headers=daemon.headers, timeout=10)
         assert ok.status_code == 200
+        assert ok.json()["eventLoop"] == "uvloop"  # uvicorn[standard] is a dependency: serve runs on it
     finally:
         stop_daemon_proc(daemon.proc)
 

@@ -8,6 +8,14 @@ from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_o
 from hopline.vocabulary import AGENT_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 
+def event_loop_kind() -> dict[str, str]:
+    """The event loop and HTTP parser ``loop="auto"`` / ``http="auto"`` give on this platform."""
+    import importlib.util
+
+    return {"loop": "uvloop" if importlib.util.find_spec("uvloop") else "asyncio",
+            "http": "httptools" if importlib.util.find_spec("httptools") else "h11"}
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
@@ -27,7 +35,6 @@ def register(app: typer.Typer) -> None:
                                   "(also HOPLINE_STORE_URL; see `hopline limits`)."),
     ) -> None:
         """Serve the daemon API and SSE events; each session runs its own ACP agent child."""
-        import asyncio
         import logging
         import math
         import os
@@ -101,7 +108,9 @@ def register(app: typer.Typer) -> None:
                 daemon.state.bus.close_all()
                 await super().shutdown(sockets)
 
+        # uvloop and httptools (uvicorn[standard]) when they import, else asyncio's loop and h11.
         config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
+                                loop="auto", http="auto",
                                 timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds),
                                 timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
         server = DaemonServer(config)
@@ -109,5 +118,5 @@ def register(app: typer.Typer) -> None:
         console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={server_token}" if generated_token else "")
         print(f"console: {console_url}", flush=True)
         print(f"hopline serve listening on {url}", flush=True)
-        logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port})
-        asyncio.run(server.serve(sockets=[sock]))
+        logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
+        server.run(sockets=[sock])  # on the loop config.loop picks

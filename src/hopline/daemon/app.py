@@ -54,11 +54,11 @@ from hopline.daemon.cluster import (
 )
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
-from hopline.daemon.journal import Journal
-from hopline.daemon.pg_journal import BlockingPgJournal, SyncJournal
+from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
 from hopline.daemon.sessions import SessionManager
+from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
@@ -116,11 +116,12 @@ class PromptAccepted(BaseModel):
 
 class SseStream(Response):
     """An SSE response: replay (ring or journal) up to the subscribe instant, ``replay_complete``,
-    then live events from the subscriber's bounded queue, with heartbeat comments. The stream ends
+    then live events from the subscriber's bounded queue, with heartbeat comments. The events
+    queued when the stream wakes go out in one socket write (at most ``sse_queue_max_bytes``). The stream ends
     when the subscriber is evicted (after ``client_evicted``), closed, or the client disconnects."""
 
     def __init__(self, bus: EventBus, session_id: str, subscriber: Subscriber, *, after: int, upto: int,
-                 resync: dict[str, Any] | None, heartbeat: float) -> None:
+                 resync: dict[str, Any] | None, heartbeat: float, write_max_bytes: int) -> None:
         self.bus = bus
         self.session_id = session_id
         self.subscriber = subscriber
@@ -128,6 +129,7 @@ class SseStream(Response):
         self.upto = upto
         self.resync = resync
         self.heartbeat = heartbeat
+        self.write_max_bytes = write_max_bytes
         self.background = None
         self.status_code = 200
 
@@ -166,20 +168,31 @@ class SseStream(Response):
             if message["type"] == "http.disconnect":
                 return
 
-    async def _emit(self, send: Send, event: Event) -> None:
-        await send({"type": "http.response.body", "body": event.wire, "more_body": True})
+    async def _emit(self, send: Send, events: Sequence[Event]) -> None:
+        """Write ``events`` in as few socket writes as the bound allows: consecutive events are
+        joined while a write holds at most ``write_max_bytes`` (at least one event each)."""
+        parts: list[bytes] = []
+        size = 0
+        for event in events:
+            if parts and size + event.size > self.write_max_bytes:
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+                parts.clear()
+                size = 0
+            parts.extend(event.wire_parts())
+            size += event.size
+        if parts:
+            await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
 
     async def _pump(self, send: Send) -> None:
         try:
             if self.resync is not None:
-                await self._emit(send, synthetic("state_resync_required", self.resync))
+                await self._emit(send, [synthetic("state_resync_required", self.resync)])
             replayed = 0
-            for page in self.bus.replay(self.session_id, self.after, self.upto):
-                for event in page:
-                    await self._emit(send, event)
-                    replayed += 1
-            await self._emit(send, synthetic("replay_complete",
-                                             {"replayed": replayed, "lastEventId": self.upto}))
+            async for page in self.bus.replay(self.session_id, self.after, self.upto):
+                await self._emit(send, page)
+                replayed += len(page)
+            await self._emit(send, [synthetic("replay_complete",
+                                              {"replayed": replayed, "lastEventId": self.upto})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
                 if live is None:
@@ -187,16 +200,23 @@ class SseStream(Response):
                         return
                     await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
                     continue
-                await self._emit(send, live)
-                if live.type == "client_evicted":
+                # Everything already queued goes out in one write (the queue's byte bound bounds it).
+                batch = [live]
+                while batch[-1].type != "client_evicted":
+                    queued = self.subscriber.pop_nowait()
+                    if queued is None:
+                        break
+                    batch.append(queued)
+                await self._emit(send, batch)
+                if batch[-1].type == "client_evicted":
                     return
         except OSError:
             return
         except Exception as exc:
             log.warning("sse stream failed", extra={"exception": type(exc).__name__})
             with contextlib.suppress(Exception):
-                await self._emit(send, synthetic("stream_error", {"message": "the event stream failed; "
-                                                                  "reconnect with Last-Event-ID"}))
+                await self._emit(send, [synthetic("stream_error", {"message": "the event stream failed; "
+                                                                   "reconnect with Last-Event-ID"})])
 
 
 # --- the app --------------------------------------------------------------------------------------
@@ -250,7 +270,7 @@ def create_daemon_app(
     location = store_location(settings.store_url, data_dir)
     cluster: Cluster | None = None
     fenced: list[Callable[[tuple[str, ...]], None]] = []  # the manager's, once it exists
-    journal: SyncJournal
+    journal: SqliteJournal | PgJournal
     if location.shared:
         if not settings.cluster_token:
             raise StoreSettingError(f"{SETTINGS_BY_KEY['cluster_token'].env} must be set with a "
@@ -262,11 +282,11 @@ def create_daemon_app(
             for stop in fenced:
                 stop(session_ids)
 
-        journal = BlockingPgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
+        journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
         cluster = Cluster(location.dsn, budget, daemon_id=daemon_id,
                           advertise_url=settings.advertise_url or listen_url, token=settings.cluster_token)
     else:
-        journal = Journal(data_dir, path=location.path)
+        journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
     instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env: dict[str, str] = {}
@@ -285,6 +305,7 @@ def create_daemon_app(
                              data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
                              agent_env=agent_env, gateway_tokens=session_tokens, cluster=cluster)
     fenced.append(manager.fenced)
+    bus.owns = manager.owned.__contains__
 
     gateway: FastAPI | None = None
     if session_tokens is not None:
@@ -299,6 +320,8 @@ def create_daemon_app(
                 await asyncio.to_thread(store.collect_orphans)
                 await asyncio.to_thread(store.reap_expired)
                 reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
+            if isinstance(journal, PgJournal):
+                await journal.open()
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
             if cluster is not None:
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
@@ -315,7 +338,7 @@ def create_daemon_app(
                 bus.close_all()
                 await manager.shutdown()
                 instruments.shutdown()
-                journal.close()
+                await journal.close()
                 if store is not None:
                     store.close()
 
@@ -333,10 +356,10 @@ def create_daemon_app(
     async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
         return _error(exc)
 
-    def session_of(session_id: str) -> DaemonSession:
+    async def session_of(session_id: str) -> DaemonSession:
         if len(session_id) > budget.path_id_max_chars:  # opaque tokens: refused before any lookup
             raise SessionError(404, "unknown_session", "no such session")
-        return manager.get(session_id)
+        return await manager.get(session_id)
 
     async def at_owner(request: Request, session: DaemonSession, *,
                        spawn: bool = True) -> Response | None:
@@ -378,15 +401,15 @@ def create_daemon_app(
     @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
               responses={**errors, 429: {}})
     async def prompt(session_id: str, body: PromptBody, request: Request) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         forwarded = await at_owner(request, session)
         if forwarded is not None:
             return forwarded
-        return {"promptId": manager.prompt(session, body.text)}
+        return {"promptId": await manager.prompt(session, body.text)}
 
     @app.post("/session/{session_id}/cancel", responses=errors)
     async def cancel(session_id: str, request: Request) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         forwarded = await at_owner(request, session)
         if forwarded is not None:
             return forwarded
@@ -399,7 +422,7 @@ def create_daemon_app(
         maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         after = (parse_decimal_id(last_event_id, "Last-Event-ID")
                  if last_event_id is not None and last_event_id.strip() else None)
         subscribers, limit = bus.subscriber_count(session.id), budget.max_subscribers_per_session
@@ -409,7 +432,7 @@ def create_daemon_app(
                                f"this would be event stream {subscribers + 1} of this session, over the "
                                f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
                                observed=subscribers + 1, setting=setting)
-        subscriber, upto = bus.subscribe(session.id, maxQueued or budget.sse_queue_max_events)
+        subscriber, upto = await bus.subscribe(session.id, maxQueued or budget.sse_queue_max_events)
         resync = None
         start = after or 0
         if after is not None and after > upto:
@@ -417,11 +440,11 @@ def create_daemon_app(
                       "message": "Last-Event-ID is ahead of this session's journal; reload the state"}
             start = upto
         return SseStream(bus, session.id, subscriber, after=start, upto=upto, resync=resync,
-                         heartbeat=budget.sse_heartbeat_seconds)
+                         heartbeat=budget.sse_heartbeat_seconds, write_max_bytes=budget.sse_queue_max_bytes)
 
     @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str, request: Request) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         forwarded = await at_owner(request, session)
         if forwarded is not None:
             return forwarded
@@ -430,15 +453,16 @@ def create_daemon_app(
     @app.get("/session/{session_id}/transcript", responses=errors)
     async def transcript(session_id: str,
                          cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         after = parse_decimal_id(cursor, "cursor") if cursor else 0
-        page = transcript_page(journal, session.id, after, page_max_bytes=budget.transcript_page_max_bytes,
-                               envelope_bytes=budget.transcript_page_envelope_bytes)
+        page = await transcript_page(journal, session.id, after,
+                                     page_max_bytes=budget.transcript_page_max_bytes,
+                                     envelope_bytes=budget.transcript_page_envelope_bytes)
         return Response(page, media_type="application/json")
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
     async def permission(session_id: str, request_id: str, body: PermissionBody, request: Request) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         forwarded = await at_owner(request, session)
         if forwarded is not None:
             return forwarded
@@ -448,7 +472,7 @@ def create_daemon_app(
 
     @app.delete("/session/{session_id}", responses=errors)
     async def delete_session(session_id: str, request: Request) -> Any:
-        session = session_of(session_id)
+        session = await session_of(session_id)
         forwarded = await at_owner(request, session, spawn=False)  # no agent needed to delete
         if forwarded is not None:
             return forwarded
@@ -459,14 +483,18 @@ def create_daemon_app(
         from hopline.sidecars.routes import sidecar_router
 
         async def sidecar_session(session_id: str) -> None:
-            session_of(session_id)  # 404 for a session this daemon does not know (D-7)
+            await session_of(session_id)  # 404 for a session this daemon does not know (D-7)
 
         app.include_router(sidecar_router(store, authorize=sidecar_session))
 
     @app.get("/daemon/status", responses=errors)
     async def status() -> dict[str, Any]:
         return {
-            "sessions": manager.status(),
+            "sessions": await manager.status(),
+            # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
+            "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
+                        "failedEvents": bus.journal_failed},
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),

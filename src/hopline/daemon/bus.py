@@ -1,22 +1,29 @@
 """The event bus (SPEC D-3..D-5): journal, per-session ring, per-subscriber bounded queues.
 
-``publish`` journals the event first (its id is allocated by the journal), then appends it to the
-session's ring (bounded by ``ring_max_events`` and ``ring_max_bytes``) and offers it to every
-subscriber. A subscriber's queue is bounded by count (``maxQueued``, the only client knob) and by
-``sse_queue_max_bytes`` (not client-settable); an empty queue always accepts one event, so a single
-large event is still delivered (more generally the event at the head of the queue, the one in
-delivery, does not count toward the byte bound). At 75 % of either bound the subscriber gets a
-``slow_client_warning``; an event that would pass 100 % evicts it: its queue is dropped (memory is
-freed at once) and it gets ``client_evicted``, after which its stream ends and the client
-reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in the journal.
+One bus over any :class:`~hopline.daemon.journal.EventJournal`. ``publish`` stages the event in the
+journal (which gives it its id) and hands it to the journal's writer; once its commit resolves, the
+bus appends it to the session's ring (bounded by ``ring_max_events`` and ``ring_max_bytes``) and
+offers it to every subscriber. A subscriber's queue is bounded by count (``maxQueued``, the only
+client knob) and by ``sse_queue_max_bytes`` (not client-settable); an empty queue always accepts one
+event, so a single large event is still delivered (more generally the event at the head of the
+queue, the one in delivery, does not count toward the byte bound). At 75 % of either bound the
+subscriber gets a ``slow_client_warning``; an event that would pass 100 % evicts it: its queue is
+dropped (memory is freed at once) and it gets ``client_evicted``, after which its stream ends and
+the client reconnects with ``Last-Event-ID``. Nothing is lost: every event with an id is in the
+journal.
 
 Synthetic events (no id, not journaled) go to the live subscribers only.
 
-Inside :meth:`EventBus.batch` (a synchronous stretch, e.g. every frame of one pipe read) publishing
-is deferred: its events are staged in the journal (which gives them their ids), and at the end of the
-batch committed in one transaction, then ringed and offered in publication order (synthetic ones in
-their place). D-5 holds: nothing reaches
-the ring or a subscriber before its commit.
+Inside :meth:`EventBus.batch` (a synchronous stretch, e.g. every frame of one pipe read) the events
+are staged and handed to the writer together at its end (one commit). Commits are delivered in
+the order they were made, each batch's events in publication order, synthetic ones in their place
+(a synthetic event waits behind the commits before it). D-5 holds: nothing reaches the ring or a
+subscriber before its commit. Publishing does not wait for the commit: the writer's queue (the
+events handed to it and not yet committed) is bounded by ``journal_queue_max_events`` and
+``journal_queue_max_bytes``, and :meth:`EventBus.backpressure` tells a pipe reader to stop
+reading its child while the queue is past either bound. A commit that fails delivers none of its
+events: each session hears of them in a synthetic ``frame_dropped`` (reason
+``journal_write_failed``, sizes only), counted and logged.
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ import collections
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
-from hopline.daemon.pg_journal import SyncJournal
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
+from hopline.daemon.journal import EventJournal
+from hopline.vocabulary import FRAME_DROPPED
 
 log = logging.getLogger("hopline.daemon.bus")
 
@@ -49,8 +57,13 @@ class Event:
 
     @property
     def wire(self) -> bytes:
-        head = b"" if self.id is None else b"id: %d\n" % self.id
-        return head + b"event: " + self.type.encode() + b"\ndata: " + self.data + b"\n\n"
+        return b"".join(self.wire_parts())
+
+    def wire_parts(self) -> tuple[bytes, bytes, bytes]:
+        """The SSE bytes in three parts, ``data`` among them as is: several events are joined
+        into one socket write without building each event's bytes first."""
+        head = b"event: " if self.id is None else b"id: %d\nevent: " % self.id
+        return head + self.type.encode() + b"\ndata: ", self.data, b"\n\n"
 
     @property
     def size(self) -> int:
@@ -83,18 +96,24 @@ class Subscriber:
         self.warned = False
         self.evicted = False
         self.closed = False
-        # Events up to this id reach it by replay (its subscribe instant); a later one that is not
-        # above it (a catch-up of another daemon's events that began before) is skipped.
-        self.floor = 0
         self._waiter: asyncio.Future[None] | None = None
         self.evicted_signal = asyncio.Event()
+        self.after = 0  # events up to this id come from the replay, not the queue
+
+    def start_after(self, after: int) -> None:
+        """Take only events with an id above ``after`` (those up to it are replayed); drop the
+        ones queued before the id was known."""
+        self.after = after
+        if any(e.id is not None and e.id <= after for e in self._queue):
+            self._queue = collections.deque(e for e in self._queue if e.id is None or e.id > after)
+            self.queued_bytes = sum(e.size for e in self._queue)
 
     @property
     def queued(self) -> int:
         return len(self._queue)
 
     def offer(self, event: Event) -> None:
-        if self.evicted or self.closed or (event.id is not None and event.id <= self.floor):
+        if self.evicted or self.closed or (event.id is not None and event.id <= self.after):
             return
         # The head of the queue is the event in delivery: it does not count toward the byte bound,
         # so one large event never evicts a subscriber that keeps up (an empty queue accepts any
@@ -189,25 +208,50 @@ class _Ring:
         while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
             self.bytes -= self.events.popleft().size
 
-    def covers(self, after: int) -> bool:
-        """True when every event with an id greater than ``after`` is still in the ring."""
+    def covers(self, after: int, upto: int) -> bool:
+        """True when the ring holds every event ``after < id <= upto`` (an event committed and not
+        yet delivered is not in it yet: the journal has it)."""
         if not self.events:
             return False
-        first = self.events[0].id
-        return first is not None and first <= after + 1
+        first, last = self.events[0].id, self.events[-1].id
+        return first is not None and last is not None and first <= after + 1 and last >= upto
+
+
+@dataclasses.dataclass(eq=False)
+class _Commit:
+    """Events handed to the journal together, delivered together once ``committed`` resolves
+    (None: synthetic events only, delivered when the commits before them are)."""
+
+    events: list[tuple[str, Event]]
+    committed: asyncio.Future[None] | None
+    journaled: int  # events with an id
+    nbytes: int  # their data bytes
+    delivered: asyncio.Future[None] | None = None  # made on demand by EventBus.flushed
+
+
+def _ready(commit: _Commit) -> bool:
+    return commit.committed is None or commit.committed.done()
 
 
 class EventBus:
-    def __init__(self, budget: Budget, journal: SyncJournal) -> None:
+    def __init__(self, budget: Budget, journal: EventJournal) -> None:
         self.budget = budget
         self.journal = journal
         self._rings: dict[str, _Ring] = {}
         self._subscribers: dict[str, set[Subscriber]] = {}
         self.evictions = 0
         self.oversize_dropped = 0
+        self.journal_failed = 0  # events whose commit failed (each one said to its session)
         self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
+        self._commits: collections.deque[_Commit] = collections.deque()  # in commit order
+        self.queued_events = 0  # handed to the journal, not yet committed
+        self.queued_bytes = 0
+        self._room: asyncio.Future[None] | None = None
+        self._delivering = False  # a _deliver_next is running or scheduled
         # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
-        # read another daemon's committed events for this daemon's subscribers.
+        # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
+        # sessions this daemon writes itself (their events are delivered after their commit).
+        self.owns: Callable[[str], bool] = lambda _session_id: False
         self._delivered: dict[str, int] = {}
         self._remote_last: dict[str, int] = {}
         self._catch_ups: dict[str, asyncio.Task[None]] = {}
@@ -221,10 +265,10 @@ class EventBus:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """Defer the events published inside (synchronous code only: no await in the block) and
-        journal them in one transaction at its end, then deliver them in order. The
-        events published before an exception in the block are still journaled and delivered. A
-        nested batch joins the outer one."""
+        """Stage the events published inside (synchronous code only: no await in the block) and
+        hand them to the journal in one commit at its end; they are delivered, in order, when it
+        resolves. The events published before an exception in the block are still committed and
+        delivered. A nested batch joins the outer one."""
         if self._batch is not None:
             yield
             return
@@ -234,19 +278,22 @@ class EventBus:
             yield
         finally:
             self._batch = None
-            self.journal.commit()
-            for session_id, event in pending:
-                self._deliver(session_id, event)
+            self._hand_over(pending)
 
     def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
-        """Journal, ring, subscribers, in that order (deferred to the end of a :meth:`batch`). An
-        event over ``sse_max_event_bytes`` is not journaled: a synthetic ``frame_dropped`` naming
-        its size and the limit goes out instead."""
-        payload = orjson.dumps(data)
+        """Stage the event (it gets its id now), commit, then ring and subscribers, in that order
+        (the commit deferred to the end of a :meth:`batch`). An event over ``sse_max_event_bytes``
+        is not journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out
+        instead, and None is returned."""
+        return self.publish_encoded(session_id, event_type, orjson.dumps(data))
+
+    def publish_encoded(self, session_id: str, event_type: str, payload: bytes) -> Event | None:
+        """:meth:`publish` for data already encoded: ``payload`` is the JSON of the event's data,
+        journaled and sent as given."""
         limit = self.budget.sse_max_event_bytes
         if wire_size(self.journal.next_id(session_id), event_type, len(payload)) > limit:
             self.oversize_dropped += 1
-            self.publish_synthetic(session_id, "frame_dropped", {
+            self.publish_synthetic(session_id, FRAME_DROPPED, {
                 "direction": "sse", "bytes": len(payload), "limitBytes": limit,
                 "reason": "sse_max_event_bytes", "hop": HOP_DAEMON_SSE, "eventType": event_type,
                 "setting": CEILINGS_BY_KEY["sse_max_event_bytes"].name})
@@ -256,13 +303,104 @@ class EventBus:
         event = Event(self.journal.stage(session_id, event_type, payload), event_type, payload)
         if self._batch is not None:
             self._batch.append((session_id, event))
-            return event
-        self.journal.commit()
-        self._deliver(session_id, event)
+        else:
+            self._hand_over([(session_id, event)])
         return event
+
+    def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
+        event = synthetic(event_type, data)
+        if self._batch is not None:
+            self._batch.append((session_id, event))  # in its place among the batched events
+        else:
+            self._hand_over([(session_id, event)])
+
+    # --- the journal's queue --------------------------------------------------------------------
+
+    def _hand_over(self, events: list[tuple[str, Event]]) -> None:
+        if not events:
+            return
+        journaled = [event for _, event in events if event.id is not None]
+        if not journaled and not self._commits:
+            for session_id, event in events:  # nothing before them: out at once
+                self._deliver(session_id, event)
+            return
+        commit = _Commit(events, self.journal.commit() if journaled else None, len(journaled),
+                         sum(len(event.data) for event in journaled))
+        self._commits.append(commit)
+        self.queued_events += commit.journaled
+        self.queued_bytes += commit.nbytes
+        if commit.committed is not None:
+            commit.committed.add_done_callback(self._on_committed)
+
+    def _on_committed(self, _: asyncio.Future[None]) -> None:
+        if not self._delivering:
+            self._delivering = True
+            self._deliver_next()
+
+    def _deliver_next(self) -> None:
+        """Deliver the commit at the head of the queue if it is done, then the next one in the next
+        loop iteration: a writer transaction that settles many commits at once does not pour them
+        all into the subscribers' queues before their streams run (the pacing of one pipe read
+        per iteration is kept, and a subscriber that keeps up is never evicted by a burst)."""
+        commits = self._commits
+        if commits and _ready(commits[0]):
+            commit = commits.popleft()
+            self.queued_events -= commit.journaled
+            self.queued_bytes -= commit.nbytes
+            error = None
+            if commit.committed is not None and not commit.committed.cancelled():
+                error = commit.committed.exception()
+            for session_id, event in commit.events:
+                if error is not None and event.id is not None:
+                    self._journal_failed(session_id, event, error)
+                else:
+                    self._deliver(session_id, event)
+            if commit.delivered is not None and not commit.delivered.done():
+                commit.delivered.set_result(None)
+            room = self._room
+            if room is not None and not room.done() and self.backpressure() is None:
+                room.set_result(None)
+            if commits and _ready(commits[0]):
+                asyncio.get_running_loop().call_soon(self._deliver_next)
+                return
+        self._delivering = False
+
+    def _journal_failed(self, session_id: str, event: Event, error: BaseException) -> None:
+        self.journal_failed += 1
+        log.error("journal commit failed: event not delivered",
+                  extra={"eventType": event.type, "bytes": len(event.data),
+                         "exception": type(error).__name__})
+        self._deliver(session_id, synthetic(FRAME_DROPPED, {
+            "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
+            "hop": HOP_JOURNAL, "eventType": event.type}))
+
+    def backpressure(self) -> asyncio.Future[None] | None:
+        """None while the journal's queue is within both bounds (at most ``journal_queue_max_events``
+        events and ``journal_queue_max_bytes`` bytes handed over and not committed); past either,
+        a future resolved once it is within them again: a pipe reader awaits it before its next
+        read, so a child that outruns the disk is held back instead of the daemon's memory growing."""
+        if (self.queued_events <= self.budget.journal_queue_max_events
+                and self.queued_bytes <= self.budget.journal_queue_max_bytes):
+            return None
+        if self._room is None or self._room.done():
+            self._room = asyncio.get_running_loop().create_future()
+        return self._room
+
+    async def flushed(self) -> None:
+        """Return once everything published before the call is committed and delivered."""
+        if not self._commits:
+            return
+        last = self._commits[-1]
+        if last.delivered is None:
+            last.delivered = asyncio.get_running_loop().create_future()
+        await asyncio.shield(last.delivered)
+
+    # --- delivery -------------------------------------------------------------------------------
 
     def _deliver(self, session_id: str, event: Event) -> None:
         if event.id is not None:
+            if event.id <= self._delivered.get(session_id, 0) and session_id in self._catch_ups:
+                return  # a catch-up read it from the journal first (a lease moving here)
             self._ring(session_id).append(event)
             self._delivered[session_id] = max(event.id, self._delivered.get(session_id, 0))
         for subscriber in list(self._subscribers.get(session_id, ())):
@@ -270,20 +408,15 @@ class EventBus:
             if subscriber.evicted:
                 self._drop(subscriber)
 
-    def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
-        event = synthetic(event_type, data)
-        if self._batch is not None:
-            self._batch.append((session_id, event))  # in its place among the batched events
-            return
-        self._deliver(session_id, event)
-
-    def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
-        """Register a subscriber; return it and the last event id at that instant. Events after
-        that id reach its queue; events up to it are read with :meth:`replay`."""
+    async def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
+        """Register a subscriber; return it and the session's last committed id at that instant.
+        Events after that id reach its queue; events up to it are read with :meth:`replay`."""
         subscriber = Subscriber(session_id, max_queued, self.budget.sse_queue_max_bytes)
         self._subscribers.setdefault(session_id, set()).add(subscriber)
-        upto = self.journal.last_id(session_id)
-        subscriber.floor = upto
+        # Registered first, then the id: an event committed meanwhile is in the queue (dropped
+        # there when the id covers it), never in neither.
+        upto = await self.journal.last_id(session_id)
+        subscriber.start_after(upto)
         self._delivered.setdefault(session_id, upto)
         return subscriber, upto
 
@@ -301,19 +434,19 @@ class EventBus:
     def subscriber_count(self, session_id: str) -> int:
         return len(self._subscribers.get(session_id, ()))
 
-    def replay(self, session_id: str, after: int, upto: int) -> Iterator[list[Event]]:
-        """Pages of the events ``after < id <= upto``: from the ring when it still holds them all,
-        else from the journal in pages of about ``sse_queue_max_bytes``."""
+    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[list[Event]]:
+        """Pages of the events ``after < id <= upto``: from the ring when it holds them all, else
+        from the journal in pages of about ``sse_queue_max_bytes``."""
         if upto <= after:
             return
         ring = self._ring(session_id)
-        if ring.covers(after):
+        if ring.covers(after, upto):
             yield [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
             return
         cursor = after
         while cursor < upto:
-            rows = self.journal.read_page(session_id, cursor, upto=upto,
-                                          max_bytes=self.budget.sse_queue_max_bytes)
+            rows = await self.journal.read_page(session_id, cursor, upto=upto,
+                                                max_bytes=self.budget.sse_queue_max_bytes)
             if not rows:
                 return
             yield [Event(r.seq, r.type, r.data) for r in rows]
@@ -323,9 +456,9 @@ class EventBus:
 
     def on_remote_commit(self, session_id: str, last_id: int) -> None:
         """A notification: the session's journal reached ``last_id`` (perhaps on another daemon).
-        Its events this daemon has not delivered are read from the journal for its subscribers."""
-        if last_id <= self._delivered.get(session_id, 0):
-            return  # published here (this daemon owns it), or already read
+        The events this daemon has not delivered are read from the journal for its subscribers."""
+        if self.owns(session_id) or last_id <= self._delivered.get(session_id, 0):
+            return  # written here (delivered after its commit), or already read
         if not self._subscribers.get(session_id):
             # Nobody here reads it: no catch-up, and the ring would have a hole, so it goes.
             self._rings.pop(session_id, None)
@@ -338,21 +471,25 @@ class EventBus:
 
     def catch_up_all(self) -> None:
         """After (re)listening: every watched session read up to its journal's last id."""
-        for session_id in [s for s, subs in self._subscribers.items() if subs]:
-            self.on_remote_commit(session_id, self.journal.last_id(session_id))
+        async def run() -> None:
+            for session_id in [s for s, subs in self._subscribers.items() if subs]:
+                self.on_remote_commit(session_id, await self.journal.last_id(session_id))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._catch_ups.setdefault("", task)  # kept referenced until done
 
     async def _catch_up(self, session_id: str) -> None:
         try:
             while self._delivered.get(session_id, 0) < self._remote_last.get(session_id, 0):
                 after = self._delivered.get(session_id, 0)
-                rows = self.journal.read_page(session_id, after, upto=self._remote_last[session_id],
-                                              max_bytes=self.budget.sse_queue_max_bytes)
+                rows = await self.journal.read_page(session_id, after, upto=self._remote_last[session_id],
+                                                    max_bytes=self.budget.sse_queue_max_bytes)
                 if not rows:
                     return
                 for row in rows:
-                    self.remote_events += 1
-                    self._deliver(session_id, Event(row.seq, row.type, row.data))
-                await asyncio.sleep(0)  # one page at a time: the loop serves others between
+                    if row.seq > self._delivered.get(session_id, 0):
+                        self.remote_events += 1
+                        self._deliver(session_id, Event(row.seq, row.type, row.data))
         except Exception as exc:  # the next notification tries again; a reconnecting client resumes
             log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
         finally:

@@ -67,13 +67,16 @@ class AgentRpcError(HoplineError):
 class ChildHandler(Protocol):
     # May return an awaitable (work moved off the event loop): the reader awaits it before the next
     # frame, so the order of the child's messages is kept.
-    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None: ...
+    def on_notification(self, frame: Frame) -> Awaitable[None] | None: ...
     def on_request(self, message: dict[str, Any]) -> None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
     # Wraps the synchronous handling of the frames of one pipe read: what they publish is journaled
     # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
+    # None while the child may be read on; else an awaitable done when it may (the journal's queue
+    # is full: the child is held back, SPEC D-5 bounds).
+    def backpressure(self) -> Awaitable[None] | None: ...
 
 
 @dataclasses.dataclass
@@ -200,6 +203,11 @@ class AcpChild:
         stdout = self._proc.stdout
         try:
             while True:
+                held = self.handler.backpressure()
+                if held is not None:
+                    # Not reading lets the stream's buffer fill, then the pipe's: the child blocks
+                    # in its write until the journal catches up.
+                    await held
                 chunk = await stdout.read(READ_CHUNK_BYTES)
                 if not chunk:
                     break
@@ -271,7 +279,7 @@ class AcpChild:
             elif kind == "request":
                 self.handler.on_request(message)
             elif kind == "notification":
-                return self.handler.on_notification(message, item.size)
+                return self.handler.on_notification(item)
             else:
                 self._frame_error(None, item.size, "invalid_jsonrpc")
         except Exception:

@@ -48,7 +48,7 @@ class SessionLoader:
             child = session.child
             if child is not None and child.alive and session.state is SessionState.READY:
                 return {"sessionId": session.id, "source": "journal", "replayedUpdates": 0,
-                        "lastEventId": manager.journal.last_id(session.id)}
+                        "lastEventId": await manager.journal.last_id(session.id)}
             if session.agent_session_id is None:
                 raise SessionError(409, "session_not_loadable", "the session never got an agent session id")
             manager.check_live_capacity()
@@ -73,11 +73,12 @@ class SessionLoader:
             session.agent_session_id = agent_session_id
             if manager.gateway_tokens is not None:
                 manager.gateway_tokens.bind(session.id, agent_session_id)
-            manager.journal.set_agent_session_id(session.id, agent_session_id)
+            await manager.journal.set_agent_session_id(session.id, agent_session_id)
             session.move(SessionState.READY)
             return {"sessionId": session.id, "source": "new", "replayedUpdates": 0, "publishedUpdates": 0,
-                    "lastEventId": manager.journal.last_id(session.id)}
-        loading = LoadState(suppress=manager.journal.count(session.id, SESSION_UPDATE) > 0)
+                    "lastEventId": await manager.journal.last_id(session.id)}
+        await manager.bus.flushed()  # what was published is counted
+        loading = LoadState(suppress=await manager.journal.count(session.id, SESSION_UPDATE) > 0)
         session.loading = loading
         params: dict[str, Any] = {"sessionId": session.agent_session_id,
                                   "cwd": session.cwd or str(manager.data_dir),
@@ -110,12 +111,13 @@ class SessionLoader:
                 published += 1
         session.loading = None
         session.move(SessionState.READY)
+        await manager.bus.flushed()  # the answer's lastEventId covers what the load published
         log.info("session loaded", extra={"updates": len(updates) + loading.streamed, "pages": pages,
                                           "published": published})
         return {"sessionId": session.id, "source": "child",
                 "replayedUpdates": len(updates) + loading.streamed,
                 "publishedUpdates": published + (0 if loading.suppress else loading.streamed),
-                "lastEventId": manager.journal.last_id(session.id)}
+                "lastEventId": await manager.journal.last_id(session.id)}
 
     async def _request(self, child: AcpChild, loading: LoadState, method: str,
                        params: dict[str, Any]) -> tuple[Any, int]:

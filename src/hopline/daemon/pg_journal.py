@@ -23,13 +23,13 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.daemon.journal import EventJournal, Journal, JournalRow, SessionRecord
+from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -363,106 +363,3 @@ def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
         future.exception()  # retrieved here too: a caller that dropped it logs no warning
 
-
-class BlockingPgJournal:
-    """The synchronous journal API the bus and the session manager call today, over one
-    :class:`PgJournal` that runs on its own event loop thread (no SQL of its own).
-
-    Transitional, like the synchronous SQLite ``Journal`` it stands beside: each call blocks the
-    caller until the store answers (a commit returns once its events are durable, so D-5's order
-    holds). When the bus speaks :class:`~hopline.daemon.journal.EventJournal` itself (the relay
-    issue), the daemon uses :class:`PgJournal` directly and this goes.
-    """
-
-    def __init__(self, dsn: str, budget: Budget, *, owner: str | None = None,
-                 on_fenced: Callable[[tuple[str, ...]], None] | None = None) -> None:
-        import threading
-
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="hopline-pg-journal", daemon=True)
-        self._thread.start()
-        self.journal = PgJournal(dsn, budget, owner=owner, on_fenced=on_fenced)
-        try:
-            self._call(self.journal.open())
-        except BaseException:
-            self._stop_loop()
-            raise
-
-    def _call(self, awaitable: Awaitable[Any]) -> Any:
-        async def run() -> Any:
-            return await awaitable
-
-        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
-
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
-
-    def close(self) -> None:
-        self._call(self.journal.close())
-        self._stop_loop()
-
-    def create_session(self, session_id: str, options: dict[str, Any]) -> None:
-        self._call(self.journal.create_session(session_id, options))
-
-    def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
-        self._call(self.journal.set_agent_session_id(session_id, agent_session_id))
-
-    def get_session(self, session_id: str) -> SessionRecord | None:
-        record: SessionRecord | None = self._call(self.journal.get_session(session_id))
-        return record
-
-    def delete_session(self, session_id: str) -> None:
-        self._call(self.journal.delete_session(session_id))
-
-    def open_prompt(self, session_id: str, prompt_id: str) -> None:
-        self._call(self.journal.open_prompt(session_id, prompt_id))
-
-    def close_prompt(self, session_id: str, prompt_id: str) -> None:
-        self._call(self.journal.close_prompt(session_id, prompt_id))
-
-    def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
-        prompts: list[tuple[str, str]] = self._call(self.journal.unended_prompts(session_id))
-        return prompts
-
-    def last_id(self, session_id: str) -> int:
-        return int(self._call(self.journal.last_id(session_id)))
-
-    def next_id(self, session_id: str) -> int:
-        if session_id not in self.journal._open:  # a session read here, written here now: open it
-            self.get_session(session_id)
-        return self.journal.next_id(session_id)
-
-    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
-        self.next_id(session_id)
-        return self.journal.stage(session_id, event_type, data)
-
-    def commit(self) -> None:
-        async def commit() -> None:
-            await self.journal.commit()
-
-        self._call(commit())
-
-    def append(self, session_id: str, event_type: str, data: bytes) -> int:
-        seq = self.stage(session_id, event_type, data)
-        self.commit()
-        return seq
-
-    def append_many(self, session_id: str, events: Sequence[tuple[str, bytes]]) -> list[int]:
-        seqs = [self.stage(session_id, event_type, data) for event_type, data in events]
-        self.commit()
-        return seqs
-
-    def count(self, session_id: str, event_type: str) -> int:
-        return int(self._call(self.journal.count(session_id, event_type)))
-
-    def read_page(self, session_id: str, after: int, *, upto: int | None = None,
-                  max_bytes: int) -> list[JournalRow]:
-        rows: list[JournalRow] = self._call(self.journal.read_page(session_id, after, upto=upto,
-                                                                   max_bytes=max_bytes))
-        return rows
-
-
-# What the bus, the session manager and the transcript call today (both synchronous journals).
-SyncJournal = Journal | BlockingPgJournal

@@ -45,8 +45,9 @@ from hopline.daemon.child import (
 )
 from hopline.daemon.cluster import Cluster, Owner
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
+from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
-from hopline.daemon.pg_journal import BlockingPgJournal, SyncJournal
+from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
@@ -64,7 +65,7 @@ from hopline.vocabulary import (
     SIDECAR_DIR_ENV,
     TURN_ERROR,
 )
-from hopline.wire.ndjson import FrameError, FrameTooLarge
+from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -97,12 +98,12 @@ class _ChildEvents:
             return None
         return session
 
-    def on_notification(self, message: dict[str, Any], size: int) -> Awaitable[None] | None:
+    def on_notification(self, frame: Frame) -> Awaitable[None] | None:
         session = self._current()
         if session is not None:
-            return self.manager._on_notification(session, message, size)
+            return self.manager._on_notification(session, frame)
         if self.session is None:  # a warm child has no session: nothing it sends is anyone's
-            self.manager._drop_frame(None, size, DROP_FOREIGN_SESSION)
+            self.manager._drop_frame(None, frame.size, DROP_FOREIGN_SESSION)
         return None
 
     def on_request(self, message: dict[str, Any]) -> None:
@@ -122,10 +123,14 @@ class _ChildEvents:
     def batch(self) -> contextlib.AbstractContextManager[None]:
         return self.manager.bus.batch()
 
+    def backpressure(self) -> Awaitable[None] | None:
+        return self.manager.bus.backpressure()
+
 
 class SessionManager:
-    def __init__(self, budget: Budget, *, journal: SyncJournal, bus: EventBus, instruments: PipeObservability,
-                 agent_cmd: Sequence[str], data_dir: Path, child_env: Mapping[str, str] | None = None,
+    def __init__(self, budget: Budget, *, journal: EventJournal, bus: EventBus,
+                 instruments: PipeObservability, agent_cmd: Sequence[str], data_dir: Path,
+                 child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
                  sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
                  gateway_tokens: SessionTokens | None = None, cluster: Cluster | None = None) -> None:
@@ -160,12 +165,15 @@ class SessionManager:
     async def start(self) -> None:
         """At daemon startup: end the prompts a previous run left running, then warm the pool. With
         several daemons another daemon may be running them: an adoption ends a dead owner's."""
-        for session_id, prompt_id in ([] if self.cluster is not None else self.journal.unended_prompts()):
+        unended = [] if self.cluster is not None else await self.journal.unended_prompts()
+        for session_id, prompt_id in unended:
+            if await self.journal.get_session(session_id) is None:  # opens it for its event
+                continue
             self.bus.publish(session_id, "turn_error", {
                 "promptId": prompt_id, "origin": "daemon", "reason": REASON_DAEMON_RESTARTED,
                 "message": "the daemon restarted while this prompt was running; its turn ended there "
                            "(POST /session/{id}/load restores the session)"})
-            self.journal.close_prompt(session_id, prompt_id)
+            await self.journal.close_prompt(session_id, prompt_id)
             log.warning("prompt ended by a daemon restart")
         for pool in self.pools.values():
             pool.fill()
@@ -176,19 +184,19 @@ class SessionManager:
 
     # --- lookup -----------------------------------------------------------------------------------
 
-    def get(self, session_id: str) -> DaemonSession:
+    async def get(self, session_id: str) -> DaemonSession:
         session = self.sessions.get(session_id)
         if session is not None and (self.cluster is None or session_id in self.owned):
             return session
         # Several daemons: a session another daemon owns may have been deleted there; ask the store.
-        record = self.journal.get_session(session_id)
+        record = await self.journal.get_session(session_id)
         if record is None:
             self.sessions.pop(session_id, None)
             raise SessionError(404, "unknown_session", "no such session")
         if session is not None:
             return session
-        session = DaemonSession(record.id, record.options, record.agent_session_id)
-        self.sessions[session_id] = session
+        session = self.sessions.setdefault(session_id, DaemonSession(record.id, record.options,
+                                                                     record.agent_session_id))
         return session
 
     # --- the child ------------------------------------------------------------------------------
@@ -287,7 +295,7 @@ class SessionManager:
         self.check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
-        self.journal.create_session(session_id, options)
+        await self.journal.create_session(session_id, options)
         session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
@@ -306,7 +314,7 @@ class SessionManager:
         session.agent_session_id = agent_session_id
         if self.gateway_tokens is not None:
             self.gateway_tokens.bind(session_id, agent_session_id)
-        self.journal.set_agent_session_id(session_id, agent_session_id)
+        await self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
         session.move(SessionState.READY)
         log.info("session created", extra={"agentPid": child.pid})
@@ -337,7 +345,7 @@ class SessionManager:
         if child is not None:
             await child.stop()
         self.bus.close_session(session.id)
-        self.journal.delete_session(session.id)  # with its lease, on a shared store
+        await self.journal.delete_session(session.id)  # with its lease, on a shared store
         self.owned.discard(session.id)
         if self.sidecars is not None:
             await asyncio.to_thread(self.sidecars.delete_session, session.id)
@@ -355,7 +363,7 @@ class SessionManager:
             raise SessionError(409, "session_not_ready", message, state=state)
         return child
 
-    def prompt(self, session: DaemonSession, text: str) -> str:
+    async def prompt(self, session: DaemonSession, text: str) -> str:
         self._require_ready(session)
         pending, limit = len(session.prompts), self.budget.max_pending_prompts
         if pending >= limit:
@@ -365,25 +373,31 @@ class SessionManager:
                                f"the limit of {limit} ({setting}); wait for a turn to end", limit=limit,
                                observed=pending + 1, setting=setting)
         prompt_id = "p_" + secrets.token_hex(8)
-        self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        # Registered at once (it counts toward the limit while the prompt is stored); the task
+        # starts after open_prompt is queued, so its events follow it in the journal's write order.
         task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except BaseException:
+            task.cancel()
+            raise
         return prompt_id
 
-    def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
-                  data: dict[str, Any]) -> None:
+    async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
+                        data: dict[str, Any]) -> None:
         """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
         then no longer open (a turn cut before this point is ended by the next daemon start)."""
         lost = session.turn_lost.pop(prompt_id, 0)
         self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
-        self.journal.close_prompt(session.id, prompt_id)
+        await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
 
     async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str) -> None:
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
-                self._publish_exit_error(session, prompt_id, session.exit_code)
+                await self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
@@ -393,7 +407,7 @@ class SessionManager:
                 result = _dict(result)
                 turn = _dict(result.get("_meta")).get("hopline.turn")
                 turn = turn if isinstance(turn, dict) else None
-                self._end_turn(session, prompt_id, "turn_complete", {
+                await self._end_turn(session, prompt_id, "turn_complete", {
                     "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
             except AgentRpcError as exc:
                 data = _dict(exc.data)
@@ -406,14 +420,14 @@ class SessionManager:
                 for key in ("hop", "limitBytes", "observedBytes"):
                     if key in data:
                         payload[key] = data[key]
-                self._end_turn(session, prompt_id, "turn_error", payload)
+                await self._end_turn(session, prompt_id, "turn_error", payload)
             except AgentExited as exc:
-                self._publish_exit_error(session, prompt_id, exc.returncode)
+                await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
                 session.current_prompt = None
 
-    def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
-        self._end_turn(session, prompt_id, "turn_error", {
+    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        await self._end_turn(session, prompt_id, "turn_error", {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
@@ -453,8 +467,8 @@ class SessionManager:
 
     # --- the child's traffic ------------------------------------------------------------------------
 
-    def _on_notification(self, session: DaemonSession, message: dict[str, Any],
-                         size: int) -> Awaitable[None] | None:
+    def _on_notification(self, session: DaemonSession, frame: Frame) -> Awaitable[None] | None:
+        message, size = frame.message, frame.size
         method = message.get("method")
         params = _dict(message.get("params"))
         if method == "session/update":
@@ -631,15 +645,15 @@ class SessionManager:
 
     async def _adopt(self, session: DaemonSession, previous: Owner | None, *, spawn: bool) -> None:
         journal = self.journal
-        assert isinstance(journal, BlockingPgJournal)  # several daemons: the PostgreSQL store
-        journal.get_session(session.id)  # the last id, read after the compare-and-set
+        assert isinstance(journal, PgJournal)  # several daemons: the PostgreSQL store
+        await journal.get_session(session.id)  # the last id, read after the compare-and-set
         ended = 0
-        for session_id, prompt_id in journal.unended_prompts(session.id):
+        for session_id, prompt_id in await journal.unended_prompts(session.id):
             self.bus.publish(session_id, TURN_ERROR, {
                 "promptId": prompt_id, "origin": "daemon", "reason": REASON_OWNER_LOST,
                 "message": "the daemon running this prompt stopped answering (its lease expired) and "
                            "another daemon adopted the session; this turn ended there"})
-            self.journal.close_prompt(session_id, prompt_id)
+            await journal.close_prompt(session_id, prompt_id)  # after the end event, in write order
             ended += 1
         if not spawn:
             return
@@ -710,7 +724,7 @@ class SessionManager:
         return {"degradedUpdates": self.lost_updates, "lostBytes": self.lost_bytes,
                 "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason)}
 
-    def status(self) -> list[dict[str, Any]]:
+    async def status(self) -> list[dict[str, Any]]:
         out = []
         for session in self.sessions.values():
             child = session.child
@@ -721,7 +735,7 @@ class SessionManager:
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
                 "subscribers": self.bus.subscriber_count(session.id),
-                "lastEventId": self.journal.last_id(session.id),
+                "lastEventId": await self.journal.last_id(session.id),
                 "framesDropped": session.frames_dropped,
                 **({"owned": session.id in self.owned} if self.cluster is not None else {}),
                 "lostBytes": session.lost_bytes,

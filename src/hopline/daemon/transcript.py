@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import orjson
 
-from hopline.daemon.pg_journal import SyncJournal
+from hopline.daemon.journal import EventJournal
 
 
-def transcript_page(journal: SyncJournal, session_id: str, after: int, *, page_max_bytes: int,
-                    envelope_bytes: int) -> bytes:
+async def transcript_page(journal: EventJournal, session_id: str, after: int, *, page_max_bytes: int,
+                          envelope_bytes: int) -> bytes:
     """The JSON of the page of events after ``after``."""
-    rows = journal.read_page(session_id, after, max_bytes=page_max_bytes)
+    last_id = await journal.last_id(session_id)  # first: a page never ends past it
+    rows = await journal.read_page(session_id, after, upto=last_id, max_bytes=page_max_bytes)
     parts: list[bytes] = []
     total = envelope_bytes
     last = after
@@ -31,5 +32,5 @@ def transcript_page(journal: SyncJournal, session_id: str, after: int, *, page_m
         parts.append(piece)
         total += len(piece) + 1
         last = row.seq
-    next_cursor = str(last) if last < journal.last_id(session_id) else None
+    next_cursor = str(last) if last < last_id else None
     return b'{"events":[' + b",".join(parts) + b'],"nextCursor":' + orjson.dumps(next_cursor) + b"}"

@@ -1,0 +1,382 @@
+"""The SQLite :class:`~hopline.daemon.journal.EventJournal`: one file, one writer thread, group commit.
+
+One file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an acknowledged
+event survives a daemon crash). The writer thread alone owns the write connection: every write
+(event commits, sessions, prompts) is queued to it in call order; it takes everything queued at
+once, runs it in ONE transaction, then settles the batch's futures on the event loop. A batch
+whose transaction fails is rolled back and run again one write at a time, so only the failing
+write fails. Checkpoints run in the writer between batches (``wal_autocheckpoint`` is off): when the
+queue is empty and the WAL holds more than ``CHECKPOINT_BYTES``, or whatever the queue holds once
+it passes four times that.
+
+Reads run on their own connection (WAL lets them read while the writer writes) in one reader
+thread, never on the event loop. Ids are allocated on the event loop, in memory (see the
+interface); the writer only stores them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.vocabulary import TURN_END_TYPES
+
+JOURNAL_FILE = "journal.sqlite3"
+# Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
+# created, so new files only), measured in isolation against the 4 KiB default: a 1 MiB insert
+# ~4.3 -> ~3.2 ms, a batch of 1 KiB inserts ~0.017 -> ~0.005 ms per row, a 64 KiB insert unchanged
+# (64 KiB pages were worse there: a 64 KiB row spills into a second page).
+PAGE_SIZE_BYTES = 32 * 1024
+# Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (the
+# size SQLite's default autocheckpoint of 1000 pages gives with these pages).
+CHECKPOINT_BYTES = 1000 * PAGE_SIZE_BYTES
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    agent_session_id TEXT,
+    options BLOB NOT NULL,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    session_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS prompts (
+    session_id TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    after_seq INTEGER NOT NULL,
+    PRIMARY KEY (session_id, prompt_id)
+) WITHOUT ROWID;
+"""
+
+_INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)"
+
+T = TypeVar("T")
+Row = tuple[str, int, str, bytes]  # (session id, id, type, data)
+
+
+@dataclasses.dataclass(eq=False)
+class _Write:
+    """One queued write: ``apply`` runs in the writer's transaction; its result or error settles
+    ``future`` on ``loop`` (after ``settled``, the journal's own bookkeeping, when given)."""
+
+    apply: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    nbytes: int = 0
+    settled: Callable[[BaseException | None], None] | None = None
+
+
+class _Stop:
+    """The writer's last item (queued by :meth:`SqliteJournal.close`)."""
+
+
+class SqliteJournal(EventJournal):
+    def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
+        """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
+        self.path = path if path is not None else data_dir / JOURNAL_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA wal_autocheckpoint=0")  # the writer checkpoints between batches
+        db.executescript(_SCHEMA)
+        self._db = db  # the writer thread's alone from here on
+        self._queue: queue.SimpleQueue[_Write | _Stop] = queue.SimpleQueue()
+        self._writer = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
+        self._writer.start()
+        self._reader_db: sqlite3.Connection | None = None
+        self._reads = ThreadPoolExecutor(1, thread_name_prefix="hopline-journal-reader",
+                                         initializer=self._open_reader)
+        self._wal_bytes = 0  # written since the last checkpoint (writer thread)
+        self.transactions = 0  # committed by the writer (group commit: fewer than the commits)
+        self.checkpoints = 0
+        # Event loop only: the last committed id and the last allocated id of each open session.
+        self._last: dict[str, int] = {}
+        self._allocated: dict[str, int] = {}
+        self._staged: list[Row] = []
+        self._closed = False
+
+    # --- the writer thread ------------------------------------------------------------------------
+
+    def _write_loop(self) -> None:
+        stop = False
+        while not stop:
+            batch: list[_Write] = []
+            item = self._queue.get()
+            while True:
+                if isinstance(item, _Stop):
+                    stop = True
+                else:
+                    batch.append(item)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                self._settle(batch, self._apply(batch))
+            self._maybe_checkpoint(force=stop)
+        self._db.close()
+
+    def _apply(self, batch: Sequence[_Write]) -> list[tuple[Any, BaseException | None]]:
+        """Run ``batch`` in one transaction; when it fails, each write alone in its own."""
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            results = [write.apply(db) for write in batch]
+            db.execute("COMMIT")
+        except Exception as exc:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            if len(batch) == 1:
+                return [(None, exc)]
+            return [self._apply([write])[0] for write in batch]
+        self._wal_bytes += sum(write.nbytes for write in batch)
+        self.transactions += 1
+        return [(result, None) for result in results]
+
+    def _settle(self, batch: Sequence[_Write], results: Sequence[tuple[Any, BaseException | None]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Write, Any, BaseException | None]]] = {}
+        for write, (result, error) in zip(batch, results, strict=True):
+            by_loop.setdefault(write.loop, []).append((write, result, error))
+        for loop, settled in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve_all, settled)
+
+    def _maybe_checkpoint(self, *, force: bool) -> None:
+        if self._wal_bytes == 0 or not (force or self._wal_bytes >= 4 * CHECKPOINT_BYTES
+                                        or (self._wal_bytes >= CHECKPOINT_BYTES and self._queue.empty())):
+            return
+        with contextlib.suppress(sqlite3.Error):
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            self._wal_bytes = 0
+            self.checkpoints += 1
+
+    def _submit(self, apply: Callable[[sqlite3.Connection], T], *, nbytes: int = 0,
+                settled: Callable[[BaseException | None], None] | None = None) -> asyncio.Future[T]:
+        if self._closed:
+            raise RuntimeError("the journal is closed")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Write(apply, future, loop, nbytes, settled))
+        return future
+
+    # --- the reader thread ------------------------------------------------------------------------
+
+    def _open_reader(self) -> None:
+        self._reader_db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+
+    async def _read(self, query: Callable[[sqlite3.Connection], T]) -> T:
+        def run() -> T:
+            assert self._reader_db is not None
+            return query(self._reader_db)
+        return await asyncio.get_running_loop().run_in_executor(self._reads, run)
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+        row = (session_id, orjson.dumps(options), time.time())
+        await self._submit(lambda db: db.execute(
+            "INSERT INTO sessions (id, agent_session_id, options, created) VALUES (?, NULL, ?, ?)", row))
+        self._last[session_id] = 0
+        self._allocated.setdefault(session_id, 0)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        def query(db: sqlite3.Connection) -> tuple[SessionRecord, int] | None:
+            row = db.execute("SELECT id, agent_session_id, options, created FROM sessions WHERE id = ?",
+                             (session_id,)).fetchone()
+            if row is None:
+                return None
+            (last,) = db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
+            return SessionRecord(row[0], row[1], orjson.loads(row[2]), row[3]), int(last or 0)
+        found = await self._read(query)
+        if found is None:
+            return None
+        record, last = found
+        self._last[session_id] = max(self._last.get(session_id, 0), last)
+        self._allocated[session_id] = max(self._allocated.get(session_id, 0), last)
+        return record
+
+    async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
+        await self._submit(lambda db: db.execute("UPDATE sessions SET agent_session_id = ? WHERE id = ?",
+                                                 (agent_session_id, session_id)))
+
+    async def delete_session(self, session_id: str) -> None:
+        self._last.pop(session_id, None)
+        self._allocated.pop(session_id, None)
+        self._staged = [row for row in self._staged if row[0] != session_id]
+
+        def delete(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        await self._submit(delete)
+
+    async def list_sessions(self) -> list[SessionRecord]:
+        rows = await self._read(lambda db: db.execute(
+            "SELECT id, agent_session_id, options, created FROM sessions ORDER BY created, id").fetchall())
+        return [SessionRecord(r[0], r[1], orjson.loads(r[2]), r[3]) for r in rows]
+
+    # --- prompts --------------------------------------------------------------------------------
+
+    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        await self._submit(lambda db: db.execute(
+            "INSERT OR REPLACE INTO prompts (session_id, prompt_id, after_seq) "
+            "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?))",
+            (session_id, prompt_id, session_id)))
+
+    async def close_prompt(self, session_id: str, prompt_id: str) -> None:
+        await self._submit(lambda db: db.execute(
+            "DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?", (session_id, prompt_id)))
+
+    async def unended_prompts(self) -> list[tuple[str, str]]:
+        def query(db: sqlite3.Connection) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+            unended: list[tuple[str, str]] = []
+            ended: list[tuple[str, str]] = []
+            rows = db.execute("SELECT session_id, prompt_id, after_seq FROM prompts "
+                              "ORDER BY session_id, after_seq").fetchall()
+            for session_id, prompt_id, after in rows:
+                pair = (str(session_id), str(prompt_id))
+                ends = db.execute("SELECT data FROM events WHERE session_id = ? AND seq > ? "
+                                  "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES))
+                (ended if any(_prompt_of(data) == prompt_id for (data,) in ends) else unended).append(pair)
+            return unended, ended
+        unended, ended = await self._read(query)
+        for session_id, prompt_id in ended:
+            await self.close_prompt(session_id, prompt_id)
+        return unended
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def next_id(self, session_id: str) -> int:
+        allocated = self._allocated.get(session_id)
+        if allocated is None:
+            raise LookupError("the session is not open in this journal (create_session or get_session)")
+        return allocated + 1
+
+    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
+        seq = self.next_id(session_id)
+        self._allocated[session_id] = seq
+        self._staged.append((session_id, seq, event_type, data))
+        return seq
+
+    def commit(self) -> asyncio.Future[None]:
+        rows, self._staged = self._staged, []
+        if not rows:
+            return self._submit(lambda db: None)
+
+        def insert(db: sqlite3.Connection) -> None:
+            self._insert_events(db, rows)
+
+        def settled(error: BaseException | None) -> None:
+            self._settle_ids(rows, error)
+        return self._submit(insert, nbytes=sum(len(row[3]) for row in rows), settled=settled)
+
+    def _insert_events(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+        db.executemany(_INSERT_EVENTS, rows)
+
+    def _settle_ids(self, rows: Sequence[Row], error: BaseException | None) -> None:
+        """On the event loop, when a commit is settled: move the sessions' last committed id, or
+        give a failed commit's ids back when nothing was staged after them."""
+        if error is None:
+            for session_id, seq, _, _ in rows:
+                if session_id in self._last and seq > self._last[session_id]:
+                    self._last[session_id] = seq
+            return
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for session_id, seq, _, _ in rows:
+            first.setdefault(session_id, seq)
+            last[session_id] = seq
+        for session_id, seq in last.items():
+            if self._allocated.get(session_id) == seq:
+                self._allocated[session_id] = first[session_id] - 1
+
+    async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
+                        max_bytes: int) -> list[JournalRow]:
+        def query(db: sqlite3.Connection) -> list[JournalRow]:
+            if upto is None:
+                cursor = db.execute("SELECT seq, type, data FROM events WHERE session_id = ? AND seq > ? "
+                                    "ORDER BY seq", (session_id, after))
+            else:
+                cursor = db.execute("SELECT seq, type, data FROM events WHERE session_id = ? AND seq > ? "
+                                    "AND seq <= ? ORDER BY seq", (session_id, after, upto))
+            rows: list[JournalRow] = []
+            total = 0
+            try:
+                for seq, event_type, data in cursor:
+                    if rows and total + len(data) > max_bytes:
+                        break
+                    rows.append(JournalRow(int(seq), str(event_type), bytes(data)))
+                    total += len(data)
+            finally:
+                cursor.close()
+            return rows
+        return await self._read(query)
+
+    async def last_id(self, session_id: str) -> int:
+        last = self._last.get(session_id)
+        if last is not None:
+            return last
+        (found,) = await self._read(lambda db: db.execute(
+            "SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone())
+        return int(found or 0)
+
+    async def count(self, session_id: str, event_type: str) -> int:
+        (found,) = await self._read(lambda db: db.execute(
+            "SELECT COUNT(*) FROM events WHERE session_id = ? AND type = ?",
+            (session_id, event_type)).fetchone())
+        return int(found)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self.commit()
+        self._closed = True
+        self._queue.put(_Stop())
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._writer.join)
+        await loop.run_in_executor(self._reads, self._close_reader)
+        self._reads.shutdown(wait=True)
+
+    def _close_reader(self) -> None:
+        if self._reader_db is not None:
+            self._reader_db.close()
+            self._reader_db = None
+
+
+def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) -> None:
+    for write, result, error in settled:
+        if write.settled is not None:
+            write.settled(error)
+        if write.future.done():  # cancelled by its awaiter: the write happened all the same
+            continue
+        if error is None:
+            write.future.set_result(result)
+        else:
+            write.future.set_exception(error)
+
+
+def _prompt_of(data: bytes) -> object:
+    try:
+        decoded = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded.get("promptId") if isinstance(decoded, dict) else None
