@@ -593,7 +593,7 @@ def redact_url(url: str) -> str:
 class Settings:
     """The values of :data:`SETTINGS` in force ("" for a default)."""
 
-    store_url: str = ""
+    store_url: str = dataclasses.field(default="", repr=False)  # may carry a password
     sidecar_url: str = ""
     advertise_url: str = ""
     cluster_token: str = dataclasses.field(default="", repr=False)
