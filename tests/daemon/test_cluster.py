@@ -209,6 +209,10 @@ async def test_an_agent_without_load_is_adopted_with_new_and_a_paused_owner_stop
             sessions = (await client_a.get("/daemon/status")).json()["sessions"]
             child_pid = next(s["childPid"] for s in sessions if s["sessionId"] == session_id)
             assert psutil.pid_exists(child_pid)
+            environ = Path(f"/proc/{child_pid}/environ").read_bytes().decode(errors="replace")
+            for secret in (PG_PASSWORD, S3_SECRET_KEY, CLUSTER_TOKEN):  # no store credential in a child
+                assert secret not in environ
+            assert "HOPLINE_STORE_URL" not in environ and "AWS_" not in environ
             a.proc.send_signal(signal.SIGSTOP)  # partitioned away: alive, silent
             stream = Stream(b, session_id)
             try:

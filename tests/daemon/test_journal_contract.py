@@ -1,6 +1,7 @@
-"""The EventJournal contract (SPEC D-5, X) on a real PostgreSQL (the session's throwaway cluster, a
-fresh database per test): ids, durability, group commit, byte-bounded pages exact at the limit and one
-byte over, prompts, failures, fencing by lease, and the notification that wakes other daemons."""
+"""The EventJournal contract (SPEC D-5, X) on both backends: the embedded SQLite journal and a real
+PostgreSQL (the session's throwaway cluster, a fresh database per test): ids, durability, group
+commit, byte-bounded pages exact at the limit and one byte over, prompts, failures; on PostgreSQL
+also fencing by lease and the notification that wakes other daemons."""
 
 from __future__ import annotations
 
@@ -14,20 +15,34 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon.journal import EventJournal
 from hopline.daemon.pg_journal import LeaseLost, PgJournal
+from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.store.postgres import EVENTS_CHANNEL, migrate
 
-pytestmark = pytest.mark.e2e  # a PostgreSQL cluster (real processes)
+Opener = Callable[..., Awaitable[EventJournal]]
+BACKENDS = [pytest.param("sqlite", id="sqlite"),
+            pytest.param("postgresql", id="postgresql", marks=pytest.mark.e2e)]  # a PostgreSQL cluster
 
-Opener = Callable[..., Awaitable[PgJournal]]
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-async def open_journal(pg_url: str) -> AsyncIterator[Opener]:
-    migrate(pg_url)
-    journals: list[PgJournal] = []
+async def open_journal(backend: str, request: pytest.FixtureRequest,
+                       tmp_path: object) -> AsyncIterator[Opener]:
+    pg_url = ""
+    if backend == "postgresql":
+        pg_url = request.getfixturevalue("pg_url")
+        migrate(pg_url)
+    journals: list[EventJournal] = []
 
-    async def make(**kwargs: object) -> PgJournal:
-        journal = await PgJournal(pg_url, Budget.defaults(), **kwargs).open()  # type: ignore[arg-type]
+    async def make(**kwargs: object) -> EventJournal:
+        journal: EventJournal
+        if backend == "postgresql":
+            journal = await PgJournal(pg_url, Budget.defaults(), **kwargs).open()  # type: ignore[arg-type]
+        else:
+            journal = SqliteJournal(tmp_path)  # type: ignore[arg-type]
         journals.append(journal)
         return journal
 
@@ -36,9 +51,15 @@ async def open_journal(pg_url: str) -> AsyncIterator[Opener]:
         await journal.close()
 
 
+@pytest.fixture
+def pg_only(backend: str) -> None:
+    if backend != "postgresql":
+        pytest.skip("several daemons: the PostgreSQL journal only")
+
+
 async def test_ids_from_one_durable_and_read_back_by_another_journal(open_journal: Opener) -> None:
     journal = await open_journal()
-    assert EventJournal in PgJournal.__mro__  # checked against the interface by mypy
+    assert EventJournal in type(journal).__mro__  # checked against the interface by mypy
     await journal.create_session("s1", {"cwd": "/x"})
     assert journal.next_id("s1") == 1 and journal.next_id("s1") == 1  # nothing allocated
     assert await journal.append_many("s1", [("a", b'{"n":1}'), ("b", b'{"n":2}')]) == [1, 2]
@@ -83,7 +104,7 @@ async def test_pages_cut_by_bytes_exactly(open_journal: Opener) -> None:
     assert await journal.read_page("s1", 5, max_bytes=1 << 20) == []
 
 
-async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journal: Opener,
+async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journal: Opener, pg_only: None,
                                                                      pg_url: str) -> None:
     journal = await open_journal()
     await journal.create_session("s1", {})
@@ -97,7 +118,7 @@ async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journa
     assert journal.next_id("s1") == 1  # nothing staged after them: their ids are given out again
 
 
-async def test_fenced_out_once_the_lease_is_taken(open_journal: Opener, pg_url: str) -> None:
+async def test_fenced_out_once_the_lease_is_taken(open_journal: Opener, pg_only: None, pg_url: str) -> None:
     fenced: list[tuple[str, ...]] = []
     journal = await open_journal(owner="daemon-a", on_fenced=fenced.append)
     await journal.create_session("s1", {})
@@ -119,7 +140,8 @@ async def test_fenced_out_once_the_lease_is_taken(open_journal: Opener, pg_url: 
     assert fenced == [("s1",)]
 
 
-async def test_each_commit_notifies_the_session_and_its_last_id(open_journal: Opener, pg_url: str) -> None:
+async def test_each_commit_notifies_the_session_and_its_last_id(open_journal: Opener, pg_only: None,
+                                                                pg_url: str) -> None:
     listener = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
     try:
         await listener.execute(f"LISTEN {EVENTS_CHANNEL}")

@@ -67,7 +67,7 @@ from hopline.harness.scripted import scripted_hints
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
-from hopline.store.locations import StoreSettingError, sidecar_location, store_location
+from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
 from hopline.store.postgres import migrate
 from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
@@ -298,7 +298,7 @@ def create_daemon_app(
     store: SidecarStore | None = None
     if sidecars:
         store = open_sidecar_store(location, sidecar_location(settings.sidecar_url, data_dir, os.environ),
-                                   budget, index_dir=data_dir / "sidecars")
+                                   budget, index_dir=data_dir / SIDECARS_DIR)
         if projector is None:
             projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,

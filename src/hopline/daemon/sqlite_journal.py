@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 import orjson
 
 from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.store.locations import JOURNAL_FILE
 from hopline.vocabulary import TURN_END_TYPES
 
-JOURNAL_FILE = "journal.sqlite3"
 # Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
 # created, so new files only), measured in isolation against the 4 KiB default: a 1 MiB insert
 # ~4.3 -> ~3.2 ms, a batch of 1 KiB inserts ~0.017 -> ~0.005 ms per row, a 64 KiB insert unchanged

@@ -66,6 +66,7 @@ FALLBACK_KEYS = {
     REASON_TOKEN_REVOKED: "writeTokenRevoked",
 }
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
+INDEX_FILE = "sidecars.sqlite3"  # the SQLite index, in the store's root
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sidecars (
@@ -169,7 +170,7 @@ class SidecarStore:
         self.shared = dsn is not None or self.blobs.shared
         self.blobs_dir = self.root / "blobs"
         self.tmp_dir = self.root / "tmp"
-        self.db_path = self.root / "sidecars.sqlite3"
+        self.db_path = self.root / INDEX_FILE
         self._lock = threading.RLock()
         self._dsn = dsn
         self._db: Any
