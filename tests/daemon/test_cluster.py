@@ -190,6 +190,10 @@ async def test_two_daemons_share_sessions_and_adopt_a_killed_owner(
                 await everything.close()
             status = (await client_b.get("/daemon/status")).json()["cluster"]
             assert status["adoptedSessions"] == 1 and status["forwardedWrites"] >= 2
+            # The forwarding header without the cluster credential is refused (the client token is not it).
+            posing = await client_b.post(f"/session/{session_id}/cancel",
+                                         headers={"x-hopline-forwarded-by": "d_fake"})
+            assert posing.status_code == 401 and posing.json()["error"]["hop"] == "daemon.cluster"
             metrics = (await client_b.get("/metrics")).text
             assert f'daemon="{status["daemon"]}"' in metrics and "hopline_cluster_daemons" in metrics
     for daemon in (a, b):  # no secret in the daemons' logs

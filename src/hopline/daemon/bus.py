@@ -255,6 +255,7 @@ class EventBus:
         self._delivered: dict[str, int] = {}
         self._remote_last: dict[str, int] = {}
         self._catch_ups: dict[str, asyncio.Task[None]] = {}
+        self._listening: set[asyncio.Task[None]] = set()  # catch_up_all's tasks, referenced until done
         self.remote_events = 0
 
     def _ring(self, session_id: str) -> _Ring:
@@ -476,7 +477,8 @@ class EventBus:
                 self.on_remote_commit(session_id, await self.journal.last_id(session_id))
 
         task = asyncio.get_running_loop().create_task(run())
-        self._catch_ups.setdefault("", task)  # kept referenced until done
+        self._listening.add(task)
+        task.add_done_callback(self._listening.discard)
 
     async def _catch_up(self, session_id: str) -> None:
         try:

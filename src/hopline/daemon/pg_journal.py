@@ -161,8 +161,9 @@ class PgJournal(EventJournal):
                                                         "events": sum(len(w.rows or ()) for w in group)})
             await self._reconnect_if_broken()
             return
+        kept_ids = {id(write) for write in kept}
         for write in group:
-            if write in kept:
+            if id(write) in kept_ids:
                 for session_id, seq, _, _ in write.rows or ():
                     if session_id in self._open:
                         self._open[session_id] = max(self._open[session_id], seq)
@@ -215,6 +216,12 @@ class PgJournal(EventJournal):
         if session_id not in self._allocated:  # nothing of ours in flight: the store's last id holds
             self._open[session_id] = int(row[4])
         return SessionRecord(str(row[0]), row[1], orjson.loads(bytes(row[2])), float(row[3]))
+
+    def forget_allocations(self, session_id: str) -> None:
+        """Drop what this daemon staged or allocated for the session and not committed (an
+        adoption: the store's last id is the truth, :meth:`get_session` loads it)."""
+        self._staged = [row for row in self._staged if row[0] != session_id]
+        self._allocated.pop(session_id, None)
 
     async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
         async def apply(conn: Any) -> None:

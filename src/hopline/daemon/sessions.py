@@ -646,6 +646,7 @@ class SessionManager:
     async def _adopt(self, session: DaemonSession, previous: Owner | None, *, spawn: bool) -> None:
         journal = self.journal
         assert isinstance(journal, PgJournal)  # several daemons: the PostgreSQL store
+        journal.forget_allocations(session.id)  # from an earlier ownership, if any
         await journal.get_session(session.id)  # the last id, read after the compare-and-set
         ended = 0
         for session_id, prompt_id in await journal.unended_prompts(session.id):

@@ -219,11 +219,15 @@ class SidecarStore:
     def _transaction(self) -> _Transaction:
         return _Transaction(self)
 
-    def _blob_path(self, sidecar_id: str) -> str:
-        """The body key of a valid id (ValueError for anything else)."""
+    def _blob_path(self, sidecar_id: str) -> Path:
+        """Where a valid id's body is as a file (ValueError for anything else); its name is the key
+        of every body operation, whatever the backend."""
         if not is_valid_sidecar_id(sidecar_id):
             raise ValueError("not a sidecar id")
-        return sidecar_id
+        return self.blobs_dir / sidecar_id
+
+    def _blob_key(self, sidecar_id: str) -> str:
+        return self._blob_path(sidecar_id).name
 
     def close(self) -> None:
         with self._lock:
@@ -267,7 +271,7 @@ class SidecarStore:
         now = self.clock()
         entry = SidecarEntry(new_sidecar_id(), session_id, size, digest, media, now,
                              now + self.budget.sidecar_ttl_seconds)
-        key = self._blob_path(entry.id)
+        key = self._blob_key(entry.id)
         try:
             staged = self.blobs.stage(key, data)
         except OSError as exc:
@@ -388,7 +392,7 @@ class SidecarStore:
     def open_blob(self, entry: SidecarEntry) -> Any | None:
         """A handle on the entry's body for :meth:`iter_range`, or ``None`` if it is gone (reaped
         meanwhile)."""
-        return self.blobs.open(self._blob_path(entry.id))
+        return self.blobs.open(self._blob_key(entry.id))
 
     def iter_range(self, handle: Any, start: int, stop: int) -> Iterator[bytes]:
         """Bytes ``[start, stop)`` of an open body, in chunks; releases ``handle`` when done."""
@@ -428,7 +432,7 @@ class SidecarStore:
         # After COMMIT: a body left behind by a failed delete is an orphan, collected at startup.
         for sidecar_id in ids:
             with contextlib.suppress(OSError, ValueError):
-                self.blobs.delete(self._blob_path(sidecar_id))
+                self.blobs.delete(self._blob_key(sidecar_id))
 
     def collect_orphans(self) -> int:
         """At daemon startup: remove bodies without a row, rows without a (complete) body, staged
