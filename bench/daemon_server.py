@@ -6,7 +6,7 @@ It builds the same app as ``hopline serve`` (``hopline.daemon.app.create_daemon_
 embedded gateway). The switches below exist only here, for A/B runs:
 
 * ``--no-observer``: every pipe tap gets no hooks (no stats, no histogram, no large-frame
-  observer); ``--no-histogram`` keeps the stats and the observer and leaves out the OpenTelemetry
+  observer); ``--no-histogram`` keeps the stats and the observer and leaves out the byte
   histogram. Both are the documented switches of :class:`hopline.observe.pipe.PipeObservability`
   (``hooks=False``, ``histogram=False``), handed to ``create_daemon_app(instruments=...)``;
 * ``--journal-off`` (diagnostic only, it breaks SPEC D-5): event ids are assigned but events are

@@ -109,3 +109,65 @@ def test_snapshot_counts_each_frame_in_its_bucket_at_the_bound_and_one_byte_over
     cumulative = {float(s[1]["le"]): s[2] for s in _samples(metrics)
                   if s[0].endswith("_bucket") and s[1]["direction"] == "inbound"}
     assert [int(cumulative[b]) for b in bounds] == [sum(counts[: i + 1]) for i in range(len(bounds))]
+
+
+def _otel_reference(budget: Budget, sizes: list[tuple[str, int]]) -> bytes:
+    """The exposition the OpenTelemetry SDK histogram gave before (its Prometheus exporter, the
+    same view): what /metrics must still say, byte for byte."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from hopline.observe.metrics import HELP, HISTOGRAM_NAME, HISTOGRAM_UNIT
+
+    registry = CollectorRegistry()
+    reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False, registry=registry)
+    view = View(instrument_name=HISTOGRAM_NAME, attribute_keys={"direction"},
+                aggregation=ExplicitBucketHistogramAggregation(boundaries=bucket_boundaries(budget)))
+    provider = MeterProvider(metric_readers=[reader], views=[view])
+    histogram = provider.get_meter("reference").create_histogram(HISTOGRAM_NAME, unit=HISTOGRAM_UNIT,
+                                                                 description=HELP)
+    for direction, size in sizes:
+        histogram.record(size, attributes={"direction": direction})
+    text = generate_latest(registry)
+    provider.shutdown()
+    return text
+
+
+def test_metrics_exposition_is_unchanged_from_the_otel_histogram() -> None:
+    budget = Budget.defaults().replace(pipe_max_frame_bytes=3 * MiB, agent_max_frame_bytes=3 * MiB)
+    assert PipeMetrics(budget).render() == _otel_reference(budget, []) == b""  # nothing before a frame
+    bounds = [int(b) for b in bucket_boundaries(budget)]
+    sizes = [("inbound", b + d) for b in bounds for d in (0, 1)] + [("inbound", 0), ("outbound", 700)]
+    metrics = PipeMetrics(budget)
+    for direction, size in sizes:
+        metrics.record(direction, size)  # type: ignore[arg-type]
+    assert metrics.render() == _otel_reference(budget, sizes)
+    only_outbound = PipeMetrics(budget)
+    only_outbound.record("outbound", 5)
+    assert only_outbound.render() == _otel_reference(budget, [("outbound", 5)])
+
+
+def test_opentelemetry_reads_the_same_histogram_through_observable_counters() -> None:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from hopline.observe.metrics import HISTOGRAM_NAME
+
+    reader = InMemoryMetricReader()
+    budget = Budget.defaults()
+    metrics = PipeMetrics(budget, metric_readers=[reader])
+    for size in (10, 256, 257, 5 * MiB):
+        metrics.record("inbound", size)
+    data = reader.get_metrics_data()
+    assert data is not None
+    points = {m.name: m.data.data_points for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics}
+    buckets = {p.attributes["le"]: p.value for p in points[HISTOGRAM_NAME + ".bucket"]
+               if p.attributes["direction"] == "inbound"}
+    assert buckets == {le: running for le, running in metrics.cumulative("inbound")}
+    assert buckets["256.0"] == 2 and buckets["1024.0"] == 3 and buckets["+Inf"] == 4
+    counts = [(p.attributes["direction"], p.value) for p in points[HISTOGRAM_NAME + ".count"]]
+    assert counts == [("inbound", 4)]
+    assert [p.value for p in points[HISTOGRAM_NAME + ".sum"]] == [10 + 256 + 257 + 5 * MiB]
+    metrics.shutdown()

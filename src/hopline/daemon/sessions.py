@@ -62,10 +62,12 @@ from hopline.vocabulary import (
     PROGRESS_METHOD,
     REASON_OWNER_LOST,
     SESSION_ADOPTED,
+    SESSION_UPDATE,
     SIDECAR_DIR_ENV,
     TURN_ERROR,
 )
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
+from hopline.wire.passthrough import text_chunk_update_bytes
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -161,6 +163,7 @@ class SessionManager:
         self.lost_bytes = 0
         self.lost_by_reason: dict[str, int] = {}
         self.dropped_by_reason: dict[str, int] = {}
+        self.passed_through = 0  # session updates relayed as the agent's own bytes (not re-encoded)
 
     async def start(self) -> None:
         """At daemon startup: end the prompts a previous run left running, then warm the pool. With
@@ -488,10 +491,11 @@ class SessionManager:
             prompt_id = session.current_prompt
             if size > self.budget.sidecar_threshold_bytes:
                 # A large update may be written to the sidecar store (files, fsync): off the loop.
-                return self._project_and_deliver(session, prompt_id, sender, update)
+                return self._project_and_deliver(session, prompt_id, sender, frame)
             # Its frame is under the threshold, so is its JSON: nothing to project (and under the
             # threshold it is under the SSE event limit, a coherence rule).
-            self._deliver_update(session, prompt_id, sender, update)
+            self._deliver_update(session, prompt_id, sender, update,
+                                 raw_update=text_chunk_update_bytes(frame.raw, message))
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -500,15 +504,18 @@ class SessionManager:
         return None
 
     async def _project_and_deliver(self, session: DaemonSession, prompt_id: str | None, sender: Any,
-                                   update: dict[str, Any]) -> None:
+                                   frame: Frame) -> None:
+        update = frame.message["params"]["update"]
         projected = await asyncio.to_thread(self.projector, session.id, update)
         if session.id in self.sessions:  # not deleted meanwhile
-            self._deliver_update(session, prompt_id, sender, projected)
+            raw = text_chunk_update_bytes(frame.raw, frame.message) if projected is update else None
+            self._deliver_update(session, prompt_id, sender, projected, raw_update=raw)
 
     def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
-                        update: dict[str, Any]) -> None:
+                        update: dict[str, Any], *, raw_update: memoryview | None = None) -> None:
         """Publish a projected update, or hold it while session/new has not answered. A load's
-        replayed updates are not counted again: their losses were counted when they were live."""
+        replayed updates are not counted again: their losses were counted when they were live.
+        ``raw_update``: the update's bytes as the agent wrote them, when nothing changed it."""
         early = session.early
         if session.agent_session_id is None and early is not None:
             size = len(orjson.dumps(update))
@@ -519,7 +526,7 @@ class SessionManager:
             early.append((sender, update))
             session.early_bytes += size
             return
-        self.publish_update(session, prompt_id, update, count=session.loading is None)
+        self.publish_update(session, prompt_id, update, count=session.loading is None, raw_update=raw_update)
 
     def _release_early(self, session: DaemonSession) -> None:
         """session/new answered: publish the held updates that are this session's, drop the rest."""
@@ -531,14 +538,21 @@ class SessionManager:
                 self._drop_frame(session, len(orjson.dumps(update)), DROP_FOREIGN_SESSION)
 
     def publish_update(self, session: DaemonSession, prompt_id: str | None, update: dict[str, Any], *,
-                        count: bool = True) -> None:
+                        count: bool = True, raw_update: memoryview | None = None) -> None:
         """One ``session_update`` event; what the update says it lost is on the event (``lostBytes``)
-        and, with ``count``, in the turn's and the daemon's counters."""
+        and, with ``count``, in the turn's and the daemon's counters. With ``raw_update`` (the
+        update's own bytes, :func:`~hopline.wire.passthrough.text_chunk_update_bytes`) the event's
+        data is the envelope with those bytes spliced in: the same JSON, not encoded again."""
         lost, reasons = losses(update)
-        data: dict[str, Any] = {"promptId": prompt_id, "update": update}
-        if lost:
-            data["lostBytes"] = lost
-        event = self.bus.publish(session.id, "session_update", data)
+        if raw_update is not None and not lost:
+            payload = b"".join((b'{"promptId":', orjson.dumps(prompt_id), b',"update":', raw_update, b"}"))
+            event = self.bus.publish_encoded(session.id, SESSION_UPDATE, payload)
+            self.passed_through += event is not None
+        else:
+            data: dict[str, Any] = {"promptId": prompt_id, "update": update}
+            if lost:
+                data["lostBytes"] = lost
+            event = self.bus.publish(session.id, SESSION_UPDATE, data)
         if event is None:  # over the SSE event limit: the bus sent frame_dropped instead
             lost, reasons = len(orjson.dumps(update)), ["sse_max_event_bytes"]
         if lost and count:
@@ -723,7 +737,8 @@ class SessionManager:
     def delivery_status(self) -> dict[str, Any]:
         """What could not be delivered whole (D-8) and what was dropped, daemon-wide."""
         return {"degradedUpdates": self.lost_updates, "lostBytes": self.lost_bytes,
-                "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason)}
+                "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason),
+                "passedThroughUpdates": self.passed_through}
 
     async def status(self) -> list[dict[str, Any]]:
         out = []

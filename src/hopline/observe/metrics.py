@@ -1,9 +1,18 @@
-"""The pipe byte histogram (SPEC O-2) through OpenTelemetry, exported in Prometheus format.
+"""The pipe byte histogram (SPEC O-2): plain bucket counts, exported in Prometheus format and to
+OpenTelemetry at read time.
 
 ``hopline.daemon.pipe.message_bytes`` (unit ``By``) has one attribute, ``direction``, on purpose:
 method, tool name or origin class would make it high-cardinality (they belong in the large-frame
 records instead). Its buckets are fixed powers of four from 256 B to 64 MiB plus every ceiling of
 this hop read from the budget, so "how many frames are near the limit" is always answerable.
+
+Recording a frame is a ``bisect`` into the boundaries and two additions on per-direction lists
+(well under a microsecond; the OpenTelemetry SDK's ``Histogram.record`` cost ~40 us per frame in the
+daemon). The counts are read only when someone asks: a Prometheus collector renders them at scrape
+time (``/metrics``: the same name, unit, boundaries and ``direction`` label the OpenTelemetry
+Prometheus exporter gave), and observable counters give them to OpenTelemetry (a reader passed as
+``metric_readers`` collects ``<name>.bucket`` with ``direction`` and ``le``, ``<name>.count`` and
+``<name>.sum``: the cumulative histogram, point for point).
 
 Each :class:`PipeMetrics` owns a private ``CollectorRegistry`` and ``MeterProvider`` (never the
 global ones), so several daemons or tests can live in one process.
@@ -11,18 +20,23 @@ global ones), so several daemons or tests can live in one process.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from hopline.budget import Budget, KiB, MiB
 from hopline.wire.hooks import DIRECTIONS, Direction
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
 
 HISTOGRAM_NAME = "hopline.daemon.pipe.message_bytes"
 HISTOGRAM_UNIT = "By"
 METER_NAME = "hopline.daemon.pipe"
 EXPORTED_NAME = HISTOGRAM_NAME.replace(".", "_")  # its Prometheus spelling (the name ends in _bytes)
+HELP = "Size of one ACP pipe message (frame bytes without the newline)"
 
 # Shape of the histogram, not a ceiling: the budget's pipe ceilings are merged in below.
 _BASE_BOUNDARIES: tuple[int, ...] = (
@@ -41,64 +55,64 @@ def bucket_boundaries(budget: Budget) -> list[float]:
 
 
 class PipeMetrics:
-    """The histogram, its private meter provider and its private Prometheus registry."""
+    """The histogram's counts, its private Prometheus registry and its private meter provider."""
 
-    def __init__(self, budget: Budget, registry: CollectorRegistry | None = None) -> None:
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    def __init__(self, budget: Budget, registry: CollectorRegistry | None = None,
+                 metric_readers: Sequence[MetricReader] = ()) -> None:
+        from opentelemetry.metrics import CallbackOptions, Observation
         from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
         from prometheus_client import CollectorRegistry
 
-        self.registry: CollectorRegistry = registry if registry is not None else CollectorRegistry()
         self.boundaries = bucket_boundaries(budget)
-        # No scope labels and no target_info: the only label on the histogram is `direction`.
-        self._reader = PrometheusMetricReader(
-            disable_target_info=True, scope_info_enabled=False, registry=self.registry,
-        )
-        view = View(
-            instrument_name=HISTOGRAM_NAME,
-            aggregation=ExplicitBucketHistogramAggregation(boundaries=self.boundaries),
-            attribute_keys={"direction"},
-        )
-        self._provider = MeterProvider(metric_readers=[self._reader], views=[view])
+        self._bounds = [int(b) for b in self.boundaries]
+        # per direction: one count per bucket ((previous bound, bound], then the overflow)
+        self._counts: dict[str, list[int]] = {d: [0] * (len(self._bounds) + 1) for d in DIRECTIONS}
+        self._sums: dict[str, int] = dict.fromkeys(DIRECTIONS, 0)
+        self.registry: CollectorRegistry = registry if registry is not None else CollectorRegistry()
+        self.registry.register(_HistogramCollector(self))
+
+        def buckets(_: CallbackOptions) -> Iterable[Observation]:
+            for direction in self.seen():
+                for le, running in self.cumulative(direction):
+                    yield Observation(running, {"direction": direction, "le": le})
+
+        def counts(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(sum(self._counts[d]), {"direction": d}) for d in self.seen()]
+
+        def sums(_: CallbackOptions) -> Iterable[Observation]:
+            return [Observation(self._sums[d], {"direction": d}) for d in self.seen()]
+
+        self._provider = MeterProvider(metric_readers=list(metric_readers))
         meter = self._provider.get_meter(METER_NAME)
-        self._histogram = meter.create_histogram(
-            HISTOGRAM_NAME, unit=HISTOGRAM_UNIT,
-            description="Size of one ACP pipe message (frame bytes without the newline)",
-        )
-        self._attributes = {d: {"direction": d} for d in DIRECTIONS}
+        meter.create_observable_counter(HISTOGRAM_NAME + ".bucket", [buckets], unit="{message}",
+                                        description="Pipe messages of at most le bytes (cumulative)")
+        meter.create_observable_counter(HISTOGRAM_NAME + ".count", [counts], unit="{message}",
+                                        description="Pipe messages")
+        meter.create_observable_counter(HISTOGRAM_NAME + ".sum", [sums], unit=HISTOGRAM_UNIT,
+                                        description="Bytes of the pipe messages")
 
     def record(self, direction: Direction, nbytes: int) -> None:
-        self._histogram.record(nbytes, attributes=self._attributes[direction])
+        self._counts[direction][bisect.bisect_left(self._bounds, nbytes)] += 1
+        self._sums[direction] += nbytes
+
+    def seen(self) -> list[Direction]:
+        """The directions with at least one frame (only those are exported)."""
+        return [d for d in DIRECTIONS if any(self._counts[d])]
+
+    def cumulative(self, direction: Direction) -> list[tuple[str, int]]:
+        """``(le, frames of at most le bytes)`` per bucket, ``le`` spelled as Prometheus does."""
+        out: list[tuple[str, int]] = []
+        running = 0
+        for bound, count in zip([*self.boundaries, float("inf")], self._counts[direction], strict=True):
+            running += count
+            out.append(("+Inf" if bound == float("inf") else repr(float(bound)), running))
+        return out
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """Per direction: ``counts`` (one per bucket: ``(previous bound, bound]`` for each of
-        :attr:`boundaries`, then the overflow bucket), ``count`` and ``sumBytes``, read from the
-        same registry ``/metrics`` renders (so the two never disagree)."""
-        cumulative: dict[str, dict[float, float]] = {d: {} for d in DIRECTIONS}
-        totals: dict[str, dict[str, float]] = {d: {"count": 0.0, "sum": 0.0} for d in DIRECTIONS}
-        for family in self.registry.collect():
-            for sample in family.samples:
-                direction = sample.labels.get("direction", "")
-                if direction not in cumulative:
-                    continue
-                if sample.name == EXPORTED_NAME + "_bucket":
-                    cumulative[direction][float(sample.labels["le"])] = sample.value
-                elif sample.name == EXPORTED_NAME + "_count":
-                    totals[direction]["count"] = sample.value
-                elif sample.name == EXPORTED_NAME + "_sum":
-                    totals[direction]["sum"] = sample.value
-        out: dict[str, dict[str, object]] = {}
-        for direction in DIRECTIONS:
-            previous = 0.0
-            counts: list[int] = []
-            for bound in [*self.boundaries, float("inf")]:
-                running = cumulative[direction].get(bound, previous)
-                counts.append(int(running - previous))
-                previous = running
-            out[direction] = {"counts": counts, "count": int(totals[direction]["count"]),
-                              "sumBytes": int(totals[direction]["sum"])}
-        return out
+        :attr:`boundaries`, then the overflow bucket), ``count`` and ``sumBytes``."""
+        return {d: {"counts": list(self._counts[d]), "count": sum(self._counts[d]), "sumBytes": self._sums[d]}
+                for d in DIRECTIONS}
 
     def render(self) -> bytes:
         """Prometheus text exposition of the private registry (for ``GET /metrics``)."""
@@ -108,3 +122,24 @@ class PipeMetrics:
 
     def shutdown(self) -> None:
         self._provider.shutdown()
+
+
+class _HistogramCollector:
+    """Renders the counts at scrape time, as the OpenTelemetry Prometheus exporter did: nothing
+    before the first frame, then one series per direction seen."""
+
+    def __init__(self, metrics: PipeMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import HistogramMetricFamily
+
+        metrics = self.metrics
+        seen = metrics.seen()
+        if not seen:
+            return
+        family = HistogramMetricFamily(EXPORTED_NAME, HELP, labels=["direction"])
+        for direction in seen:
+            buckets = [(le, float(running)) for le, running in metrics.cumulative(direction)]
+            family.add_metric([direction], buckets, float(metrics._sums[direction]))
+        yield family

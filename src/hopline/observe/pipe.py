@@ -5,7 +5,7 @@
 frames that were not relayed, and answers its part of ``GET /daemon/status``.
 
 Two switches, for A/B measurements (``bench/daemon_server.py``): ``histogram=False`` leaves the
-OpenTelemetry histogram out of the taps (stats and large frames stay), ``hooks=False`` gives the
+byte histogram out of the taps (stats and large frames stay), ``hooks=False`` gives the
 taps no hooks at all. The daemon runs with both on; ``/metrics`` and the console read the same
 objects either way.
 """

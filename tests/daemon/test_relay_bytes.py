@@ -1,0 +1,83 @@
+"""The relay's per-frame work: a text chunk is passed through as the agent's bytes (the same JSON
+as encoding it), and the events queued for a subscriber go out in one socket write."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from hopline.budget import Budget
+from hopline.daemon.app import SseStream
+from hopline.daemon.bus import EventBus
+from hopline.daemon.sqlite_journal import SqliteJournal
+
+from .support import running_daemon
+from .test_serve import new_session, prompt
+
+
+@pytest.mark.e2e
+async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_path: Path) -> None:
+    with running_daemon(tmp_path) as daemon:
+        async with daemon.client() as client:
+            sid = await new_session(client, tmp_path)
+            before = (await client.get("/daemon/status")).json()["delivery"]["passedThroughUpdates"]
+            raw = b""
+            async with client.stream("GET", f"/session/{sid}/events") as response:
+                await prompt(client, sid, "chunks 20 1024")
+                async for chunk in response.aiter_bytes():
+                    raw += chunk
+                    if b"event: turn_complete" in raw and raw.endswith(b"\n\n"):
+                        break
+            status = (await client.get("/daemon/status")).json()
+            transcript = (await client.get(f"/session/{sid}/transcript")).content
+    datas = [block.split(b"\ndata: ", 1)[1] for block in raw.split(b"\n\n")
+             if b"event: session_update" in block]
+    chunks = [d for d in datas if orjson.loads(d)["update"]["sessionUpdate"] == "agent_message_chunk"]
+    assert len(chunks) >= 20
+    # the spliced bytes are exactly what encoding the decoded event gives (the SDK agent writes
+    # compact JSON): the same JSON as before, byte for byte
+    assert all(d == orjson.dumps(orjson.loads(d)) for d in chunks)
+    assert [orjson.loads(d)["update"]["content"]["text"].split()[1] for d in chunks[-20:]] == \
+        [str(i) for i in range(20)]
+    assert status["delivery"]["passedThroughUpdates"] - before >= 20  # not re-encoded
+    # the journal holds the same bytes (the transcript splices them in as stored)
+    assert all(d in transcript for d in chunks)
+
+
+async def _pump(stream: SseStream) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    task = asyncio.ensure_future(stream._pump(send))
+    while not any(b"event: e\n" in m.get("body", b"") for m in sent):
+        await asyncio.sleep(0.01)
+    stream.subscriber.close()
+    await asyncio.wait_for(task, 10)
+    return [m for m in sent if m["type"] == "http.response.body" and b"replay_complete" not in m["body"]]
+
+
+async def test_queued_events_go_out_in_one_write_split_exactly_at_the_bound(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path)
+    await journal.create_session("s1", {})
+    bus = EventBus(Budget.defaults(), journal)
+    try:
+        for bound_extra, writes in ((0, 1), (-1, 2)):
+            subscriber, upto = await bus.subscribe("s1", 64)
+            events = [bus.publish("s1", "e", {"i": i}) for i in range(10)]
+            await bus.flushed()
+            total = sum(e.size for e in events if e is not None)
+            stream = SseStream(bus, "s1", subscriber, after=upto, upto=upto, resync=None, heartbeat=0.05,
+                               write_max_bytes=total + bound_extra)
+            bodies = await _pump(stream)
+            # all ten at the bound in one write; one byte under it, two writes
+            assert len(bodies) == writes
+            assert b"".join(m["body"] for m in bodies) == b"".join(e.wire for e in events if e is not None)
+            bus.unsubscribe(subscriber)
+    finally:
+        await journal.close()
