@@ -162,3 +162,25 @@ async def test_delete_session_removes_everything(open_journal: Opener) -> None:
     await journal.delete_session("s1")
     assert await journal.get_session("s1") is None and await journal.last_id("s1") == 0
     assert await journal.unended_prompts() == [] and await journal.list_sessions() == []
+
+
+@pytest.mark.e2e
+def test_migrations_are_idempotent_under_the_advisory_lock(pg_url: str) -> None:
+    import threading
+
+    from hopline.store.postgres import SCHEMA_VERSION, SchemaTooNew
+
+    applied: list[list[int]] = []
+    threads = [threading.Thread(target=lambda: applied.append(migrate(pg_url))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(applied, key=len) == [[], [], list(range(1, SCHEMA_VERSION + 1))]  # once, by one
+    assert migrate(pg_url) == []
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, 'from the future')",
+                     (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNew):
+        migrate(pg_url)
+

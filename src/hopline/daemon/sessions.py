@@ -58,6 +58,9 @@ from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
     META_CREDENTIALS,
+    META_PERMISSION_MODE,
+    META_PROFILE,
+    META_SCRIPTED,
     PERMISSION_METHOD,
     PROGRESS_METHOD,
     REASON_OWNER_LOST,
@@ -328,8 +331,8 @@ class SessionManager:
         session id (a create's, or an adoption's by an agent that cannot load)."""
         options = session.options
         meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
-        for key, meta_key in (("profile", "hopline.profile"), ("permissionMode", "hopline.permissionMode"),
-                              ("scripted", "hopline.scripted")):
+        for key, meta_key in (("profile", META_PROFILE), ("permissionMode", META_PERMISSION_MODE),
+                              ("scripted", META_SCRIPTED)):
             if options.get(key) is not None:
                 meta[meta_key] = options[key]
         params: dict[str, Any] = {"cwd": session.cwd or str(self.data_dir), "mcpServers": [], "_meta": meta}
