@@ -269,3 +269,21 @@ async def test_two_daemons_racing_to_adopt_exactly_one_wins(pg_url: str) -> None
     finally:
         for cluster in clusters:
             await cluster._conn.close()
+
+
+@pytest.mark.parametrize(("store", "extra", "code", "needle"), [
+    ("mysql://u:pw-canary@h/db", {}, 2, b"HOPLINE_STORE_URL='mysql://u:***@h/db'"),
+    ("postgresql://u:pw-canary@127.0.0.1:1/db", {}, 2, b"HOPLINE_CLUSTER_TOKEN must be set"),
+    ("postgresql://u:pw-canary@127.0.0.1:1/db", {"HOPLINE_CLUSTER_TOKEN": "t"}, 1, b"could not be reached"),
+])
+def test_serve_refuses_a_store_it_cannot_use_naming_the_setting_never_the_password(
+        tmp_path: Path, store: str, extra: dict[str, str], code: int, needle: bytes) -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HOPLINE_CLUSTER_TOKEN"} | extra
+    result = subprocess.run([sys.executable, "-m", "hopline", "serve", "--port", "0", "--data-dir",
+                             str(tmp_path), "--store", store], env=env, capture_output=True, timeout=60)
+    assert result.returncode == code, result.stderr
+    assert needle in result.stderr and b"pw-canary" not in result.stderr + result.stdout
+    assert b"listening" not in result.stdout
