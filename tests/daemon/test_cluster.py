@@ -274,6 +274,9 @@ async def test_two_daemons_racing_to_adopt_exactly_one_wins(pg_url: str) -> None
 @pytest.mark.parametrize(("store", "extra", "code", "needle"), [
     ("mysql://u:pw-canary@h/db", {}, 2, b"HOPLINE_STORE_URL='mysql://u:***@h/db'"),
     ("postgresql://u:pw-canary@127.0.0.1:1/db", {}, 2, b"HOPLINE_CLUSTER_TOKEN must be set"),
+    ("postgresql://u:pw-canary@127.0.0.1:1/db",
+     {"HOPLINE_CLUSTER_TOKEN": "t", "HOPLINE_ADVERTISE_URL": "http://0.0.0.0:8765"},
+     2, b"HOPLINE_ADVERTISE_URL must name where"),
     ("postgresql://u:pw-canary@127.0.0.1:1/db", {"HOPLINE_CLUSTER_TOKEN": "t"}, 1, b"could not be reached"),
 ])
 def test_serve_refuses_a_store_it_cannot_use_naming_the_setting_never_the_password(

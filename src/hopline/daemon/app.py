@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -275,6 +276,10 @@ def create_daemon_app(
         if not settings.cluster_token:
             raise StoreSettingError(f"{SETTINGS_BY_KEY['cluster_token'].env} must be set with a "
                                     "postgresql store (the same on every daemon)")
+        advertise = settings.advertise_url or listen_url
+        if urllib.parse.urlsplit(advertise).hostname in (None, "0.0.0.0", "::"):
+            raise StoreSettingError(f"{SETTINGS_BY_KEY['advertise_url'].env} must name where the other "
+                                    "daemons reach this one (it listens on every address)")
         migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
         daemon_id = new_daemon_id()
 
@@ -283,8 +288,8 @@ def create_daemon_app(
                 stop(session_ids)
 
         journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
-        cluster = Cluster(location.dsn, budget, daemon_id=daemon_id,
-                          advertise_url=settings.advertise_url or listen_url, token=settings.cluster_token)
+        cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
+                          token=settings.cluster_token)
     else:
         journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
