@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
-from bench.sse_client import SseCounter
+from bench.sse_client import SseCounter, stream_body
 from hopline.vocabulary import SERVER_TOKEN_ENV
 
 TIMEOUT_S = 90.0
@@ -108,15 +108,15 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
     last_id: int | None = None
     evictions = 0
     prompt_started: float | None = None
-    url = f"{d.url}/session/{session_id}/events"
+    path = f"/session/{session_id}/events"
     while counter.marked < frames:
         headers = dict(d.headers)
         if last_id is not None:
             headers["last-event-id"] = str(last_id)
-        async with client.stream("GET", url, headers=headers) as response:
-            response.raise_for_status()
+        body = stream_body(HOST, d.port, path, headers)
+        try:
             evicted_before = counter.names.get("client_evicted", 0)
-            async for chunk in response.aiter_raw():
+            async for chunk in body:
                 counter.feed(chunk)
                 if counter.last_id is not None:
                     last_id = counter.last_id
@@ -129,14 +129,16 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
                     break
                 if counter.names.get("turn_error"):
                     raise RuntimeError("the daemon reported turn_error; stderr tail: " + tail(d.stderr, 800))
-            if counter.names.get("client_evicted", 0) > evicted_before:
-                evictions += 1
-                if not resume:
-                    raise RuntimeError(f"evicted as a slow client after {counter.marked} of {frames} frames "
-                                       "(this daemon cannot be resumed)")
-                continue
-            if counter.marked < frames:
-                raise RuntimeError(f"SSE stream ended after {counter.marked} of {frames} frames")
+        finally:
+            await body.aclose()
+        if counter.names.get("client_evicted", 0) > evicted_before:
+            evictions += 1
+            if not resume:
+                raise RuntimeError(f"evicted as a slow client after {counter.marked} of {frames} frames "
+                                   "(this daemon cannot be resumed)")
+            continue
+        if counter.marked < frames:
+            raise RuntimeError(f"SSE stream ended after {counter.marked} of {frames} frames")
     assert prompt_started is not None and counter.last_marked_at is not None
     return {"seconds": counter.last_marked_at - prompt_started, "evictions": evictions,
             "sseBytes": counter.bytes_received, "events": counter.events,

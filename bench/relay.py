@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import daemon_driver
 from bench.common import (
     BENCH_DIR,
@@ -42,7 +40,7 @@ from bench.common import (
     started,
 )
 from bench.frames import frame_count, write_stream
-from bench.sse_client import SseCounter
+from bench.sse_client import SseCounter, stream_body
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -99,14 +97,14 @@ def measure_raw_pipe(path: Path, repeats: int = 3) -> float:
 
 async def _read_naive(port: int, frames: int) -> SseCounter:
     counter = SseCounter()
-    timeout = httpx.Timeout(TIMEOUT_S, connect=10.0)
-    async with httpx.AsyncClient(timeout=timeout) as client, \
-            client.stream("GET", f"http://{HOST}:{port}/events") as response:
-        response.raise_for_status()
-        async for chunk in response.aiter_raw():
+    body = stream_body(HOST, port, "/events")
+    try:
+        async for chunk in body:
             counter.feed(chunk)
             if counter.names.get("done"):
                 break
+    finally:
+        await body.aclose()
     if counter.marked != frames:
         raise RuntimeError(f"naive relay delivered {counter.marked} frames, expected {frames}")
     return counter

@@ -15,7 +15,14 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon import sqlite_journal
 from hopline.daemon.bus import EventBus, Subscriber, wire_size
-from hopline.daemon.sqlite_journal import JOURNAL_FILE, PAGE_SIZE_BYTES, SqliteJournal
+from hopline.daemon.sqlite_journal import (
+    INLINE_MAX_BYTES,
+    JOURNAL_FILE,
+    PAGE_SIZE_BYTES,
+    SEGMENTS_DIR,
+    SqliteJournal,
+    segment_path,
+)
 from hopline.vocabulary import TURN_COMPLETE
 
 
@@ -181,15 +188,15 @@ async def test_a_failing_write_in_a_group_fails_alone(tmp_path: Path) -> None:
 
 async def test_checkpoints_run_in_the_writer_between_batches(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_journal, "CHECKPOINT_BYTES", 64 * 1024)
+    monkeypatch.setattr(sqlite_journal, "CHECKPOINT_BYTES", 16 * 1024)
     journal = await _journal(tmp_path, "s1")
-    # 8 x 40 KiB: past four times the threshold, a checkpoint runs even with writes queued
-    for _ in range(8):
-        journal.stage("s1", "e", b'"' + b"x" * (40 * 1024) + b'"')
+    # 20 x 4 KiB inline: past four times the threshold, a checkpoint runs even with writes queued
+    for _ in range(20):
+        journal.stage("s1", "e", b'"' + b"x" * (4 * 1024) + b'"')
         await journal.commit()
     await journal.commit()  # the writer has run its check after the last batch
     assert journal.checkpoints >= 1
-    assert len(await journal.read_page("s1", 0, max_bytes=1 << 30)) == 8
+    assert len(await journal.read_page("s1", 0, max_bytes=1 << 30)) == 20
     await journal.close()
 
 
@@ -225,3 +232,59 @@ async def test_close_commits_what_is_staged(tmp_path: Path) -> None:
     reopened = SqliteJournal(tmp_path)
     assert await reopened.last_id("s1") == 1
     await reopened.close()
+
+
+async def test_large_events_live_in_the_sessions_segment_file(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, "s1", "s2")
+    at_inline = b'"' + b"a" * (INLINE_MAX_BYTES - 2) + b'"'
+    over = b'"' + b"b" * (INLINE_MAX_BYTES - 1) + b'"'  # one byte over: to the segment file
+    big = b'"' + b"c" * (3 * 1024 * 1024) + b'"'
+    await journal.append_many("s1", [("e", at_inline), ("e", over), ("e", b"{}"), ("e", big)])
+    await journal.append_many("s2", [("e", big)])
+    await journal.close()
+    db = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    stored = db.execute("SELECT seq, length(data), ext_bytes FROM events WHERE session_id = 's1' "
+                        "ORDER BY seq").fetchall()
+    db.close()
+    assert stored == [(1, INLINE_MAX_BYTES, None), (2, 0, INLINE_MAX_BYTES + 1), (3, 2, None),
+                      (4, 0, len(big))]
+    s1_segment = segment_path(tmp_path / SEGMENTS_DIR, "s1")
+    assert s1_segment.stat().st_size == len(over) + len(big)
+    reopened = SqliteJournal(tmp_path)
+    rows = await reopened.read_page("s1", 0, max_bytes=1 << 30)
+    assert [r.data for r in rows] == [at_inline, over, b"{}", big]
+    # a page is bounded by the events' own sizes, wherever their bytes live
+    assert [r.seq for r in await reopened.read_page("s1", 0, max_bytes=len(at_inline) + len(over))] == [1, 2]
+    assert await reopened.get_session("s1") is not None
+    await reopened.delete_session("s1")  # its segment file goes with it, the other session's stays
+    assert not s1_segment.exists() and segment_path(tmp_path / SEGMENTS_DIR, "s2").exists()
+    assert [r.data for r in await reopened.read_page("s2", 0, max_bytes=1 << 30)] == [big]
+    await reopened.close()
+
+
+async def test_a_truncated_segment_file_is_an_error_never_short_data(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, "s1")
+    await journal.append_many("s1", [("e", b'"' + b"x" * 100_000 + b'"')])
+    with open(segment_path(tmp_path / SEGMENTS_DIR, "s1"), "r+b") as handle:
+        handle.truncate(50_000)
+    with pytest.raises(OSError, match="50000 of its 100002 bytes"):
+        await journal.read_page("s1", 0, max_bytes=1 << 20)
+    await journal.close()
+
+
+async def test_a_journal_from_before_segment_files_is_migrated(tmp_path: Path) -> None:
+    old = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    old.executescript("""
+        CREATE TABLE sessions (id TEXT PRIMARY KEY, agent_session_id TEXT, options BLOB NOT NULL,
+                               created REAL NOT NULL);
+        CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL,
+                             data BLOB NOT NULL, PRIMARY KEY (session_id, seq)) WITHOUT ROWID;
+        INSERT INTO sessions VALUES ('s1', NULL, '{}', 0);
+        INSERT INTO events VALUES ('s1', 1, 'e', CAST('{"old":1}' AS BLOB));
+    """)
+    old.close()
+    journal = SqliteJournal(tmp_path)
+    assert await journal.get_session("s1") is not None and journal.next_id("s1") == 2
+    await journal.append_many("s1", [("e", b'"' + b"y" * 20_000 + b'"')])
+    assert [len(r.data) for r in await journal.read_page("s1", 0, max_bytes=1 << 20)] == [9, 20_002]
+    await journal.close()

@@ -1,7 +1,13 @@
-"""The SQLite :class:`~hopline.daemon.journal.EventJournal`: one file, one writer thread, group commit.
+"""The SQLite :class:`~hopline.daemon.journal.EventJournal`: one writer thread, group commit.
 
-One file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an acknowledged
-event survives a daemon crash). The writer thread alone owns the write connection: every write
+One SQLite file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an
+acknowledged event survives a daemon crash). An event's data larger than ``INLINE_MAX_BYTES`` is
+appended to its session's segment file (``journal.segments/``, one append-only file per session)
+and its row holds the offset and size: SQLite writes a large blob twice (WAL, then the checkpoint)
+and slowly (about 2 ms per MiB here, each way), a file append once. The row commits after the
+append, so a committed row's bytes are in the file; the segment files are flushed to disk before
+each checkpoint (when SQLite syncs the WAL), so a row that reached the disk has its bytes there too.
+A session's segment file goes with the session. The writer thread alone owns the write connection: every write
 (event commits, sessions, prompts) is queued to it in call order; it takes everything queued at
 once, runs it in ONE transaction, then settles the batch's futures on the event loop. A batch
 whose transaction fails is rolled back and run again one write at a time, so only the failing
@@ -19,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import os
 import queue
 import sqlite3
 import threading
@@ -42,6 +50,10 @@ PAGE_SIZE_BYTES = 32 * 1024
 # Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (the
 # size SQLite's default autocheckpoint of 1000 pages gives with these pages).
 CHECKPOINT_BYTES = 1000 * PAGE_SIZE_BYTES
+# Storage layout, not a limit: larger event data goes to the session's segment file.
+INLINE_MAX_BYTES = 8 * 1024
+SEGMENTS_DIR = "journal.segments"
+OPEN_SEGMENTS = 64  # the writer's open segment files (the least recently written are closed)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -55,6 +67,8 @@ CREATE TABLE IF NOT EXISTS events (
     seq INTEGER NOT NULL,
     type TEXT NOT NULL,
     data BLOB NOT NULL,
+    ext_offset INTEGER,
+    ext_bytes INTEGER,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS prompts (
@@ -65,7 +79,9 @@ CREATE TABLE IF NOT EXISTS prompts (
 ) WITHOUT ROWID;
 """
 
-_INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data) VALUES (?, ?, ?, ?)"
+_INSERT_EVENTS = ("INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes) "
+                  "VALUES (?, ?, ?, ?, ?, ?)")
+_EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes"
 
 T = TypeVar("T")
 Row = tuple[str, int, str, bytes]  # (session id, id, type, data)
@@ -98,7 +114,13 @@ class SqliteJournal(EventJournal):
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # the writer checkpoints between batches
         db.executescript(_SCHEMA)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(events)")}
+        for column in ("ext_offset", "ext_bytes"):  # a journal written before segment files
+            if column not in columns:
+                db.execute(f"ALTER TABLE events ADD COLUMN {column} INTEGER")
         self._db = db  # the writer thread's alone from here on
+        self._segments = _SegmentWriter(data_dir / SEGMENTS_DIR)  # the writer thread's too
+        self._unlink_after_commit: list[str] = []
         self._queue: queue.SimpleQueue[_Write | _Stop] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
         self._writer.start()
@@ -133,6 +155,7 @@ class SqliteJournal(EventJournal):
             if batch:
                 self._settle(batch, self._apply(batch))
             self._maybe_checkpoint(force=stop)
+        self._segments.close()
         self._db.close()
 
     def _apply(self, batch: Sequence[_Write]) -> list[tuple[Any, BaseException | None]]:
@@ -145,9 +168,13 @@ class SqliteJournal(EventJournal):
         except Exception as exc:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
+            self._unlink_after_commit.clear()
             if len(batch) == 1:
                 return [(None, exc)]
             return [self._apply([write])[0] for write in batch]
+        for session_id in self._unlink_after_commit:
+            self._segments.remove(session_id)
+        self._unlink_after_commit.clear()
         self._wal_bytes += sum(write.nbytes for write in batch)
         self.transactions += 1
         return [(result, None) for result in results]
@@ -164,7 +191,8 @@ class SqliteJournal(EventJournal):
         if self._wal_bytes == 0 or not (force or self._wal_bytes >= 4 * CHECKPOINT_BYTES
                                         or (self._wal_bytes >= CHECKPOINT_BYTES and self._queue.empty())):
             return
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(sqlite3.Error, OSError):
+            self._segments.sync()  # the rows the checkpoint makes durable have their bytes on disk
             self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
             self._wal_bytes = 0
             self.checkpoints += 1
@@ -227,6 +255,7 @@ class SqliteJournal(EventJournal):
             db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            self._unlink_after_commit.append(session_id)
         await self._submit(delete)
 
     async def list_sessions(self) -> list[SessionRecord]:
@@ -254,9 +283,10 @@ class SqliteJournal(EventJournal):
                               "ORDER BY session_id, after_seq").fetchall()
             for session_id, prompt_id, after in rows:
                 pair = (str(session_id), str(prompt_id))
-                ends = db.execute("SELECT data FROM events WHERE session_id = ? AND seq > ? "
-                                  "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES))
-                (ended if any(_prompt_of(data) == prompt_id for (data,) in ends) else unended).append(pair)
+                ends = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
+                                  "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES)).fetchall()
+                found = _read_rows(self._segments.root, str(session_id), ends)
+                (ended if any(_prompt_of(r.data) == prompt_id for r in found) else unended).append(pair)
             return unended, ended
         unended, ended = await self._read(query)
         for session_id, prompt_id in ended:
@@ -287,10 +317,19 @@ class SqliteJournal(EventJournal):
 
         def settled(error: BaseException | None) -> None:
             self._settle_ids(rows, error)
-        return self._submit(insert, nbytes=sum(len(row[3]) for row in rows), settled=settled)
+        inline = sum(len(row[3]) for row in rows if len(row[3]) <= INLINE_MAX_BYTES)
+        return self._submit(insert, nbytes=inline, settled=settled)
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
-        db.executemany(_INSERT_EVENTS, rows)
+        """In the writer: large data to the segment files first, then every row."""
+        params: list[tuple[str, int, str, bytes, int | None, int | None]] = []
+        for session_id, seq, event_type, data in rows:
+            if len(data) > INLINE_MAX_BYTES:
+                params.append((session_id, seq, event_type, b"", self._segments.append(session_id, data),
+                               len(data)))
+            else:
+                params.append((session_id, seq, event_type, data, None, None))
+        db.executemany(_INSERT_EVENTS, params)
 
     def _settle_ids(self, rows: Sequence[Row], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
@@ -312,23 +351,21 @@ class SqliteJournal(EventJournal):
     async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
                         max_bytes: int) -> list[JournalRow]:
         def query(db: sqlite3.Connection) -> list[JournalRow]:
-            if upto is None:
-                cursor = db.execute("SELECT seq, type, data FROM events WHERE session_id = ? AND seq > ? "
-                                    "ORDER BY seq", (session_id, after))
-            else:
-                cursor = db.execute("SELECT seq, type, data FROM events WHERE session_id = ? AND seq > ? "
-                                    "AND seq <= ? ORDER BY seq", (session_id, after, upto))
-            rows: list[JournalRow] = []
+            bound = upto if upto is not None else 2**63 - 1
+            cursor = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
+                                "AND seq <= ? ORDER BY seq", (session_id, after, bound))
+            page: list[tuple[Any, ...]] = []
             total = 0
             try:
-                for seq, event_type, data in cursor:
-                    if rows and total + len(data) > max_bytes:
+                for row in cursor:
+                    size = len(row[2]) if row[3] is None else int(row[4])
+                    if page and total + size > max_bytes:
                         break
-                    rows.append(JournalRow(int(seq), str(event_type), bytes(data)))
-                    total += len(data)
+                    page.append(row)
+                    total += size
             finally:
                 cursor.close()
-            return rows
+            return _read_rows(self.path.parent / SEGMENTS_DIR, session_id, page)
         return await self._read(query)
 
     async def last_id(self, session_id: str) -> int:
@@ -360,6 +397,84 @@ class SqliteJournal(EventJournal):
         if self._reader_db is not None:
             self._reader_db.close()
             self._reader_db = None
+
+
+class _SegmentWriter:
+    """The writer thread's segment files: append-only, one per session, named by a hash of the
+    session id (any id is a safe file name)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._fds: dict[str, int] = {}  # in order of last write (the oldest first)
+        self._unsynced: set[str] = set()
+
+    def append(self, session_id: str, data: bytes) -> int:
+        """Write ``data`` at the end of the session's file; return its offset."""
+        fd = self._fds.pop(session_id, None)
+        if fd is None:
+            self.root.mkdir(exist_ok=True)
+            fd = os.open(segment_path(self.root, session_id), os.O_WRONLY | os.O_CREAT, 0o600)
+            while len(self._fds) >= OPEN_SEGMENTS:
+                self._close(next(iter(self._fds)))
+        self._fds[session_id] = fd
+        offset = os.lseek(fd, 0, os.SEEK_END)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        self._unsynced.add(session_id)
+        return offset
+
+    def sync(self) -> None:
+        for session_id in list(self._unsynced):
+            fd = self._fds.get(session_id)
+            if fd is not None:
+                os.fsync(fd)
+        self._unsynced.clear()
+
+    def _close(self, session_id: str) -> None:
+        fd = self._fds.pop(session_id)
+        if session_id in self._unsynced:
+            os.fsync(fd)
+            self._unsynced.discard(session_id)
+        os.close(fd)
+
+    def remove(self, session_id: str) -> None:
+        fd = self._fds.pop(session_id, None)
+        if fd is not None:
+            os.close(fd)
+        self._unsynced.discard(session_id)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(segment_path(self.root, session_id))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sync()
+        for session_id in list(self._fds):
+            os.close(self._fds.pop(session_id))
+
+
+def segment_path(root: Path, session_id: str) -> Path:
+    return root / (hashlib.sha256(session_id.encode()).hexdigest()[:32] + ".seg")
+
+
+def _read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]]) -> list[JournalRow]:
+    """``(seq, type, data, ext_offset, ext_bytes)`` rows as :class:`JournalRow`, the large ones'
+    data read from the session's segment file."""
+    out: list[JournalRow] = []
+    fd: int | None = None
+    try:
+        for seq, event_type, data, offset, nbytes in rows:
+            if offset is not None:
+                if fd is None:
+                    fd = os.open(segment_path(root, session_id), os.O_RDONLY)
+                data = os.pread(fd, int(nbytes), int(offset))
+                if len(data) != nbytes:
+                    raise OSError(f"journal segment: event {seq} has {len(data)} of its {nbytes} bytes")
+            out.append(JournalRow(int(seq), str(event_type), bytes(data)))
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return out
 
 
 def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) -> None:
