@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, str] = {
     "sidecars": "bench.sidecars",
     "streaming": "bench.streaming",
     "warm_pool": "bench.warm_pool",
+    "scaling": "bench.scaling",
     "scaleout": "bench.scaleout",
 }
 RESULTS = BENCH_DIR / "results.json"

@@ -170,3 +170,21 @@ async def test_a_subscriber_registered_while_a_commit_settles_gets_each_event_on
     live = [e.id for e in iter(sub.pop_nowait, None)]
     replayed = await _replayed(bus, 0, upto)
     assert sorted(replayed + live) == [1] and len(replayed + live) == 1
+
+
+async def test_a_small_event_holds_its_own_size_in_memory(make_bus: MakeBus) -> None:
+    # orjson returns small documents in 8 KiB buffers; the ring and the queues keep events, so
+    # the bus keeps exact copies (a ring's byte bound is then what it holds)
+    import tracemalloc
+
+    bus = await make_bus()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        events = [bus.publish("s1", "e", {"text": "x" * 1000}) for _ in range(200)]
+        await bus.flushed()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert all(e is not None and len(e.data) == 1011 for e in events)
+    assert held < 200 * 2048  # about 1 KiB an event (8 KiB each without the copy)

@@ -14,6 +14,7 @@ from hopline.budget import Budget
 from hopline.daemon.app import SseStream
 from hopline.daemon.bus import EventBus
 from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES
 
 from .support import running_daemon
 from .test_serve import new_session, prompt
@@ -21,19 +22,28 @@ from .test_serve import new_session, prompt
 
 @pytest.mark.e2e
 async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_path: Path) -> None:
-    with running_daemon(tmp_path) as daemon:
+    # Chunks over the pass-through size and under it, under a sidecar threshold that keeps them
+    # whole (over the threshold the projection moves their text: they are not unchanged).
+    size = PASSTHROUGH_MIN_FRAME_BYTES
+    with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_THRESHOLD_BYTES": "1mb"}) as daemon:
         async with daemon.client() as client:
             sid = await new_session(client, tmp_path)
             before = (await client.get("/daemon/status")).json()["delivery"]["passedThroughUpdates"]
             raw = b""
             async with client.stream("GET", f"/session/{sid}/events") as response:
-                await prompt(client, sid, "chunks 20 1024")
+                await prompt(client, sid, f"chunks 10 {size}")  # the frame: its text and the JSON-RPC
+                await prompt(client, sid, f"chunks 10 {size - 1000}")
                 async for chunk in response.aiter_bytes():
                     raw += chunk
-                    if b"event: turn_complete" in raw and raw.endswith(b"\n\n"):
+                    if raw.count(b"event: turn_complete") == 2 and raw.endswith(b"\n\n"):
                         break
             status = (await client.get("/daemon/status")).json()
-            transcript = (await client.get(f"/session/{sid}/transcript")).content
+            transcript = b""
+            cursor: str | None = "0"
+            while cursor is not None:
+                page = (await client.get(f"/session/{sid}/transcript", params={"cursor": cursor})).content
+                transcript += page
+                cursor = orjson.loads(page)["nextCursor"]
     datas = [block.split(b"\ndata: ", 1)[1] for block in raw.split(b"\n\n")
              if b"event: session_update" in block]
     chunks = [d for d in datas if orjson.loads(d)["update"]["sessionUpdate"] == "agent_message_chunk"]
@@ -42,8 +52,9 @@ async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_pat
     # compact JSON): the same JSON as before, byte for byte
     assert all(d == orjson.dumps(orjson.loads(d)) for d in chunks)
     assert [orjson.loads(d)["update"]["content"]["text"].split()[1] for d in chunks[-20:]] == \
-        [str(i) for i in range(20)]
-    assert status["delivery"]["passedThroughUpdates"] - before >= 20  # not re-encoded
+        [str(i) for i in range(10)] * 2
+    # the ten over the size passed through, the ten under it encoded
+    assert status["delivery"]["passedThroughUpdates"] - before == 10
     # the journal holds the same bytes (the transcript splices them in as stored)
     assert all(d in transcript for d in chunks)
 
@@ -81,3 +92,21 @@ async def test_queued_events_go_out_in_one_write_split_exactly_at_the_bound(tmp_
             bus.unsubscribe(subscriber)
     finally:
         await journal.close()
+
+
+def test_frames_pass_through_from_their_threshold_on() -> None:
+    from hopline.daemon.sessions import _passthrough
+    from hopline.wire.ndjson import NdjsonDecoder
+
+    def frame_of(size: int) -> object:
+        head = orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": {
+            "sessionId": "s", "update": {"sessionUpdate": "agent_message_chunk",
+                                         "content": {"type": "text", "text": ""}}}})
+        text = "t" * (size - len(head))
+        line = head.replace(b'"text":""', b'"text":"' + text.encode() + b'"') + b"\n"
+        (frame,) = NdjsonDecoder(1 << 30).feed(line)
+        assert frame.size == size  # type: ignore[attr-defined]
+        return frame
+
+    assert _passthrough(frame_of(PASSTHROUGH_MIN_FRAME_BYTES)) is not None  # type: ignore[arg-type]
+    assert _passthrough(frame_of(PASSTHROUGH_MIN_FRAME_BYTES - 1)) is None  # type: ignore[arg-type]

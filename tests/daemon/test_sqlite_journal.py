@@ -19,6 +19,7 @@ from hopline.daemon.sqlite_journal import (
     INLINE_MAX_BYTES,
     JOURNAL_FILE,
     PAGE_SIZE_BYTES,
+    ROWS_PER_INSERT,
     SEGMENTS_DIR,
     SqliteJournal,
     segment_path,
@@ -287,4 +288,13 @@ async def test_a_journal_from_before_segment_files_is_migrated(tmp_path: Path) -
     assert await journal.get_session("s1") is not None and journal.next_id("s1") == 2
     await journal.append_many("s1", [("e", b'"' + b"y" * 20_000 + b'"')])
     assert [len(r.data) for r in await journal.read_page("s1", 0, max_bytes=1 << 20)] == [9, 20_002]
+    await journal.close()
+
+
+async def test_a_commit_larger_than_one_insert_statement_keeps_every_row_in_order(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, "s1")
+    count = 2 * ROWS_PER_INSERT + 1  # two full statements and one row
+    await journal.append_many("s1", [("e", b"%d" % i) for i in range(count)])
+    rows = await journal.read_page("s1", 0, max_bytes=1 << 30)
+    assert [(r.seq, r.data) for r in rows] == [(i + 1, b"%d" % i) for i in range(count)]
     await journal.close()

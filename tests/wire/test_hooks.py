@@ -69,3 +69,15 @@ async def test_failed_write_reports_nothing() -> None:
 def test_direction_is_checked() -> None:
     with pytest.raises(ValueError):
         PipeTap("sideways")  # type: ignore[arg-type]
+
+
+def test_an_observer_with_a_minimum_hears_of_frames_from_that_size_on() -> None:
+    seen: list[int] = []
+    every: list[int] = []
+    tap = PipeTap("inbound")
+    tap.add_observer(lambda o: seen.append(o.bytes), min_bytes=100)
+    tap.notify_read(99, {})  # one byte under: no observation is built
+    tap.notify_read(100, {})  # at the minimum
+    tap.add_observer(lambda o: every.append(o.bytes))
+    tap.notify_read(5, {})
+    assert seen == [100] and every == [5] and tap.notified == 3

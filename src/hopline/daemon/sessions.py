@@ -70,7 +70,7 @@ from hopline.vocabulary import (
     TURN_ERROR,
 )
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
-from hopline.wire.passthrough import text_chunk_update_bytes
+from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -497,8 +497,7 @@ class SessionManager:
                 return self._project_and_deliver(session, prompt_id, sender, frame)
             # Its frame is under the threshold, so is its JSON: nothing to project (and under the
             # threshold it is under the SSE event limit, a coherence rule).
-            self._deliver_update(session, prompt_id, sender, update,
-                                 raw_update=text_chunk_update_bytes(frame.raw, message))
+            self._deliver_update(session, prompt_id, sender, update, raw_update=_passthrough(frame))
         elif method in PROGRESS_METHODS:
             for key in ("progress", "compaction"):
                 value = params.get(key)
@@ -511,7 +510,7 @@ class SessionManager:
         update = frame.message["params"]["update"]
         projected = await asyncio.to_thread(self.projector, session.id, update)
         if session.id in self.sessions:  # not deleted meanwhile
-            raw = text_chunk_update_bytes(frame.raw, frame.message) if projected is update else None
+            raw = _passthrough(frame) if projected is update else None
             self._deliver_update(session, prompt_id, sender, projected, raw_update=raw)
 
     def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
@@ -761,6 +760,13 @@ class SessionManager:
                 "stderr": dataclasses.asdict(child.stderr) if child is not None else None,
             })
         return out
+
+
+def _passthrough(frame: Frame) -> memoryview | None:
+    """The update's own bytes when passing them through pays (see the threshold's measurements)."""
+    if frame.size < PASSTHROUGH_MIN_FRAME_BYTES:
+        return None
+    return text_chunk_update_bytes(frame.raw, frame.message)
 
 
 def _dict(value: Any) -> dict[str, Any]:

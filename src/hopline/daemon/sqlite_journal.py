@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import os
 import queue
@@ -79,8 +80,11 @@ CREATE TABLE IF NOT EXISTS prompts (
 ) WITHOUT ROWID;
 """
 
-_INSERT_EVENTS = ("INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes) "
-                  "VALUES (?, ?, ?, ?, ?, ?)")
+_INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes) VALUES "
+# Rows per INSERT statement: one statement is one sqlite3_step, which is one release of the GIL by
+# the writer (executemany releases it once per row: with many small events the event loop and the
+# writer then pass the GIL back and forth per row). 6 parameters a row, well under SQLite's 32766.
+ROWS_PER_INSERT = 512
 _EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes"
 
 T = TypeVar("T")
@@ -322,14 +326,17 @@ class SqliteJournal(EventJournal):
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
         """In the writer: large data to the segment files first, then every row."""
-        params: list[tuple[str, int, str, bytes, int | None, int | None]] = []
+        params: list[Any] = []
         for session_id, seq, event_type, data in rows:
             if len(data) > INLINE_MAX_BYTES:
-                params.append((session_id, seq, event_type, b"", self._segments.append(session_id, data),
-                               len(data)))
+                offset = self._segments.append(session_id, data)
+                params += (session_id, seq, event_type, b"", offset, len(data))
             else:
-                params.append((session_id, seq, event_type, data, None, None))
-        db.executemany(_INSERT_EVENTS, params)
+                params += (session_id, seq, event_type, data, None, None)
+        width = 6 * ROWS_PER_INSERT
+        for start in range(0, len(params), width):
+            chunk = params[start:start + width]
+            db.execute(_insert_statement(len(chunk) // 6), chunk)
 
     def _settle_ids(self, rows: Sequence[Row], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
@@ -451,6 +458,11 @@ class _SegmentWriter:
             self.sync()
         for session_id in list(self._fds):
             os.close(self._fds.pop(session_id))
+
+
+@functools.lru_cache(maxsize=ROWS_PER_INSERT)
+def _insert_statement(rows: int) -> str:
+    return _INSERT_EVENTS + ",".join(["(?, ?, ?, ?, ?, ?)"] * rows)
 
 
 def segment_path(root: Path, session_id: str) -> Path:

@@ -43,7 +43,7 @@ class PipeObservability:
         tap.add_byte_hook(partial(self.stats.record, direction))
         if self.histogram:
             tap.add_byte_hook(partial(self.metrics.record, direction))
-        tap.add_observer(self._observe_large)
+        tap.add_observer(self._observe_large, min_bytes=self.large_frames.threshold_bytes)
         return tap
 
     def record_dropped(self, direction: Direction, nbytes: int, *, observed: bool = False) -> None:

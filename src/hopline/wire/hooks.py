@@ -43,14 +43,20 @@ class PipeTap:
         self.direction: Direction = direction
         self.byte_hooks: list[ByteHook] = list(byte_hooks or [])
         self.observers: list[Observer] = list(observers or [])
+        self._observer_min_bytes: list[int] = [0] * len(self.observers)
+        self._observe_from = 0 if self.observers else None  # the smallest frame any observer takes
         self.hook_errors = 0  # hooks that raised (swallowed)
         self.notified = 0
 
     def add_byte_hook(self, hook: ByteHook) -> None:
         self.byte_hooks.append(hook)
 
-    def add_observer(self, observer: Observer) -> None:
+    def add_observer(self, observer: Observer, *, min_bytes: int = 0) -> None:
+        """``observer`` hears of frames of at least ``min_bytes`` (the large-frame observer's
+        threshold: a smaller frame then costs no observation at all)."""
         self.observers.append(observer)
+        self._observer_min_bytes.append(min_bytes)
+        self._observe_from = min(self._observer_min_bytes)
 
     def _notify(self, size: int, message: Any) -> None:
         self.notified += 1
@@ -59,10 +65,12 @@ class PipeTap:
                 hook(size)
             except Exception:
                 self.hook_errors += 1
-        if not self.observers:
+        if self._observe_from is None or size < self._observe_from:
             return
         observation = FrameObservation(self.direction, size, message)
-        for observer in self.observers:
+        for observer, min_bytes in zip(self.observers, self._observer_min_bytes, strict=True):
+            if size < min_bytes:
+                continue
             try:
                 observer(observation)
             except Exception:
