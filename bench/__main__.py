@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, str] = {
     "streaming": "bench.streaming",
     "warm_pool": "bench.warm_pool",
     "scaling": "bench.scaling",
+    "scaleout": "bench.scaleout",
 }
 RESULTS = BENCH_DIR / "results.json"
 

@@ -200,6 +200,7 @@ HOP_JOURNAL = "daemon.journal"
 HOP_SIDECARS = "daemon.sidecars"
 HOP_OBSERVE = "observe.large_frames"
 HOP_GATE = "daemon.gate"
+HOP_CLUSTER = "daemon.cluster"  # daemon <-> store and daemon <-> daemon (SPEC X)
 
 CEILINGS: tuple[Ceiling, ...] = (
     # --- hop 4 / hop 3: the llm-turn request path -------------------------------------------
@@ -407,6 +408,20 @@ CEILINGS: tuple[Ceiling, ...] = (
             minimum=0.01),
     Ceiling("range_header_max_chars", HOP_SIDECARS, Unit.COUNT, 200, None,
             "a sidecar download's Range header (longer: ignored, the whole object is sent)"),
+    Ceiling("sidecar_orphan_grace_seconds", HOP_SIDECARS, Unit.SECONDS, 3600.0,
+            "HOPLINE_SIDECAR_ORPHAN_GRACE_SECONDS",
+            "a shared store's sidecar body with no index row is collected once older than this "
+            "(younger: another daemon may be writing it)", minimum=1),
+    # --- several daemons on one store (SPEC X) --------------------------------------------------
+    Ceiling("owner_lease_seconds", HOP_CLUSTER, Unit.SECONDS, 10.0, "HOPLINE_OWNER_LEASE_SECONDS",
+            "a session owner's lease in the store, renewed every third of it; expired, the next write "
+            "to any daemon adopts the session", minimum=1, maximum=3600),
+    Ceiling("cluster_forward_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 90.0,
+            "HOPLINE_CLUSTER_FORWARD_TIMEOUT", "a write forwarded to its session's owner daemon (then 504)",
+            minimum=0.01),
+    Ceiling("store_max_connections", HOP_CLUSTER, Unit.COUNT, 4, "HOPLINE_STORE_MAX_CONNECTIONS",
+            "PostgreSQL connections of one daemon's journal reads (beside its writer, its sidecar index "
+            "and its LISTEN connection)", minimum=1, maximum=64),
 )
 
 CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
@@ -512,6 +527,10 @@ class Budget:
     sidecar_ttl_seconds: float
     sidecar_reap_interval_seconds: float
     range_header_max_chars: int
+    sidecar_orphan_grace_seconds: float
+    owner_lease_seconds: float
+    cluster_forward_timeout_seconds: float
+    store_max_connections: int
     warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
@@ -567,6 +586,88 @@ class Budget:
 
 def load_budget(environ: Mapping[str, str] | None = None) -> Budget:
     return Budget.from_env(environ)
+
+
+# --- settings that are not ceilings: where the state lives, and the cluster (SPEC X) -------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One configuration setting that is a URL or a credential, not a ceiling: its key, env var,
+    command-line option and what it does. Empty means its default (said in ``description``)."""
+
+    key: str
+    env: str
+    description: str
+    option: str | None = None
+    secret: bool = False  # never shown: `hopline limits` says only whether it is set
+
+    @property
+    def name(self) -> str:
+        return self.env
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("store_url", "HOPLINE_STORE_URL",
+            "journal, sessions, leases and the sidecar index: sqlite:///PATH (default: journal.sqlite3 "
+            "under the data dir) or postgresql://USER:PASS@HOST:PORT/DB (several daemons)", option="--store"),
+    Setting("sidecar_url", "HOPLINE_SIDECAR_URL",
+            "sidecar bodies: file://PATH (default: sidecars/ under the data dir) or s3://BUCKET/PREFIX "
+            "(with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)"),
+    Setting("advertise_url", "HOPLINE_ADVERTISE_URL",
+            "this daemon's URL as the other daemons reach it; writes for its sessions are forwarded "
+            "there (default: the URL it listens on)"),
+    Setting("cluster_token", "HOPLINE_CLUSTER_TOKEN",
+            "the credential daemons forward writes to each other with (required with a postgresql "
+            "store; the same on every daemon)", secret=True),
+)
+SETTINGS_BY_KEY: Mapping[str, Setting] = {s.key: s for s in SETTINGS}
+# Settings that are credentials (a store URL may carry a password): never passed to a child, even
+# when the operator names them (D-11).
+SECRET_SETTINGS_ENV: frozenset[str] = frozenset({SETTINGS_BY_KEY["store_url"].env,
+                                                 SETTINGS_BY_KEY["cluster_token"].env})
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (a store URL may carry one)."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """The values of :data:`SETTINGS` in force ("" for a default)."""
+
+    store_url: str = dataclasses.field(default="", repr=False)  # may carry a password
+    sidecar_url: str = ""
+    advertise_url: str = ""
+    cluster_token: str = dataclasses.field(default="", repr=False)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: str) -> Settings:
+        """Read every setting from ``environ``; a non-empty ``overrides`` value (a command-line
+        option) wins over its variable."""
+        env = os.environ if environ is None else environ
+        values: dict[str, str] = {}
+        sources: dict[str, str] = {}
+        for setting in SETTINGS:
+            override = overrides.get(setting.key, "")
+            raw = env.get(setting.env, "").strip()
+            if override:
+                values[setting.key], sources[setting.key] = override.strip(), setting.option or "override"
+            elif raw:
+                values[setting.key], sources[setting.key] = raw, setting.env
+        return cls(**values, sources=sources)
+
+    def source(self, key: str) -> str:
+        return self.sources.get(key, "default")
+
+    def shown(self, key: str) -> str:
+        """The value as `hopline limits` and `/daemon/status` show it: never a secret or a password."""
+        value: str = getattr(self, key)
+        if SETTINGS_BY_KEY[key].secret:
+            return "set" if value else "unset"
+        return redact_url(value) if value else "default"
 
 
 # --- coherence (B-4) --------------------------------------------------------------------------
@@ -718,9 +819,11 @@ def check_coherence(budget: Budget) -> list[Finding]:
     return sorted(findings, key=lambda f: f.severity != "error")
 
 
-def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
+def limits_json(budget: Budget, findings: list[Finding],
+                settings: Settings | None = None) -> dict[str, object]:
     """Every ceiling in force, where it came from, and the coherence findings: `hopline limits --json`
-    and the ``budget`` of ``GET /daemon/status``."""
+    and the ``budget`` of ``GET /daemon/status``; with ``settings``, the :data:`SETTINGS` too (shown
+    without secrets)."""
     ceilings: list[dict[str, object]] = []
     for c in CEILINGS:
         row: dict[str, object] = {"name": c.name, "hop": c.hop}
@@ -731,12 +834,16 @@ def limits_json(budget: Budget, findings: list[Finding]) -> dict[str, object]:
             row["unit"] = c.unit.value
         row["source"] = budget.source(c.key)
         ceilings.append(row)
-    return {
+    doc: dict[str, object] = {
         "ceilings": ceilings,
         "narrowestRequestCeiling": budget.narrowest_request_ceiling().name,
         "errors": [f.to_json() for f in findings if f.severity == "error"],
         "warnings": [f.to_json() for f in findings if f.severity == "warning"],
     }
+    if settings is not None:
+        doc["settings"] = [{"name": s.name, "option": s.option, "value": settings.shown(s.key),
+                            "source": settings.source(s.key)} for s in SETTINGS]
+    return doc
 
 
 class IncoherentBudget(HoplineError, RuntimeError):

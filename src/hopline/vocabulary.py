@@ -22,6 +22,8 @@ CLIENT_EVICTED = "client_evicted"
 STATE_RESYNC_REQUIRED = "state_resync_required"
 STREAM_ERROR = "stream_error"
 FRAME_DROPPED = "frame_dropped"
+# With an id, several daemons only (SPEC X): another daemon took the session over.
+SESSION_ADOPTED = "session_adopted"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
                              STREAM_ERROR, FRAME_DROPPED})
 
@@ -53,6 +55,10 @@ NDJSON_MEDIA_TYPE = "application/x-ndjson"
 LINE_DELTA = "delta"
 LINE_MESSAGE = "message"
 LINE_ERROR = "error"
+
+# --- several daemons (SPEC X) ----------------------------------------------------------------------
+FORWARDED_BY_HEADER = "x-hopline-forwarded-by"  # a write forwarded to its owner: the sender's id
+REASON_OWNER_LOST = "owner_lost"  # turn_error of a prompt whose daemon died (its lease expired)
 
 # --- environment variables ------------------------------------------------------------------------
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token

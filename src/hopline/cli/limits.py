@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import typer
 
-from hopline.budget import CEILINGS, Budget, Finding, Unit, check_coherence, format_size, limits_json
+from hopline.budget import (
+    CEILINGS,
+    SETTINGS,
+    Budget,
+    Finding,
+    Settings,
+    Unit,
+    check_coherence,
+    format_size,
+    limits_json,
+)
 from hopline.cli._common import budget_or_exit
 
 
-def _print_table(budget: Budget, findings: list[Finding]) -> None:
+def _print_table(budget: Budget, findings: list[Finding], settings: Settings) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -23,6 +33,13 @@ def _print_table(budget: Budget, findings: list[Finding]) -> None:
         table.add_row(c.hop, c.name, str(value), human, budget.source(c.key), mark)
     console = Console(width=160)
     console.print(table)
+    shown = Table(title="hopline settings (where state lives; several daemons)", show_lines=False)
+    for column in ("setting", "option", "value", "source"):
+        shown.add_column(column)
+    for setting in SETTINGS:
+        shown.add_row(setting.name, setting.option or "", settings.shown(setting.key),
+                      settings.source(setting.key))
+    console.print(shown)
     if not findings:
         console.print("coherent: no errors, no warnings")
     for f in findings:
@@ -40,10 +57,11 @@ def register(app: typer.Typer) -> None:
         import orjson
 
         budget = budget_or_exit()
+        settings = Settings.from_env()
         findings = check_coherence(budget)
         if as_json:
-            typer.echo(orjson.dumps(limits_json(budget, findings)).decode())
+            typer.echo(orjson.dumps(limits_json(budget, findings, settings)).decode())
         else:
-            _print_table(budget, findings)
+            _print_table(budget, findings, settings)
         if any(f.severity == "error" for f in findings):
             raise typer.Exit(1)

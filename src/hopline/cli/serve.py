@@ -29,6 +29,10 @@ def register(app: typer.Typer) -> None:
                                             "the daemon's environment to agent children (repeatable; also "
                                             "HOPLINE_AGENT_ENV=NAME,NAME), e.g. a third-party agent's "
                                             "provider key. Nothing else but a safe base reaches them."),
+        store: str = typer.Option("", "--store", metavar="URL", help="Where the journal, sessions, leases "
+                                  "and sidecar index live: sqlite:///PATH (default: under --data-dir) or "
+                                  "postgresql://USER:PASS@HOST:PORT/DB to be one of several daemons "
+                                  "(also HOPLINE_STORE_URL; see `hopline limits`)."),
     ) -> None:
         """Serve the daemon API and SSE events; each session runs its own ACP agent child."""
         import logging
@@ -79,16 +83,24 @@ def register(app: typer.Typer) -> None:
         url_host = f"[{host}]" if ":" in host else host
         url = f"http://{url_host}:{bound_port}"
 
+        from hopline.budget import Settings
         from hopline.gateway.providers import ProviderSettingError
+        from hopline.store.locations import StoreSettingError
+        from hopline.store.postgres import StoreUnavailable
 
         try:
             daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
                                        internal_token=internal_token, gateway_url=url, allow_incoherent=naive,
-                                       agent_env=passed_env)
-        except ProviderSettingError as exc:
+                                       agent_env=passed_env, settings=Settings.from_env(store_url=store),
+                                       listen_url=url)
+        except (ProviderSettingError, StoreSettingError) as exc:
             sock.close()
             print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
+        except StoreUnavailable as exc:
+            sock.close()
+            print(f"hopline serve: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
         class DaemonServer(uvicorn.Server):
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
                 # End the open SSE streams first: uvicorn waits for open responses before the

@@ -19,9 +19,6 @@ from hopline.cli._common import budget_or_exit
 from hopline.cli.status import URL_ENV
 from hopline.vocabulary import SERVER_TOKEN_ENV
 
-# The daemon keeps its sidecar store here, under its data directory.
-SIDECARS_SUBDIR = "sidecars"
-
 
 def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None, url: str | None = None,
                token_from_env: bool = True) -> str:
@@ -45,15 +42,22 @@ def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None,
 
 
 def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
+    """The store a daemon with this data directory and this environment's settings opens
+    (``HOPLINE_STORE_URL``, ``HOPLINE_SIDECAR_URL``: a shared store is read where it is)."""
     import hashlib
 
-    from hopline.sidecars.store import SidecarStore, is_valid_sidecar_id
+    from hopline.budget import Settings
+    from hopline.sidecars.store import INDEX_FILE, is_valid_sidecar_id, open_sidecar_store
+    from hopline.store.locations import FILE, SIDECARS_DIR, sidecar_location, store_location
 
-    root = data_dir / SIDECARS_SUBDIR
-    if not (root / "sidecars.sqlite3").is_file():
+    settings = Settings.from_env()
+    location = store_location(settings.store_url, data_dir)
+    bodies = sidecar_location(settings.sidecar_url, data_dir, os.environ)
+    index_dir = bodies.path if bodies.kind == FILE and bodies.path is not None else data_dir / SIDECARS_DIR
+    if not location.shared and not (index_dir / INDEX_FILE).is_file():
         print("hopline sidecar: no sidecar store in that data directory", file=sys.stderr)
         return 2
-    store = SidecarStore(root, budget_or_exit())
+    store = open_sidecar_store(location, bodies, budget_or_exit(), index_dir=data_dir / SIDECARS_DIR)
     try:
         entry = store.get(session_id, sidecar_id) if is_valid_sidecar_id(sidecar_id) else None
         handle = store.open_blob(entry) if entry is not None else None

@@ -117,6 +117,21 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     if other:
         console.print(_kv_table("large frames, sidecars, SSE, delivery, warm children", other))
 
+    cluster = status.get("cluster")
+    if isinstance(cluster, dict):
+        title = (f"cluster (this daemon: {cluster.get('daemon')}; lease {cluster.get('leaseSeconds')} s; "
+                 f"forwarded writes {cluster.get('forwardedWrites')}, "
+                 f"adopted {cluster.get('adoptedSessions')}, "
+                 f"leases lost {cluster.get('leasesLost')}, expired leases {cluster.get('expiredLeases')})")
+        table = Table(title=title, title_justify="left")
+        for column in ("daemon", "advertised at", "state", "heartbeat age", "leases (sessions)"):
+            table.add_column(column)
+        for d in cluster.get("daemons") or []:
+            state = ("live" if d.get("live") else "gone") + (" (this one)" if d.get("self") else "")
+            table.add_row(str(d.get("id")), str(d.get("advertiseUrl")), state,
+                          f"{d.get('heartbeatAgeSeconds')} s", str(d.get("leases")))
+        console.print(table)
+
     budget = status.get("budget") or {}
     ceilings = budget.get("ceilings") or []
     if ceilings:
@@ -144,7 +159,8 @@ def register(app: typer.Typer) -> None:
         token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${SERVER_TOKEN_ENV})."),
         as_json: bool = typer.Option(False, "--json", help="Print the status object as JSON."),
     ) -> None:
-        """Show a running daemon's sessions, pipe stats, large frames, sidecars and budget."""
+        """Show a running daemon's sessions, pipe stats, large frames, sidecars, budget and, with
+        several daemons, the cluster: the daemons, their leases and sessions."""
         import asyncio
 
         import httpx

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+import os
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -31,18 +33,30 @@ from starlette.types import Receive, Scope, Send
 
 from hopline.budget import (
     CEILINGS_BY_KEY,
+    HOP_CLUSTER,
     HOP_DAEMON_API,
     HOP_DAEMON_SSE,
     MAX_QUEUED_RANGE,
+    SETTINGS_BY_KEY,
     Budget,
+    Settings,
     check_coherence,
     limits_json,
     require_coherent,
 )
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
+from hopline.daemon.cluster import (
+    FORWARDED_SCOPE_KEY,
+    Cluster,
+    ClusterAuth,
+    cluster_metrics,
+    new_daemon_id,
+    with_daemon_label,
+)
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
+from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
 from hopline.daemon.sessions import SessionManager
@@ -54,6 +68,9 @@ from hopline.gateway.errors import bounded_json_route, install_error_handlers
 from hopline.harness.scripted import scripted_hints
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
+from hopline.sidecars.store import open_sidecar_store
+from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
+from hopline.store.postgres import migrate
 from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 from hopline.wire.input import parse_decimal_id
 
@@ -258,6 +275,8 @@ def create_daemon_app(
     agent_env: Sequence[str] = (),
     gateway_tokens: SessionTokens | None = None,
     instruments: PipeObservability | None = None,
+    settings: Settings | None = None,
+    listen_url: str = "",
 ) -> InternalDispatcher:
     """The whole `hopline serve` app. ``gateway_url`` is what children get as HOPLINE_GATEWAY_URL
     (the URL this app is served at); ``provider`` defaults to :func:`provider_from_env`.
@@ -270,12 +289,41 @@ def create_daemon_app(
     the variables named in ``agent_env``; with the gateway embedded, each session's agent gets its
     own gateway token in ``session/new`` (D-11), never ``internal_token``; ``gateway_tokens`` replaces
     the registry of those tokens. ``instruments`` replaces the pipe's instruments (the benchmarks'
-    A/B switches, :class:`~hopline.observe.pipe.PipeObservability`)."""
+    A/B switches, :class:`~hopline.observe.pipe.PipeObservability`).
+
+    ``settings`` name where the state lives (SPEC X): the default is the embedded SQLite journal and
+    the sidecar files under ``data_dir``; a PostgreSQL store makes this daemon one of several
+    (:mod:`hopline.daemon.cluster`), reached by the others at ``HOPLINE_ADVERTISE_URL`` (default:
+    ``listen_url``)."""
     if not allow_incoherent:  # only `hopline demo --naive` serves an incoherent chain, on purpose
         require_coherent(budget)
     if not server_token:
         raise ValueError("the server token must not be empty")
-    journal = SqliteJournal(data_dir)
+    settings = settings if settings is not None else Settings()
+    location = store_location(settings.store_url, data_dir)
+    cluster: Cluster | None = None
+    fenced: list[Callable[[tuple[str, ...]], None]] = []  # the manager's, once it exists
+    journal: SqliteJournal | PgJournal
+    if location.shared:
+        if not settings.cluster_token:
+            raise StoreSettingError(f"{SETTINGS_BY_KEY['cluster_token'].env} must be set with a "
+                                    "postgresql store (the same on every daemon)")
+        advertise = settings.advertise_url or listen_url
+        if urllib.parse.urlsplit(advertise).hostname in (None, "0.0.0.0", "::"):
+            raise StoreSettingError(f"{SETTINGS_BY_KEY['advertise_url'].env} must name where the other "
+                                    "daemons reach this one (it listens on every address)")
+        migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
+        daemon_id = new_daemon_id()
+
+        def on_fenced(session_ids: tuple[str, ...]) -> None:
+            for stop in fenced:
+                stop(session_ids)
+
+        journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
+        cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
+                          token=settings.cluster_token)
+    else:
+        journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
     instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env: dict[str, str] = {}
@@ -286,12 +334,15 @@ def create_daemon_app(
         session_tokens = gateway_tokens if gateway_tokens is not None else SessionTokens()
     store: SidecarStore | None = None
     if sidecars:
-        store = SidecarStore(data_dir / "sidecars", budget)
+        store = open_sidecar_store(location, sidecar_location(settings.sidecar_url, data_dir, os.environ),
+                                   budget, index_dir=data_dir / SIDECARS_DIR)
         if projector is None:
             projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
                              data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
-                             agent_env=agent_env, gateway_tokens=session_tokens)
+                             agent_env=agent_env, gateway_tokens=session_tokens, cluster=cluster)
+    fenced.append(manager.fenced)
+    bus.owns = manager.owned.__contains__
     gates = GateRegistry(budget, manager, bus, journal, data_dir)
 
     gateway: FastAPI | None = None
@@ -307,10 +358,17 @@ def create_daemon_app(
                 await asyncio.to_thread(store.collect_orphans)
                 await asyncio.to_thread(store.reap_expired)
                 reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
+            if isinstance(journal, PgJournal):
+                await journal.open()
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
+            if cluster is not None:
+                await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
+                                    on_listen=bus.catch_up_all)
             try:
                 yield
             finally:
+                if cluster is not None:
+                    await cluster.stop()  # its leases expire now: the others adopt at the next write
                 if reaper is not None:
                     reaper.cancel()
                     with contextlib.suppress(BaseException):
@@ -342,6 +400,26 @@ def create_daemon_app(
             raise SessionError(404, "unknown_session", "no such session")
         return await manager.get(session_id)
 
+    async def at_owner(request: Request, session: DaemonSession, *,
+                       spawn: bool = True) -> Response | None:
+        """Several daemons: None when this daemon owns the session (adopting it if its owner died),
+        else the owner's answer to the forwarded request. A forwarded request is never forwarded
+        again: if the lease moved meanwhile, the sender hears 409 and retries."""
+        if cluster is None:
+            return None
+        for _ in range(3):  # an owner that falls silent while we forward is adopted, then served here
+            owner = await manager.ensure_owner(session, spawn=spawn)
+            if owner is None:
+                return None
+            if request.scope.get(FORWARDED_SCOPE_KEY):
+                raise SessionError(409, "owner_changed", "the session's owner changed while this write was "
+                                   "forwarded; retry it", hop=HOP_CLUSTER)
+            answer = await cluster.forward(owner, request)
+            if answer is not None:
+                return answer
+        raise SessionError(503, "owner_changing", "the session's owner keeps changing; retry",
+                           hop=HOP_CLUSTER)
+
     errors: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
 
     @app.get("/health")
@@ -361,14 +439,21 @@ def create_daemon_app(
 
     @app.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
               responses={**errors, 429: {}})
-    async def prompt(session_id: str, body: PromptBody) -> Any:
+    async def prompt(session_id: str, body: PromptBody, request: Request) -> Any:
         session = await session_of(session_id)
         gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
+        forwarded = await at_owner(request, session)
+        if forwarded is not None:
+            return forwarded
         return {"promptId": await manager.prompt(session, body.text)}
 
     @app.post("/session/{session_id}/cancel", responses=errors)
-    async def cancel(session_id: str) -> dict[str, Any]:
-        running = await manager.cancel(await session_of(session_id))
+    async def cancel(session_id: str, request: Request) -> Any:
+        session = await session_of(session_id)
+        forwarded = await at_owner(request, session)
+        if forwarded is not None:
+            return forwarded
+        running = await manager.cancel(session)
         return {"cancelled": running}
 
     @app.get("/session/{session_id}/events", responses={**errors, 429: {}})
@@ -382,8 +467,12 @@ def create_daemon_app(
                                        last_event_id=last_event_id)
 
     @app.post("/session/{session_id}/load", responses={**errors, 502: {}, 503: {}, 504: {}})
-    async def load(session_id: str) -> dict[str, Any]:
-        return await manager.load(await session_of(session_id))
+    async def load(session_id: str, request: Request) -> Any:
+        session = await session_of(session_id)
+        forwarded = await at_owner(request, session)
+        if forwarded is not None:
+            return forwarded
+        return await manager.load(session)
 
     @app.get("/session/{session_id}/transcript", responses=errors)
     async def transcript(session_id: str,
@@ -396,16 +485,22 @@ def create_daemon_app(
         return Response(page, media_type="application/json")
 
     @app.post("/session/{session_id}/permission/{request_id}", responses=errors)
-    async def permission(session_id: str, request_id: str, body: PermissionBody) -> dict[str, Any]:
-        request = request_id[:budget.path_id_max_chars]
+    async def permission(session_id: str, request_id: str, body: PermissionBody, request: Request) -> Any:
         session = await session_of(session_id)
-        outcome = await manager.answer_permission(session, request, option_id=body.optionId,
-                                                  reject=body.outcome == "reject")
+        forwarded = await at_owner(request, session)
+        if forwarded is not None:
+            return forwarded
+        outcome = await manager.answer_permission(session, request_id[:budget.path_id_max_chars],
+                                                  option_id=body.optionId, reject=body.outcome == "reject")
         return {"requestId": request_id, "outcome": outcome}
 
     @app.delete("/session/{session_id}", responses=errors)
-    async def delete_session(session_id: str) -> dict[str, Any]:
-        await manager.delete(await session_of(session_id))
+    async def delete_session(session_id: str, request: Request) -> Any:
+        session = await session_of(session_id)
+        forwarded = await at_owner(request, session, spawn=False)  # no agent needed to delete
+        if forwarded is not None:
+            return forwarded
+        await manager.delete(session)
         return {"deleted": True}
 
     if store is not None:
@@ -435,7 +530,8 @@ def create_daemon_app(
             "delivery": manager.delivery_status(),
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
             "sidecars": store.stats() if store is not None else None,
-            "budget": limits_json(budget, check_coherence(budget)),
+            "budget": limits_json(budget, check_coherence(budget), settings),
+            "cluster": await cluster.status() if cluster is not None else None,
         }
 
     @app.get("/metrics", responses=errors)
@@ -445,6 +541,10 @@ def create_daemon_app(
         body = instruments.metrics.render()
         if gateway is not None:
             body += gateway.state.metrics.render()
+        if cluster is not None:  # every series above is this daemon's own: labelled with its id
+            text = with_daemon_label(body.decode(), cluster.daemon_id)
+            text += cluster_metrics(await cluster.status())
+            body = text.encode()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     from hopline.console import ConsoleDispatcher, frames_router
@@ -454,7 +554,9 @@ def create_daemon_app(
 
     guarded = BodyLimit(app, limit=budget.daemon_json_body_limit, ceiling="daemon_json_body_limit",
                         read_timeout=budget.body_read_timeout_seconds)
-    authed = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API, open_paths=("/health",),
-                                   token_env=SERVER_TOKEN_ENV)
+    authed: Any = BearerTokenMiddleware(guarded, token=server_token, hop=HOP_DAEMON_API,
+                                        open_paths=("/health",), token_env=SERVER_TOKEN_ENV)
+    if cluster is not None:  # another daemon's forwarded write: the cluster credential
+        authed = ClusterAuth(authed, guarded, token=settings.cluster_token)
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.
     return InternalDispatcher(ConsoleDispatcher(authed), gateway, app)

@@ -40,7 +40,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -307,6 +307,15 @@ class EventBus:
         self.queued_bytes = 0
         self._room: asyncio.Future[None] | None = None
         self._delivering = False  # a _deliver_next is running or scheduled
+        # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
+        # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
+        # sessions this daemon writes itself (their events are delivered after their commit).
+        self.owns: Callable[[str], bool] = lambda _session_id: False
+        self._delivered: dict[str, int] = {}
+        self._remote_last: dict[str, int] = {}
+        self._catch_ups: dict[str, asyncio.Task[None]] = {}
+        self._listening: set[asyncio.Task[None]] = set()  # catch_up_all's tasks, referenced until done
+        self.remote_events = 0
 
     def _ring(self, session_id: str) -> _Ring:
         ring = self._rings.get(session_id)
@@ -472,7 +481,10 @@ class EventBus:
         """Ring the event and offer it; True when a subscriber about to drain its queue is half
         full (the caller lets it run before offering more)."""
         if event.id is not None:
+            if event.id <= self._delivered.get(session_id, 0) and session_id in self._catch_ups:
+                return False  # a catch-up read it from the journal first (a lease moving here)
             self._ring(session_id).append(event)
+            self._delivered[session_id] = max(event.id, self._delivered.get(session_id, 0))
         pause = False
         for subscriber in list(self._subscribers.get(session_id, ())):
             subscriber.offer(event)
@@ -491,6 +503,7 @@ class EventBus:
         # there when the id covers it), never in neither.
         upto = await self.journal.last_id(session_id)
         subscriber.start_after(upto)
+        self._delivered.setdefault(session_id, upto)
         return subscriber, upto
 
     def unsubscribe(self, subscriber: Subscriber) -> None:
@@ -525,10 +538,55 @@ class EventBus:
             yield [Event(r.seq, r.type, r.data) for r in rows]
             cursor = rows[-1].seq
 
+    # --- another daemon's events (SPEC X) -----------------------------------------------------------
+
+    def on_remote_commit(self, session_id: str, last_id: int) -> None:
+        """A notification: the session's journal reached ``last_id`` (perhaps on another daemon).
+        The events this daemon has not delivered are read from the journal for its subscribers."""
+        if self.owns(session_id) or last_id <= self._delivered.get(session_id, 0):
+            return  # written here (delivered after its commit), or already read
+        if not self._subscribers.get(session_id):
+            # Nobody here reads it: no catch-up, and the ring would have a hole, so it goes.
+            self._rings.pop(session_id, None)
+            self._delivered.pop(session_id, None)
+            return
+        self._remote_last[session_id] = max(last_id, self._remote_last.get(session_id, 0))
+        task = self._catch_ups.get(session_id)
+        if task is None or task.done():
+            self._catch_ups[session_id] = asyncio.get_running_loop().create_task(self._catch_up(session_id))
+
+    def catch_up_all(self) -> None:
+        """After (re)listening: every watched session read up to its journal's last id."""
+        async def run() -> None:
+            for session_id in [s for s, subs in self._subscribers.items() if subs]:
+                self.on_remote_commit(session_id, await self.journal.last_id(session_id))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._listening.add(task)
+        task.add_done_callback(self._listening.discard)
+
+    async def _catch_up(self, session_id: str) -> None:
+        try:
+            while self._delivered.get(session_id, 0) < self._remote_last.get(session_id, 0):
+                after = self._delivered.get(session_id, 0)
+                rows = await self.journal.read_page(session_id, after, upto=self._remote_last[session_id],
+                                                    max_bytes=self.budget.sse_queue_max_bytes)
+                if not rows:
+                    return
+                for row in rows:
+                    if row.seq > self._delivered.get(session_id, 0):
+                        self.remote_events += 1
+                        self._deliver(session_id, Event(row.seq, row.type, row.data))
+        except Exception as exc:  # the next notification tries again; a reconnecting client resumes
+            log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
+        finally:
+            self._catch_ups.pop(session_id, None)
+
     def close_session(self, session_id: str) -> None:
         for subscriber in list(self._subscribers.pop(session_id, ())):
             subscriber.close()
         self._rings.pop(session_id, None)
+        self._delivered.pop(session_id, None)
 
     def close_all(self) -> None:
         for session_id in list(self._subscribers):

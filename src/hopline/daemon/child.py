@@ -24,7 +24,7 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV
 from hopline.wire.jsonrpc import message_kind
@@ -104,7 +104,7 @@ def agent_env_names(names: Sequence[str]) -> tuple[str, ...]:
                 continue
             if not _ENV_NAME_RE.match(name):
                 raise ValueError(f"{AGENT_ENV}: {name[:64]!r} is not an environment variable name")
-            if name in HOPLINE_TOKEN_ENV:
+            if name in HOPLINE_TOKEN_ENV or name in SECRET_SETTINGS_ENV:
                 raise ValueError(f"{AGENT_ENV}: {name} is a credential of hopline itself and never reaches "
                                  "a child (the agent gets a per-session credential instead)")
             if name not in out:

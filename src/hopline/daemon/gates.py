@@ -255,6 +255,10 @@ class GateRegistry:
                                hop=HOP_GATE, limit=budget.max_gate_runs, setting="HOPLINE_MAX_GATE_RUNS")
         self._forget_ended()
         await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
+        manager = self.driver.manager
+        if manager.cluster is not None:  # on a shared store, a stream is written under its lease
+            await manager.cluster.claim_new(run.id)
+            manager.owned.add(run.id)
         self.runs[run.id] = run
         run.start()
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,

@@ -39,7 +39,10 @@ class SessionLoader:
         self.manager = manager
         self.budget = manager.budget
 
-    async def load(self, session: DaemonSession) -> dict[str, Any]:
+    async def load(self, session: DaemonSession, *, new_if_unloadable: bool = False) -> dict[str, Any]:
+        """Restore ``session`` on a new child. ``new_if_unloadable`` (an adoption): an agent without
+        ``loadSession`` gets a ``session/new`` instead (``source: "new"``; its memory is not
+        restored, the journal still holds the history)."""
         manager = self.manager
         async with session.load_lock:
             child = session.child
@@ -51,7 +54,7 @@ class SessionLoader:
             manager.check_live_capacity()
             session.move(SessionState.LOADING)
             try:
-                return await self._from_child(session)
+                return await self._from_child(session, new_if_unloadable)
             except BaseException:
                 session.move(SessionState.DETACHED)
                 session.loading = None
@@ -59,12 +62,21 @@ class SessionLoader:
                     await manager.discard_child(session, session.child)
                 raise
 
-    async def _from_child(self, session: DaemonSession) -> dict[str, Any]:
+    async def _from_child(self, session: DaemonSession, new_if_unloadable: bool) -> dict[str, Any]:
         manager = self.manager
         child, init = await manager.spawn(session)
         caps = _dict(init.get("agentCapabilities"))
         if not caps.get("loadSession"):
-            raise SessionError(409, "agent_cannot_load", "the agent does not support session/load")
+            if not new_if_unloadable:
+                raise SessionError(409, "agent_cannot_load", "the agent does not support session/load")
+            agent_session_id = await manager.new_agent_session(session, child)
+            session.agent_session_id = agent_session_id
+            if manager.gateway_tokens is not None:
+                manager.gateway_tokens.bind(session.id, agent_session_id)
+            await manager.journal.set_agent_session_id(session.id, agent_session_id)
+            session.move(SessionState.READY)
+            return {"sessionId": session.id, "source": "new", "replayedUpdates": 0, "publishedUpdates": 0,
+                    "lastEventId": await manager.journal.last_id(session.id)}
         await manager.bus.flushed()  # what was published is counted
         loading = LoadState(suppress=await manager.journal.count(session.id, SESSION_UPDATE) > 0)
         session.loading = loading

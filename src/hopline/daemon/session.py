@@ -75,6 +75,7 @@ class DaemonSession:
         self.exit_code: int | None = None
         self.turn_lock = asyncio.Lock()
         self.load_lock = asyncio.Lock()
+        self.adopt_lock = asyncio.Lock()  # several daemons: one adoption at a time
         self.current_prompt: str | None = None
         self.prompts: dict[str, asyncio.Task[None]] = {}
         self.permissions: dict[str, PendingPermission] = {}

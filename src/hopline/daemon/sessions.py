@@ -43,9 +43,11 @@ from hopline.daemon.child import (
     AgentRpcError,
     child_environment,
 )
+from hopline.daemon.cluster import Cluster, Owner
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
 from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
+from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
@@ -56,11 +58,17 @@ from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
     META_CREDENTIALS,
+    META_PERMISSION_MODE,
+    META_PROFILE,
+    META_SCRIPTED,
     PERMISSION_METHOD,
     PROGRESS_METHOD,
+    REASON_OWNER_LOST,
+    SESSION_ADOPTED,
     SESSION_UPDATE,
     SIDECAR_DIR_ENV,
     STREAM_KIND,
+    TURN_ERROR,
 )
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
@@ -134,7 +142,7 @@ class SessionManager:
                  child_env: Mapping[str, str] | None = None,
                  projector: InboundProjector | None = None,
                  sidecars: SidecarStore | None = None, agent_env: Sequence[str] = (),
-                 gateway_tokens: SessionTokens | None = None) -> None:
+                 gateway_tokens: SessionTokens | None = None, cluster: Cluster | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
@@ -147,6 +155,8 @@ class SessionManager:
         self.sidecars = sidecars
         self.agent_env = tuple(agent_env)
         self.gateway_tokens = gateway_tokens
+        self.cluster = cluster
+        self.owned: set[str] = set()  # sessions whose lease this daemon holds (several daemons)
         self.sessions: dict[str, DaemonSession] = {}
         self.loader = SessionLoader(self)
         self._background: set[asyncio.Task[Any]] = set()
@@ -163,8 +173,10 @@ class SessionManager:
         self.passed_through = 0  # session updates relayed as the agent's own bytes (not re-encoded)
 
     async def start(self) -> None:
-        """At daemon startup: end the prompts a previous run left running, then warm the pool."""
-        for session_id, prompt_id in await self.journal.unended_prompts():
+        """At daemon startup: end the prompts a previous run left running, then warm the pool. With
+        several daemons another daemon may be running them: an adoption ends a dead owner's."""
+        unended = [] if self.cluster is not None else await self.journal.unended_prompts()
+        for session_id, prompt_id in unended:
             if await self.journal.get_session(session_id) is None:  # opens it for its event
                 continue
             self.bus.publish(session_id, "turn_error", {
@@ -184,11 +196,15 @@ class SessionManager:
 
     async def get(self, session_id: str) -> DaemonSession:
         session = self.sessions.get(session_id)
-        if session is not None:
+        if session is not None and (self.cluster is None or session_id in self.owned):
             return session
+        # Several daemons: a session another daemon owns may have been deleted there; ask the store.
         record = await self.journal.get_session(session_id)
         if record is None or STREAM_KIND in record.options:  # a gate run's stream is no session
+            self.sessions.pop(session_id, None)
             raise SessionError(404, "unknown_session", "no such session")
+        if session is not None:
+            return session
         session = self.sessions.setdefault(session_id, DaemonSession(record.id, record.options,
                                                                      record.agent_session_id))
         return session
@@ -199,9 +215,11 @@ class SessionManager:
         """Nothing per session: a warm child is started before its session exists."""
         extra = {**self.budget.to_env(), **self.extra_env}
         extra.setdefault("HOPLINE_DATA_DIR", str(self.data_dir / "agent"))
-        if self.sidecars is not None:
+        if self.sidecars is not None and self.sidecars.local:
             # S-3: an agent on this machine may write its large outputs straight to the store;
             # the write token for one session comes with that session's request (_credentials).
+            # A shared store (PostgreSQL index, S3 bodies) is not opened by children: they send
+            # their updates inline and the daemon projects them (no store credential in a child).
             extra[SIDECAR_DIR_ENV] = str(self.sidecars.root)
         return child_environment(os.environ, extra, self.agent_env)
 
@@ -220,7 +238,7 @@ class SessionManager:
         minted for the child about to get them (the write token and the gateway token are scoped to
         the session and revoked with it, D-11)."""
         credentials: dict[str, str] = {}
-        if self.sidecars is not None:
+        if self.sidecars is not None and self.sidecars.local:
             credentials[CREDENTIAL_SIDECAR_WRITE_TOKEN] = self.sidecars.mint_write_token(session.id)
         if self.gateway_tokens is not None:
             credentials[CREDENTIAL_GATEWAY_TOKEN] = self.gateway_tokens.mint(session.id,
@@ -289,28 +307,18 @@ class SessionManager:
         gate run's ``hopline.review``)."""
         self.check_live_capacity()
         session_id = secrets.token_hex(16)
-        options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted}
+        options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted,
+                   "extraMeta": dict(extra_meta) if extra_meta else None}  # kept for a load or an adoption
         await self.journal.create_session(session_id, options)
         session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
         try:
+            if self.cluster is not None:  # this daemon owns what it creates
+                await self.cluster.claim_new(session_id)
+                self.owned.add(session_id)
             child, _ = await self.spawn(session)
-            meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
-            if profile is not None:
-                meta["hopline.profile"] = profile
-            if permission_mode is not None:
-                meta["hopline.permissionMode"] = permission_mode
-            if scripted is not None:
-                meta["hopline.scripted"] = scripted
-            meta.update(extra_meta or {})
-            params: dict[str, Any] = {"cwd": cwd, "mcpServers": []}
-            params["_meta"] = meta
-            result, _ = await self._handshake(child.request("session/new", params), "session/new")
-            agent_session_id = result.get("sessionId") if isinstance(result, dict) else None
-            if not isinstance(agent_session_id, str):
-                raise SessionError(502, "agent_protocol_error",
-                                   "the agent answered session/new without a sessionId")
+            agent_session_id = await self.new_agent_session(session, child)
         except BaseException as exc:
             await self._forget(session)
             failure = agent_failure(exc, "session/new", self.budget)
@@ -326,6 +334,24 @@ class SessionManager:
         log.info("session created", extra={"agentPid": child.pid})
         return session
 
+    async def new_agent_session(self, session: DaemonSession, child: AcpChild) -> str:
+        """``session/new`` on ``child`` with the session's options and credentials: the agent's
+        session id (a create's, or an adoption's by an agent that cannot load)."""
+        options = session.options
+        meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
+        for key, meta_key in (("profile", META_PROFILE), ("permissionMode", META_PERMISSION_MODE),
+                              ("scripted", META_SCRIPTED)):
+            if options.get(key) is not None:
+                meta[meta_key] = options[key]
+        meta.update(options.get("extraMeta") or {})
+        params: dict[str, Any] = {"cwd": session.cwd or str(self.data_dir), "mcpServers": [], "_meta": meta}
+        result, _ = await self._handshake(child.request("session/new", params), "session/new")
+        agent_session_id = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(agent_session_id, str):
+            raise SessionError(502, "agent_protocol_error",
+                               "the agent answered session/new without a sessionId")
+        return agent_session_id
+
     async def _forget(self, session: DaemonSession) -> None:
         if self.gateway_tokens is not None:
             self.gateway_tokens.revoke(session.id)
@@ -334,7 +360,8 @@ class SessionManager:
         if child is not None:
             await child.stop()
         self.bus.close_session(session.id)
-        await self.journal.delete_session(session.id)
+        await self.journal.delete_session(session.id)  # with its lease, on a shared store
+        self.owned.discard(session.id)
         if self.sidecars is not None:
             await asyncio.to_thread(self.sidecars.delete_session, session.id)
         self.sessions.pop(session.id, None)
@@ -616,9 +643,88 @@ class SessionManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    # --- several daemons (SPEC X): ownership, adoption, a lease lost ---------------------------------
+
+    async def ensure_owner(self, session: DaemonSession, *, spawn: bool = True) -> Owner | None:
+        """Before a write: None when this daemon owns the session (adopting it first when its owner's
+        lease expired: one daemon wins the compare-and-set), else the live owner to forward it to.
+        With ``spawn`` an adoption restores the agent (``session/load``, or ``session/new``)."""
+        cluster = self.cluster
+        if cluster is None or session.id in self.owned:
+            return None
+        async with session.adopt_lock:
+            if session.id in self.owned:
+                return None
+            owner = await cluster.owner_of(session.id)
+            if owner is not None and owner.live and owner.daemon_id != cluster.daemon_id:
+                return owner
+            if not await cluster.try_adopt(session.id):
+                return await cluster.owner_of(session.id)  # another daemon won the race: forward
+            self.owned.add(session.id)
+            cluster.adopted += 1
+            log.warning("session adopted", extra={"previousOwnerLive": bool(owner and owner.live)})
+            # A failed restore keeps the lease (nothing else could run the session meanwhile): the
+            # next write, or POST /load, tries the restore again.
+            await self._adopt(session, owner, spawn=spawn)
+        return None
+
+    async def _adopt(self, session: DaemonSession, previous: Owner | None, *, spawn: bool) -> None:
+        journal = self.journal
+        assert isinstance(journal, PgJournal)  # several daemons: the PostgreSQL store
+        journal.forget_allocations(session.id)  # from an earlier ownership, if any
+        await journal.get_session(session.id)  # the last id, read after the compare-and-set
+        ended = 0
+        for session_id, prompt_id in await journal.unended_prompts(session.id):
+            self.bus.publish(session_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": REASON_OWNER_LOST,
+                "message": "the daemon running this prompt stopped answering (its lease expired) and "
+                           "another daemon adopted the session; this turn ended there"})
+            await journal.close_prompt(session_id, prompt_id)  # after the end event, in write order
+            ended += 1
+        if not spawn:
+            return
+        loaded = await self.loader.load(session, new_if_unloadable=True)
+        restored = loaded.get("source") != "new"
+        self.bus.publish(session.id, SESSION_ADOPTED, {
+            "daemon": self.cluster.daemon_id if self.cluster is not None else None,
+            "previousOwner": previous.daemon_id if previous is not None else None,
+            "endedPrompts": ended, "restoredWith": "session/load" if restored else "session/new",
+            "agentMemoryRestored": restored,
+            "message": ("the agent's session was restored with session/load" if restored else
+                        "the agent cannot load sessions: it started a new one, so its own memory of "
+                        "this session was not restored (the journal still holds the history)")})
+
+    def held(self) -> set[str]:
+        """The sessions this daemon runs (or is starting) a child for under its lease."""
+        return {sid for sid in self.owned if sid in self.sessions and self.sessions[sid].state in LIVE_STATES}
+
+    async def lose(self, session_ids: set[str] | tuple[str, ...]) -> None:
+        """Another daemon holds these sessions' leases now: stop their children here. Nothing more
+        is journaled from here (the journal fences it); their readers reconnect, to any daemon."""
+        for session_id in session_ids:
+            self.owned.discard(session_id)
+            session = self.sessions.get(session_id)
+            if session is None:
+                continue
+            for task in list(session.prompts.values()):
+                task.cancel()
+            session.permissions.clear()
+            child = session.child
+            if child is not None:
+                await self.discard_child(session, child)
+            if session.state in (SessionState.READY, SessionState.LOADING):
+                session.move(SessionState.DETACHED)
+            self.bus.close_session(session_id)
+            log.warning("agent child stopped: its session's lease was taken")
+
+    def fenced(self, session_ids: tuple[str, ...]) -> None:
+        """The journal refused events of these sessions (their lease is gone): stop them."""
+        self._spawn_task(self.lose(set(session_ids)))
+
     # --- load (D-6): hopline.daemon.load ---------------------------------------------------------
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
+        await self.ensure_owner(session)  # (forwarded before this when another daemon owns it)
         return await self.loader.load(session)
 
     # --- delete / shutdown ----------------------------------------------------------------------
@@ -658,6 +764,7 @@ class SessionManager:
                 "subscribers": self.bus.subscriber_count(session.id),
                 "lastEventId": await self.journal.last_id(session.id),
                 "framesDropped": session.frames_dropped,
+                **({"owned": session.id in self.owned} if self.cluster is not None else {}),
                 "lostBytes": session.lost_bytes,
                 "stderr": dataclasses.asdict(child.stderr) if child is not None else None,
             })

@@ -40,9 +40,9 @@ from typing import Any, TypeVar
 import orjson
 
 from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.store.locations import JOURNAL_FILE
 from hopline.vocabulary import TURN_END_TYPES
 
-JOURNAL_FILE = "journal.sqlite3"
 # Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
 # created, so new files only), measured in isolation against the 4 KiB default: a 1 MiB insert
 # ~4.3 -> ~3.2 ms, a batch of 1 KiB inserts ~0.017 -> ~0.005 ms per row, a 64 KiB insert unchanged
@@ -108,9 +108,10 @@ class _Stop:
 
 
 class SqliteJournal(EventJournal):
-    def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / JOURNAL_FILE
+    def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
+        """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
+        self.path = path if path is not None else data_dir / JOURNAL_FILE
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
         db.execute("PRAGMA journal_mode=WAL")

@@ -1,19 +1,22 @@
-"""The sidecar store (SPEC S-2): large tool output kept off the wire, on disk, per session.
+"""The sidecar store (SPEC S-2, X): large tool output kept off the wire, per session.
 
-Layout under ``root``::
+The index (sidecars, per-session write tokens, counters) is in SQLite, or in the PostgreSQL store
+when several daemons share one (``dsn``); the bodies are a :class:`~hopline.store.blobs.BlobStore`:
+files (the default) or an S3-compatible bucket. The default layout under ``root``::
 
     blobs/<id>           one file per sidecar, named by its validated id (never by user input)
     tmp/                 files being written; renamed into blobs/ inside the index transaction
-    sidecars.sqlite3     the index (WAL): sidecars, per-session write tokens, counters
+    sidecars.sqlite3     the index (WAL)
 
 A sidecar id is ``secrets.token_urlsafe(24)`` (32 characters of the URL-safe alphabet) and is
-checked against :data:`SIDECAR_ID_RE` before any filesystem or database access. Quotas come
+checked against :data:`SIDECAR_ID_RE` before any database or blob access. Quotas come
 from the :class:`~hopline.budget.Budget`: one object, one session and the whole store, each
 exact at the limit (the limit stores, one byte over is refused).
 
-The daemon and our own agent (S-3, :mod:`.writer`) may open the same root from two processes:
-every write takes SQLite's write lock (``BEGIN IMMEDIATE``) around the quota check, the insert
-and the rename, so quotas hold across processes and a committed row always has its file.
+The daemon and our own agent (S-3, :mod:`.writer`) may open the same SQLite root from two processes;
+several daemons open the same PostgreSQL index. Every write takes the index's write lock (SQLite's
+``BEGIN IMMEDIATE``; PostgreSQL: one advisory transaction lock) around the quota check, the insert
+and the body's publication, so quotas hold across processes and a committed row always has its body.
 """
 
 from __future__ import annotations
@@ -23,18 +26,18 @@ import contextlib
 import dataclasses
 import hashlib
 import logging
-import os
 import re
 import secrets
 import sqlite3
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from hopline.budget import HOP_SIDECARS, Budget, HoplineError
+from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
+from hopline.store.locations import S3, SidecarLocation, StoreLocation
 
 log = logging.getLogger("hopline.sidecars")
 
@@ -48,7 +51,6 @@ _MEDIA_TYPE_RE = re.compile(
     r"\A[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}"
     r"(?:\s*;\s*[A-Za-z0-9_.+-]{1,32}=[A-Za-z0-9_.+-]{1,64}){0,4}\Z"
 )
-_READ_CHUNK_BYTES = 64 * 1024  # I/O granularity, not a ceiling
 
 REASON_OVER_OBJECT = "over_object_quota"
 REASON_OVER_SESSION = "over_session_quota"
@@ -64,6 +66,7 @@ FALLBACK_KEYS = {
     REASON_TOKEN_REVOKED: "writeTokenRevoked",
 }
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
+INDEX_FILE = "sidecars.sqlite3"  # the SQLite index, in the store's root
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sidecars (
@@ -149,44 +152,82 @@ def _token_digest(token: str) -> str:
 
 
 class SidecarStore:
-    """Sidecar files plus their SQLite index, safe for the threads of one daemon process.
+    """Sidecar bodies plus their index, safe for the threads of one daemon process.
 
-    All database access goes through :meth:`_execute` / :meth:`_transaction` and every blob path
-    through :meth:`_blob_path`, which refuses anything but a valid id (defence in depth: callers
-    validate first).
+    All index access goes through :meth:`_execute` / :meth:`_transaction` (the SQL is written once,
+    with ``?`` placeholders, for SQLite and PostgreSQL alike) and every body key through
+    :meth:`_blob_path`, which refuses anything but a valid id (defence in depth: callers validate
+    first).
     """
 
-    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] = time.time,
+                 blobs: BlobStore | None = None, dsn: str | None = None) -> None:
         self.root = Path(root)
         self.budget = budget
         self.clock = clock
+        self.blobs: BlobStore = blobs if blobs is not None else FileBlobs(self.root, shared=dsn is not None)
+        # Several daemons write here: a body without a row may be in flight (orphans wait a grace).
+        self.shared = dsn is not None or self.blobs.shared
         self.blobs_dir = self.root / "blobs"
         self.tmp_dir = self.root / "tmp"
-        self.db_path = self.root / "sidecars.sqlite3"
-        for directory in (self.root, self.blobs_dir, self.tmp_dir):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.db_path = self.root / INDEX_FILE
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        # Counters the DB could not record (a failing disk): still reported by stats().
+        self._dsn = dsn
+        self._db: Any
+        if dsn is None:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
+                                       timeout=30.0)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
+        else:
+            import psycopg
+
+            from hopline.store.postgres import connect
+
+            self._db = connect(dsn)  # the schema is the store's migrations (hopline.store.postgres)
+            self._db_errors = (psycopg.Error,)
+        # Counters the index could not record (a failing disk): still reported by stats().
         self._unrecorded: dict[str, int] = {}
 
-    # --- low-level access (every DB query and every blob path goes through here) -------------
+    @property
+    def local(self) -> bool:
+        """Files and a SQLite index on this machine: our own agent may write here itself (S-3)."""
+        return not self.shared and isinstance(self.blobs, FileBlobs)
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    # --- low-level access (every index query and every body key goes through here) ------------
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         with self._lock:
-            return self._db.execute(sql, params)
+            if self._dsn is None:
+                return self._db.execute(sql, params)
+            if self._db.broken and not self._in_transaction():  # the server went away: once more
+                from hopline.store.postgres import connect
+
+                self._db = connect(self._dsn)
+            return self._db.execute(sql.replace("?", "%s"), params)
+
+    def _in_transaction(self) -> bool:
+        if self._dsn is None:
+            return bool(self._db.in_transaction)
+        from psycopg.pq import TransactionStatus
+
+        return bool(self._db.info.transaction_status != TransactionStatus.IDLE)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self)
 
     def _blob_path(self, sidecar_id: str) -> Path:
+        """Where a valid id's body is as a file (ValueError for anything else); its name is the key
+        of every body operation, whatever the backend."""
         if not is_valid_sidecar_id(sidecar_id):
             raise ValueError("not a sidecar id")
         return self.blobs_dir / sidecar_id
+
+    def _blob_key(self, sidecar_id: str) -> str:
+        return self._blob_path(sidecar_id).name
 
     def close(self) -> None:
         with self._lock:
@@ -225,68 +266,51 @@ class SidecarStore:
         existing = self._find_same(session_id, digest, media)
         if existing is not None:
             return existing
-        # Cheap check before writing a file; repeated under the write lock below.
+        # Cheap check before writing a body; repeated under the write lock below.
         self._check_quotas(session_id, size)
-        try:
-            tmp_path = self._write_temp(data)
-        except OSError as exc:
-            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
-        try:
-            return self._commit(session_id, data, digest, media, tmp_path)
-        finally:
-            # Present only when the commit did not rename it (refused or failed).
-            with contextlib.suppress(OSError):  # else collected at the next startup
-                tmp_path.unlink(missing_ok=True)
-
-    def _commit(self, session_id: str, data: bytes, digest: str, media: str, tmp_path: Path) -> SidecarEntry:
-        size = len(data)
         now = self.clock()
         entry = SidecarEntry(new_sidecar_id(), session_id, size, digest, media, now,
                              now + self.budget.sidecar_ttl_seconds)
-        blob = self._blob_path(entry.id)
+        key = self._blob_key(entry.id)
+        try:
+            staged = self.blobs.stage(key, data)
+        except OSError as exc:
+            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
+        published = False
+        try:
+            result = self._commit(entry, key, staged)
+            published = result is entry
+            return result
+        finally:
+            if not published:  # refused, failed, or the same bytes were there already
+                self.blobs.discard(staged)
+
+    def _commit(self, entry: SidecarEntry, key: str, staged: Any) -> SidecarEntry:
         try:
             with self._transaction():
-                existing = self._find_same(session_id, digest, media)
+                existing = self._find_same(entry.session_id, entry.sha256, entry.media_type)
                 if existing is not None:
                     return existing
-                self._check_quotas(session_id, size)
+                self._check_quotas(entry.session_id, entry.size)
                 self._execute(
                     "INSERT INTO sidecars (id, session_id, size, sha256, media_type, created_at, expires_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (entry.id, entry.session_id, entry.size, entry.sha256, entry.media_type,
                      entry.created_at, entry.expires_at))
-                # Renamed before COMMIT: a visible row always has its file.
-                os.replace(tmp_path, blob)
+                # Published before COMMIT: a visible row always has its body.
+                self.blobs.publish(staged, key)
         except SidecarRefused:
             raise
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             with contextlib.suppress(OSError):
-                blob.unlink(missing_ok=True)
-            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
-        with contextlib.suppress(OSError):  # written and renamed; the directory fsync is best effort
-            self._fsync_dir(self.blobs_dir)
+                self.blobs.delete(key)
+            raise SidecarRefused(REASON_DISK_ERROR, None, entry.size) from exc
+        except self._db_errors as exc:
+            with contextlib.suppress(OSError):
+                self.blobs.delete(key)
+            raise SidecarRefused(REASON_DISK_ERROR, None, entry.size) from exc
+        self.blobs.settle()
         return entry
-
-    def _write_temp(self, data: bytes) -> Path:
-        fd, name = tempfile.mkstemp(dir=self.tmp_dir, prefix="put-", suffix=".part")
-        path = Path(name)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-        except BaseException:
-            path.unlink(missing_ok=True)
-            raise
-        return path
-
-    @staticmethod
-    def _fsync_dir(directory: Path) -> None:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _find_same(self, session_id: str, digest: str, media: str) -> SidecarEntry | None:
         try:
@@ -294,17 +318,17 @@ class SidecarStore:
                 "SELECT id, session_id, size, sha256, media_type, created_at, expires_at FROM sidecars"
                 " WHERE session_id = ? AND sha256 = ? AND media_type = ? AND expires_at > ? LIMIT 1",
                 (session_id, digest, media, self.clock())).fetchone()
-        except sqlite3.Error:
+        except self._db_errors:
             return None
         return SidecarEntry(*row) if row else None
 
     def _check_quotas(self, session_id: str, size: int) -> None:
         try:
-            session_bytes = self._execute(
+            session_bytes = int(self._execute(
                 "SELECT COALESCE(SUM(size), 0) FROM sidecars WHERE session_id = ?", (session_id,)
-            ).fetchone()[0]
-            store_bytes = self._execute("SELECT COALESCE(SUM(size), 0) FROM sidecars").fetchone()[0]
-        except sqlite3.Error as exc:
+            ).fetchone()[0])
+            store_bytes = int(self._execute("SELECT COALESCE(SUM(size), 0) FROM sidecars").fetchone()[0])
+        except self._db_errors as exc:
             raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
         if session_bytes + size > self.budget.sidecar_max_session_bytes:
             raise SidecarRefused(REASON_OVER_SESSION, self.budget.sidecar_max_session_bytes,
@@ -318,8 +342,8 @@ class SidecarStore:
         try:
             self._execute(
                 "INSERT INTO counters (name, value) VALUES (?, ?)"
-                " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value", (name, amount))
-        except sqlite3.Error:
+                " ON CONFLICT(name) DO UPDATE SET value = counters.value + excluded.value", (name, amount))
+        except self._db_errors:
             with self._lock:
                 self._unrecorded[name] = self._unrecorded.get(name, 0) + amount
 
@@ -337,9 +361,11 @@ class SidecarStore:
         counters: dict[str, int] = {}
         count = total = 0
         try:
-            count, total = self._execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sidecars").fetchone()
-            counters = dict(self._execute("SELECT name, value FROM counters").fetchall())
-        except sqlite3.Error:
+            row = self._execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM sidecars").fetchone()
+            count, total = int(row[0]), int(row[1])
+            rows = self._execute("SELECT name, value FROM counters").fetchall()
+            counters = {str(k): int(v) for k, v in rows}
+        except self._db_errors:
             pass
         with self._lock:
             for name, value in self._unrecorded.items():
@@ -363,33 +389,20 @@ class SidecarStore:
             (sidecar_id, session_id, self.clock())).fetchone()
         return SidecarEntry(*row) if row else None
 
-    def open_blob(self, entry: SidecarEntry) -> BinaryIO | None:
-        """An open binary file for the entry, or ``None`` if its file is gone (reaped meanwhile)."""
-        try:
-            return self._blob_path(entry.id).open("rb")
-        except FileNotFoundError:
-            return None
+    def open_blob(self, entry: SidecarEntry) -> Any | None:
+        """A handle on the entry's body for :meth:`iter_range`, or ``None`` if it is gone (reaped
+        meanwhile)."""
+        return self.blobs.open(self._blob_key(entry.id))
 
-    def iter_range(self, handle: BinaryIO, start: int, stop: int) -> Iterator[bytes]:
-        """Bytes ``[start, stop)`` of an open blob, in chunks; closes ``handle`` when done."""
-        try:
-            handle.seek(start)
-            remaining = stop - start
-            while remaining > 0:
-                chunk = handle.read(min(_READ_CHUNK_BYTES, remaining))
-                if not chunk:
-                    break
-                remaining -= len(chunk)
-                yield chunk
-        finally:
-            handle.close()
+    def iter_range(self, handle: Any, start: int, stop: int) -> Iterator[bytes]:
+        """Bytes ``[start, stop)`` of an open body, in chunks; releases ``handle`` when done."""
+        return self.blobs.iter_range(handle, start, stop)
 
     def read_bytes(self, entry: SidecarEntry) -> bytes | None:
         handle = self.open_blob(entry)
         if handle is None:
             return None
-        with handle:
-            return handle.read()
+        return b"".join(self.iter_range(handle, 0, entry.size))
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -416,48 +429,39 @@ class SidecarStore:
         return len(ids)
 
     def _unlink_blobs(self, ids: list[str]) -> None:
-        # After COMMIT: a file left behind by a failed unlink is an orphan, collected at startup.
+        # After COMMIT: a body left behind by a failed delete is an orphan, collected at startup.
         for sidecar_id in ids:
             with contextlib.suppress(OSError, ValueError):
-                self._blob_path(sidecar_id).unlink(missing_ok=True)
+                self.blobs.delete(self._blob_key(sidecar_id))
 
     def collect_orphans(self) -> int:
-        """At daemon startup: remove files without a row, rows without a (complete) file, temp files.
+        """At daemon startup: remove bodies without a row, rows without a (complete) body, staged
+        bodies.
 
-        Returns the number of files and rows removed. Runs under the write lock, so no put can
-        commit meanwhile; temp files are removed unconditionally, so call it before any agent
-        child (S-3 writer) is started.
+        Returns the number of bodies and rows removed. Runs under the write lock, so no put can
+        commit meanwhile. Alone on its store (SQLite), staged bodies are removed unconditionally, so
+        call it before any agent child (S-3 writer) is started; on a shared store (several daemons)
+        a body or a staged file younger than ``HOPLINE_SIDECAR_ORPHAN_GRACE_SECONDS`` may be another
+        daemon's write in flight and is left alone.
         """
+        grace = self.budget.sidecar_orphan_grace_seconds if self.shared else 0.0
         removed = 0
         with self._transaction():
-            rows = {r[0]: r[1] for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
-            on_disk: set[str] = set()
-            for path in self.blobs_dir.iterdir():
-                name = path.name
-                expected = rows.get(name) if is_valid_sidecar_id(name) else None
-                try:
-                    intact = expected is not None and path.is_file() and path.stat().st_size == expected
-                except OSError:
-                    intact = False
-                if intact:
-                    on_disk.add(name)
+            rows = {r[0]: int(r[1]) for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
+            intact: set[str] = set()
+            for item in self.blobs.listing():
+                expected = rows.get(item.name) if is_valid_sidecar_id(item.name) else None
+                if expected is not None and item.size == expected:
+                    intact.add(item.name)
                     continue
-                try:
-                    if path.is_dir() and not path.is_symlink():
-                        continue  # never ours; leave it
-                    path.unlink()
+                if expected is None and item.age_seconds < grace:
+                    continue  # perhaps another daemon's body whose row is about to commit
+                if self.blobs.remove_listed(item.name):
                     removed += 1
-                except OSError:
-                    pass
-            for sidecar_id in rows.keys() - on_disk:
+            for sidecar_id in rows.keys() - intact:
                 self._execute("DELETE FROM sidecars WHERE id = ?", (sidecar_id,))
                 removed += 1
-        for path in self.tmp_dir.iterdir():
-            try:
-                path.unlink()
-                removed += 1
-            except OSError:
-                pass
+        removed += self.blobs.clear_staging(grace)
         if removed:
             log.info("sidecar orphans collected", extra={"count": removed})
         return removed
@@ -491,11 +495,12 @@ class SidecarStore:
         return row[0] if row else None
 
     def revoke_write_tokens(self, session_id: str) -> int:
-        return self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,)).rowcount
+        return int(self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,)).rowcount)
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``: holds the thread lock and SQLite's write lock."""
+    """The index's write transaction: holds the thread lock and the store's write lock (SQLite:
+    ``BEGIN IMMEDIATE``; PostgreSQL: one advisory transaction lock shared by every daemon)."""
 
     def __init__(self, store: SidecarStore) -> None:
         self.store = store
@@ -503,22 +508,47 @@ class _Transaction:
     def __enter__(self) -> None:
         self.store._lock.acquire()
         try:
-            self.store._execute("BEGIN IMMEDIATE")
+            if self.store._dsn is None:
+                self.store._execute("BEGIN IMMEDIATE")
+            else:
+                from hopline.store.postgres import SIDECAR_WRITE_LOCK_KEY
+
+                self.store._execute("BEGIN")
+                self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
         except BaseException:
+            if self.store._in_transaction():
+                self.store._execute("ROLLBACK")
             self.store._lock.release()
             raise
 
     def __exit__(self, exc_type: object, *_: object) -> None:
         try:
             if exc_type is not None:
-                if self.store._db.in_transaction:
+                if self.store._in_transaction():
                     self.store._execute("ROLLBACK")
                 return
             try:
                 self.store._execute("COMMIT")
-            except sqlite3.Error:
-                if self.store._db.in_transaction:
+            except self.store._db_errors:
+                if self.store._in_transaction():
                     self.store._execute("ROLLBACK")
                 raise
         finally:
             self.store._lock.release()
+
+
+def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: Budget, *,
+                       index_dir: Path, clock: Callable[[], float] = time.time) -> SidecarStore:
+    """The sidecar store the settings name (SPEC X): the index in the PostgreSQL store when there is
+    one (else SQLite: beside the files, or in ``index_dir`` for S3 bodies), the bodies in files or in
+    the bucket."""
+    blobs: BlobStore
+    if sidecars.kind == S3:
+        assert sidecars.s3 is not None
+        blobs = S3Blobs(sidecars.s3)
+        root = sidecars.path or index_dir
+    else:
+        assert sidecars.path is not None
+        root = sidecars.path
+        blobs = FileBlobs(root, shared=store.shared)
+    return SidecarStore(root, budget, clock=clock, blobs=blobs, dsn=store.dsn if store.shared else None)

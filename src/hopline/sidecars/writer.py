@@ -26,7 +26,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hopline.budget import HOP_SIDECARS, Budget, HoplineError
-from hopline.sidecars.store import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused, SidecarStore
+from hopline.sidecars.store import (
+    INDEX_FILE,
+    REASON_TOKEN_REVOKED,
+    SidecarEntry,
+    SidecarRefused,
+    SidecarStore,
+)
 from hopline.vocabulary import SIDECAR_DIR_ENV
 
 
@@ -45,7 +51,7 @@ def open_store(budget: Budget, environ: Mapping[str, str] | None = None) -> Side
     if not root:
         return None
     path = Path(root)
-    if not (path / "sidecars.sqlite3").is_file():
+    if not (path / INDEX_FILE).is_file():
         raise SidecarWriterError(f"{HOP_SIDECARS}: {SIDECAR_DIR_ENV} does not hold a sidecar store")
     return SidecarStore(path, budget)
 

@@ -24,7 +24,8 @@ session/new sends one update before answering. ``_meta["hopline.scripted"] = {"r
 makes a later session/load (bulk mode) answer N updates in one response (default 3);
 ``"replayKinds": true`` adds the :func:`kind_updates` to that replay, ``"quiet": true`` skips the
 update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
-(seconds) delays the start (a slow agent).
+(seconds) delays the start (a slow agent); ``BIG_AGENT_NO_LOAD=1`` leaves out the loadSession
+capability (an agent that cannot load).
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class BigUpdateAgent(Agent):
     async def initialize(self, protocol_version: int, client_capabilities: Any = None,
                          client_info: Any = None, **kwargs: Any) -> InitializeResponse:
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
-                                  agent_capabilities=AgentCapabilities(load_session=True))
+                                  agent_capabilities=AgentCapabilities(
+                                      load_session=os.environ.get("BIG_AGENT_NO_LOAD") != "1"))
 
     async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
                           **kwargs: Any) -> NewSessionResponse:

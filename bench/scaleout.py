@@ -1,0 +1,119 @@
+"""Benchmark 8: the PostgreSQL store against the embedded SQLite one, and 2 daemons against 1 (SPEC X).
+
+A throwaway PostgreSQL cluster (tests/services.py: ``initdb`` + ``pg_ctl`` in the scratch directory,
+127.0.0.1) serves every PostgreSQL daemon; sidecar bodies stay files (this measures the store).
+* *relay*: one prompt streaming 1 KiB ``agent_message_chunk`` frames (``bench/stream_agent.py``)
+  through ``hopline serve`` on SQLite, then on PostgreSQL: frames per second, PostgreSQL / SQLite.
+* *POST /session*: the median of N creates on each (``HOPLINE_WARM_CHILDREN=1``, the pool refilled
+  before each), PostgreSQL / SQLite.
+* *2 daemons against 1*: two sessions streaming at once, both on one PostgreSQL daemon, then one on
+  each of two daemons sharing the store: total events per second, 2 / 1 (same machine: 2 cores
+  shared by both daemons, their agents and PostgreSQL, so this is a floor, not a scaling figure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from bench import daemon_driver
+from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, say
+from bench.frames import write_stream
+
+TARGET_RELAY = 0.5  # PostgreSQL keeps at least half of SQLite's relay throughput
+TARGET_CREATE = 2.0  # POST /session on PostgreSQL at most twice SQLite's
+TARGET_TWO = 1.0  # two daemons carry at least what one does
+FRAME_BYTES = 1024
+
+
+def _cluster(settings: Settings) -> Any:
+    sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
+    from services import PostgresCluster, postgres_bin_dir
+
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        return None
+    return PostgresCluster(bin_dir).start()
+
+
+async def _creates(d: daemon_driver.Daemon, count: int) -> list[float]:
+    times: list[float] = []
+    async with httpx.AsyncClient(timeout=120) as client:
+        for _ in range(count):
+            for _ in range(1200):  # the pool refilled: every create measures its steady state
+                status = await daemon_driver.status(client, d)
+                if (status.get("warmChildren") or {}).get("ready", 0) >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            start = time.perf_counter()
+            await daemon_driver.create_session(client, d)
+            times.append(time.perf_counter() - start)
+    return times
+
+
+async def _streams(targets: list[daemon_driver.Daemon], path: Any, frames: int) -> float:
+    """Events per second of one prompt per target, all at once."""
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10)) as client:
+        sessions = [await daemon_driver.create_session(client, d) for d in targets]
+        start = time.perf_counter()
+        await asyncio.gather(*(daemon_driver.stream_prompt(client, d, s, frames, text=f"stream {path}")
+                               for d, s in zip(targets, sessions, strict=True)))
+        return len(targets) * frames / (time.perf_counter() - start)
+
+
+def run(settings: Settings) -> BenchResult:
+    result = BenchResult("scaleout")
+    cluster = _cluster(settings)
+    if cluster is None:
+        result.notes.append("not measured: PostgreSQL is not installed (apt-get install postgresql)")
+        for name, target in (("relay PostgreSQL / SQLite", TARGET_RELAY),
+                             ("POST /session PostgreSQL / SQLite", TARGET_CREATE),
+                             ("events/s 2 daemons / 1", TARGET_TWO)):
+            result.verdicts.append(Verdict(name, None, target, name.startswith(("relay", "events"))))
+        return result
+    frames = settings.pick(8192, 2048)
+    creates = settings.pick(8, 4)
+    path = settings.workdir / "scaleout-1k.ndjson"
+    write_stream(path, FRAME_BYTES, frames)
+    agent = daemon_driver.stream_agent(path)
+    figures: dict[str, Any] = {"frames": frames, "frameBytes": FRAME_BYTES, "creates": creates}
+    try:
+        pg = {"HOPLINE_STORE_URL": cluster.url(cluster.fresh_database()),
+              "HOPLINE_CLUSTER_TOKEN": "bench-cluster"}
+        for name, env in (("sqlite", {}), ("postgresql", pg)):
+            with daemon_driver.daemon(settings, agent, env={**env, "HOPLINE_WARM_CHILDREN": "1"},
+                                      name=f"scaleout-{name}") as d:
+                relay = daemon_driver.relay_on(d, path, frames)
+                times = asyncio.run(_creates(d, creates))
+            figures[name] = {"relayFramesPerSecond": frames / relay["seconds"],
+                             "createMedianSeconds": statistics.median(times)}
+            say(f"  {name:>10}: relay {frames / relay['seconds']:9.0f} frames/s, POST /session median "
+                f"{statistics.median(times) * 1000:7.1f} ms")
+        with contextlib.ExitStack() as stack:
+            one = stack.enter_context(daemon_driver.daemon(settings, agent, env=pg, name="scaleout-one"))
+            single = asyncio.run(_streams([one, one], path, frames))
+            other = stack.enter_context(daemon_driver.daemon(settings, agent, env=pg, name="scaleout-two"))
+            double = asyncio.run(_streams([one, other], path, frames))
+        figures["oneDaemonEventsPerSecond"] = single
+        figures["twoDaemonsEventsPerSecond"] = double
+        say(f"  2 sessions at once: one daemon {single:9.0f} events/s, two daemons {double:9.0f} events/s")
+    finally:
+        cluster.stop()
+    relay_ratio = figures["postgresql"]["relayFramesPerSecond"] / figures["sqlite"]["relayFramesPerSecond"]
+    create_ratio = figures["postgresql"]["createMedianSeconds"] / figures["sqlite"]["createMedianSeconds"]
+    two_ratio = figures["twoDaemonsEventsPerSecond"] / figures["oneDaemonEventsPerSecond"]
+    figures.update(relayRatio=relay_ratio, createRatio=create_ratio, twoDaemonsRatio=two_ratio)
+    result.figures.update(figures)
+    result.verdicts.append(Verdict("relay PostgreSQL / SQLite (1 KiB frames)", relay_ratio, TARGET_RELAY,
+                                   True))
+    result.verdicts.append(Verdict("POST /session PostgreSQL / SQLite", create_ratio, TARGET_CREATE, False))
+    result.verdicts.append(Verdict("events/s 2 daemons / 1 (same 2-core machine)", two_ratio, TARGET_TWO,
+                                   True))
+    result.notes.append("one machine: both daemons, their agents and PostgreSQL share its 2 cores")
+    return result

@@ -1,0 +1,372 @@
+"""The journal on PostgreSQL (SPEC D-5, X): :class:`~hopline.daemon.journal.EventJournal` for
+several daemons sharing one store.
+
+One writer task on one connection applies every write in call order (sessions, prompts, event
+commits); consecutive commits join one transaction (group commit). Reads go through a small pool
+(``HOPLINE_STORE_MAX_CONNECTIONS``). Nothing blocks the event loop: psycopg's async connections.
+
+Each committed transaction notifies ``hopline_events`` with ``"<session id> <last id>"`` per
+session it wrote (never an event's payload): the daemons' readers wake on it and read the rows.
+
+**Fencing.** With ``owner`` (this daemon's id), a commit writes a session's events only while this
+daemon holds the session's lease: the transaction reads the lease rows ``FOR SHARE``, so an adopting
+daemon's compare-and-set waits for it, and once the lease is taken every later commit of the old
+owner for that session fails with :class:`LeaseLost` (its events are not written, not published).
+Ids therefore never fork: the adopter reads the last id after its compare-and-set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import orjson
+
+from hopline.budget import Budget, HoplineError
+from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.store.postgres import EVENTS_CHANNEL, aconnect
+from hopline.vocabulary import TURN_END_TYPES
+
+log = logging.getLogger("hopline.daemon.journal")
+
+# Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
+_SIZING_ROWS = 1000
+_Row = tuple[str, int, str, bytes]  # (session id, id, type, data)
+
+
+class LeaseLost(HoplineError):
+    """This daemon no longer owns these sessions: their events were not written."""
+
+    def __init__(self, session_ids: Sequence[str]) -> None:
+        super().__init__(f"the lease of {len(session_ids)} session(s) was taken by another daemon")
+        self.session_ids = tuple(session_ids)
+
+
+@dataclasses.dataclass
+class _Write:
+    """One queued write: ``rows`` for a commit, else ``apply`` (a statement on the writer's
+    connection); ``future`` resolves when it is durable."""
+
+    future: asyncio.Future[Any]
+    rows: list[_Row] | None = None
+    apply: Callable[[Any], Any] | None = None
+
+
+class PgJournal(EventJournal):
+    def __init__(self, dsn: str, budget: Budget, *, owner: str | None = None,
+                 on_fenced: Callable[[tuple[str, ...]], None] | None = None) -> None:
+        self._dsn = dsn
+        self.budget = budget
+        self.owner = owner
+        self.on_fenced = on_fenced
+        self._open: dict[str, int] = {}  # open session -> last committed id (as this daemon knows it)
+        self._allocated: dict[str, int] = {}
+        self._staged: list[_Row] = []
+        self._writes: collections.deque[_Write] = collections.deque()
+        self._wake = asyncio.Event()
+        self._writer: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._pool: Any = None
+        self._closed = False
+
+    async def open(self) -> PgJournal:
+        from psycopg_pool import AsyncConnectionPool
+
+        self._conn = await aconnect(self._dsn)
+        self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
+                                         kwargs={"autocommit": True}, open=False)
+        await self._pool.open()
+        self._writer = asyncio.create_task(self._run_writer())
+        return self
+
+    # --- the writer -----------------------------------------------------------------------------
+
+    def _queue(self, write: _Write) -> asyncio.Future[Any]:
+        if self._closed:
+            raise RuntimeError("the journal is closed")
+        self._writes.append(write)
+        self._wake.set()
+        return write.future
+
+    def _statement(self, apply: Callable[[Any], Any]) -> asyncio.Future[Any]:
+        return self._queue(_Write(asyncio.get_running_loop().create_future(), apply=apply))
+
+    async def _run_writer(self) -> None:
+        while True:
+            if not self._writes:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            first = self._writes.popleft()
+            if first.rows is None:
+                await self._run_statement(first)
+                continue
+            group = [first]
+            while self._writes and self._writes[0].rows is not None:
+                group.append(self._writes.popleft())
+            await self._run_commits(group)
+
+    async def _reconnect_if_broken(self) -> None:
+        if self._conn is None or self._conn.broken or self._conn.closed:
+            with contextlib.suppress(Exception):
+                self._conn = await aconnect(self._dsn)
+
+    async def _run_statement(self, write: _Write) -> None:
+        assert write.apply is not None
+        try:
+            async with self._conn.transaction():
+                result = await write.apply(self._conn)
+        except Exception as exc:
+            _fail(write.future, exc)
+            await self._reconnect_if_broken()
+            return
+        if not write.future.done():
+            write.future.set_result(result)
+
+    async def _run_commits(self, group: list[_Write]) -> None:
+        sessions = sorted({row[0] for write in group for row in write.rows or ()})
+        try:
+            async with self._conn.transaction():
+                fenced: set[str] = set()
+                if self.owner is not None and sessions:
+                    cursor = await self._conn.execute(
+                        "SELECT session_id FROM leases WHERE session_id = ANY(%s) AND owner = %s FOR SHARE",
+                        (sessions, self.owner))
+                    fenced = set(sessions) - {row[0] for row in await cursor.fetchall()}
+                kept = [w for w in group if not fenced.intersection(row[0] for row in w.rows or ())]
+                rows = [row for write in kept for row in write.rows or ()]
+                if rows:
+                    async with self._conn.cursor() as cursor:
+                        await cursor.executemany(
+                            "INSERT INTO events (session_id, seq, type, data) VALUES (%s, %s, %s, %s)", rows)
+                    last: dict[str, int] = {}
+                    for session_id, seq, _, _ in rows:
+                        last[session_id] = max(seq, last.get(session_id, 0))
+                    await self._conn.execute(
+                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
+                        (EVENTS_CHANNEL, [f"{s} {seq}" for s, seq in last.items()]))
+        except Exception as exc:
+            for write in reversed(group):
+                self._release(write.rows or [])
+                _fail(write.future, exc)
+            log.warning("journal commit failed", extra={"error": type(exc).__name__,
+                                                        "events": sum(len(w.rows or ()) for w in group)})
+            await self._reconnect_if_broken()
+            return
+        kept_ids = {id(write) for write in kept}
+        for write in group:
+            if id(write) in kept_ids:
+                for session_id, seq, _, _ in write.rows or ():
+                    if session_id in self._open:
+                        self._open[session_id] = max(self._open[session_id], seq)
+                if not write.future.done():
+                    write.future.set_result(None)
+            else:
+                lost = sorted(fenced.intersection(row[0] for row in write.rows or ()))
+                self._release(write.rows or [])
+                _fail(write.future, LeaseLost(lost))
+        if fenced:
+            log.warning("events of sessions whose lease was taken were not written",
+                        extra={"sessions": len(fenced)})
+            if self.on_fenced is not None:
+                self.on_fenced(tuple(sorted(fenced)))
+
+    def _release(self, rows: Sequence[_Row]) -> None:
+        """A failed commit's ids go back to their session when nothing was staged after them."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for session_id, seq, _, _ in rows:
+            first[session_id] = min(seq, first.get(session_id, seq))
+            last[session_id] = max(seq, last.get(session_id, seq))
+        for session_id, top in last.items():
+            if self._allocated.get(session_id) == top:
+                committed = self._open.get(session_id, 0)
+                self._allocated[session_id] = max(first[session_id] - 1, committed)
+                if self._allocated[session_id] == committed:
+                    del self._allocated[session_id]
+
+    # --- sessions -------------------------------------------------------------------------------
+
+    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+        async def apply(conn: Any) -> None:
+            await conn.execute("INSERT INTO sessions (id, agent_session_id, options, created) "
+                               "VALUES (%s, NULL, %s, %s)", (session_id, orjson.dumps(options), time.time()))
+
+        await self._statement(apply)
+        self._open[session_id] = 0
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT id, agent_session_id, options, created, "
+                "(SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s) "
+                "FROM sessions WHERE id = %s",
+                (session_id, session_id))
+            row = await cursor.fetchone()
+        if row is None:
+            return None
+        if session_id not in self._allocated:  # nothing of ours in flight: the store's last id holds
+            self._open[session_id] = int(row[4])
+        return SessionRecord(str(row[0]), row[1], orjson.loads(bytes(row[2])), float(row[3]))
+
+    def forget_allocations(self, session_id: str) -> None:
+        """Drop what this daemon staged or allocated for the session and not committed (an
+        adoption: the store's last id is the truth, :meth:`get_session` loads it)."""
+        self._staged = [row for row in self._staged if row[0] != session_id]
+        self._allocated.pop(session_id, None)
+
+    async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
+        async def apply(conn: Any) -> None:
+            await conn.execute("UPDATE sessions SET agent_session_id = %s WHERE id = %s",
+                               (agent_session_id, session_id))
+
+        await self._statement(apply)
+
+    async def delete_session(self, session_id: str) -> None:
+        self._staged = [row for row in self._staged if row[0] != session_id]
+        self._open.pop(session_id, None)
+        self._allocated.pop(session_id, None)
+
+        async def apply(conn: Any) -> None:
+            for table, column in (("events", "session_id"), ("prompts", "session_id"),
+                                  ("leases", "session_id"), ("sessions", "id")):
+                await conn.execute(f"DELETE FROM {table} WHERE {column} = %s", (session_id,))
+
+        await self._statement(apply)
+
+    async def list_sessions(self) -> list[SessionRecord]:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT id, agent_session_id, options, created FROM sessions ORDER BY created, id")
+            rows = await cursor.fetchall()
+        return [SessionRecord(str(r[0]), r[1], orjson.loads(bytes(r[2])), float(r[3])) for r in rows]
+
+    # --- prompts --------------------------------------------------------------------------------
+
+    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        async def apply(conn: Any) -> None:
+            await conn.execute(
+                "INSERT INTO prompts (session_id, prompt_id, after_seq) "
+                "SELECT %s, %s, COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s "
+                "ON CONFLICT (session_id, prompt_id) DO UPDATE SET after_seq = excluded.after_seq",
+                (session_id, prompt_id, session_id))
+
+        await self._statement(apply)
+
+    async def close_prompt(self, session_id: str, prompt_id: str) -> None:
+        async def apply(conn: Any) -> None:
+            await conn.execute("DELETE FROM prompts WHERE session_id = %s AND prompt_id = %s",
+                               (session_id, prompt_id))
+
+        await self._statement(apply)
+
+    async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        """As the interface says; ``session_id`` limits it to one session (an adoption's)."""
+        where, params = ("WHERE session_id = %s", (session_id,)) if session_id is not None else ("", ())
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                f"SELECT session_id, prompt_id, after_seq FROM prompts {where} "
+                "ORDER BY session_id, after_seq",
+                params)
+            prompts = await cursor.fetchall()
+            out: list[tuple[str, str]] = []
+            for sid, prompt_id, after in prompts:
+                cursor = await conn.execute(
+                    "SELECT data FROM events WHERE session_id = %s AND seq > %s AND type = ANY(%s)",
+                    (sid, after, sorted(TURN_END_TYPES)))
+                ended = False
+                for (data,) in await cursor.fetchall():
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        if orjson.loads(bytes(data)).get("promptId") == prompt_id:
+                            ended = True
+                            break
+                if ended:
+                    await self.close_prompt(str(sid), str(prompt_id))
+                else:
+                    out.append((str(sid), str(prompt_id)))
+        return out
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def next_id(self, session_id: str) -> int:
+        if session_id not in self._open:
+            raise LookupError("not an open session of this journal")
+        return self._allocated.get(session_id, self._open[session_id]) + 1
+
+    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
+        seq = self.next_id(session_id)
+        self._allocated[session_id] = seq
+        self._staged.append((session_id, seq, event_type, data))
+        return seq
+
+    def commit(self) -> asyncio.Future[None]:
+        rows, self._staged = self._staged, []
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        return self._queue(_Write(future, rows=rows))
+
+    async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
+                        max_bytes: int) -> list[JournalRow]:
+        bound = upto if upto is not None else 2**62
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT seq, octet_length(data) FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
+                "ORDER BY seq LIMIT %s", (session_id, after, bound, _SIZING_ROWS))
+            sizes = await cursor.fetchall()
+            if not sizes:
+                return []
+            total, cut = 0, int(sizes[0][0])
+            for seq, size in sizes:
+                if total and total + int(size) > max_bytes:
+                    break
+                total += int(size)
+                cut = int(seq)
+            cursor = await conn.execute(
+                "SELECT seq, type, data FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
+                "ORDER BY seq", (session_id, after, cut))
+            rows = await cursor.fetchall()
+        return [JournalRow(int(seq), str(kind), bytes(data)) for seq, kind, data in rows]
+
+    async def last_id(self, session_id: str) -> int:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s",
+                                        (session_id,))
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def count(self, session_id: str, event_type: str) -> int:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute("SELECT COUNT(*) FROM events WHERE session_id = %s AND type = %s",
+                                        (session_id, event_type))
+            row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        if self._staged:
+            with contextlib.suppress(Exception):
+                await self.commit()
+        self._closed = True
+        self._wake.set()
+        if self._writer is not None:
+            with contextlib.suppress(BaseException):
+                await self._writer
+        if self._pool is not None:
+            await self._pool.close()
+        if self._conn is not None:
+            await self._conn.close()
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+        future.exception()  # retrieved here too: a caller that dropped it logs no warning
+

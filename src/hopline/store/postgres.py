@@ -1,0 +1,145 @@
+"""The PostgreSQL store's schema and connections (SPEC X).
+
+The schema is a list of versioned migrations, applied in order at start-up by :func:`migrate`, each
+in its own transaction and recorded in ``schema_migrations``; every daemon runs it, under one
+advisory lock, so two daemons starting together apply each version exactly once and a daemon that
+finds them applied does nothing (idempotent). A store whose schema is newer than this daemon knows
+is refused (an older daemon must not write to it).
+
+psycopg 3, for both sides of the daemon: its async connections serve the journal and LISTEN/NOTIFY
+on the event loop, its sync connections serve the sidecar index from the worker threads the
+sidecar store already runs in (one driver, one error tree, one set of type adapters).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hopline.budget import HoplineError
+
+log = logging.getLogger("hopline.store")
+
+# pg_advisory_lock keys (64-bit): fixed, so every daemon takes the same one.
+MIGRATION_LOCK_KEY = 0x686F706C696E6501  # "hopline" + 1
+SIDECAR_WRITE_LOCK_KEY = 0x686F706C696E6502  # serializes sidecar quota checks across daemons
+EVENTS_CHANNEL = "hopline_events"  # NOTIFY payload: "<session id> <last id>", never an event
+
+MIGRATIONS: tuple[tuple[int, str, str], ...] = (
+    (1, "journal, leases, daemons, sidecar index", """
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    agent_session_id TEXT,
+    options BYTEA NOT NULL,
+    created DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE events (
+    session_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    type TEXT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+CREATE TABLE prompts (
+    session_id TEXT NOT NULL,
+    prompt_id TEXT NOT NULL,
+    after_seq BIGINT NOT NULL,
+    PRIMARY KEY (session_id, prompt_id)
+);
+CREATE TABLE daemons (
+    id TEXT PRIMARY KEY,
+    advertise_url TEXT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    stopped BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE TABLE leases (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    epoch BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX leases_owner ON leases (owner);
+CREATE TABLE sidecars (
+    id TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    size BIGINT NOT NULL,
+    sha256 TEXT NOT NULL,
+    media_type TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX sidecars_session ON sidecars (session_id, sha256);
+CREATE INDEX sidecars_expiry ON sidecars (expires_at);
+CREATE TABLE write_tokens (
+    token_sha256 TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX write_tokens_session ON write_tokens (session_id);
+CREATE TABLE counters (
+    name TEXT PRIMARY KEY,
+    value BIGINT NOT NULL
+);
+"""),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+class StoreUnavailable(HoplineError, RuntimeError):
+    """The store could not be reached or used; the message never holds its URL."""
+
+
+class SchemaTooNew(StoreUnavailable):
+    def __init__(self, found: int) -> None:
+        super().__init__(f"the store's schema is at version {found}; this hopline knows up to "
+                         f"{SCHEMA_VERSION}: upgrade this daemon")
+        self.found = found
+
+
+def connect(dsn: str, **kwargs: Any) -> Any:
+    """A sync connection (autocommit: transactions are explicit), or :class:`StoreUnavailable`."""
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=True, **kwargs)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"the PostgreSQL store could not be reached ({type(exc).__name__})") from None
+
+
+async def aconnect(dsn: str, **kwargs: Any) -> Any:
+    """An async connection (autocommit: transactions are explicit), or :class:`StoreUnavailable`."""
+    import psycopg
+
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"the PostgreSQL store could not be reached ({type(exc).__name__})") from None
+
+
+def migrate(dsn: str) -> list[int]:
+    """Apply every migration the store lacks, under the advisory lock; return the versions applied
+    (none when it was up to date). Raises :class:`SchemaTooNew` for a newer store."""
+    applied: list[int] = []
+    with connect(dsn) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
+                         "version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+                         "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())")
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations").fetchall()}
+            newest = max(done, default=0)
+            if newest > SCHEMA_VERSION:
+                raise SchemaTooNew(newest)
+            for version, name, sql in MIGRATIONS:
+                if version in done:
+                    continue
+                with conn.transaction():
+                    conn.execute(sql)
+                    conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+                                 (version, name))
+                applied.append(version)
+                log.info("store migration applied", extra={"version": version})
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+    return applied

@@ -1,0 +1,186 @@
+"""The EventJournal contract (SPEC D-5, X) on both backends: the embedded SQLite journal and a real
+PostgreSQL (the session's throwaway cluster, a fresh database per test): ids, durability, group
+commit, byte-bounded pages exact at the limit and one byte over, prompts, failures; on PostgreSQL
+also fencing by lease and the notification that wakes other daemons."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import orjson
+import psycopg
+import pytest
+
+from hopline.budget import Budget
+from hopline.daemon.journal import EventJournal
+from hopline.daemon.pg_journal import LeaseLost, PgJournal
+from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.store.postgres import EVENTS_CHANNEL, migrate
+
+Opener = Callable[..., Awaitable[EventJournal]]
+BACKENDS = [pytest.param("sqlite", id="sqlite"),
+            pytest.param("postgresql", id="postgresql", marks=pytest.mark.e2e)]  # a PostgreSQL cluster
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def open_journal(backend: str, request: pytest.FixtureRequest,
+                       tmp_path: object) -> AsyncIterator[Opener]:
+    pg_url = ""
+    if backend == "postgresql":
+        pg_url = request.getfixturevalue("pg_url")
+        migrate(pg_url)
+    journals: list[EventJournal] = []
+
+    async def make(**kwargs: object) -> EventJournal:
+        journal: EventJournal
+        if backend == "postgresql":
+            journal = await PgJournal(pg_url, Budget.defaults(), **kwargs).open()  # type: ignore[arg-type]
+        else:
+            journal = SqliteJournal(tmp_path)  # type: ignore[arg-type]
+        journals.append(journal)
+        return journal
+
+    yield make
+    for journal in journals:
+        await journal.close()
+
+
+@pytest.fixture
+def pg_only(backend: str) -> None:
+    if backend != "postgresql":
+        pytest.skip("several daemons: the PostgreSQL journal only")
+
+
+async def test_ids_from_one_durable_and_read_back_by_another_journal(open_journal: Opener) -> None:
+    journal = await open_journal()
+    assert EventJournal in type(journal).__mro__  # checked against the interface by mypy
+    await journal.create_session("s1", {"cwd": "/x"})
+    assert journal.next_id("s1") == 1 and journal.next_id("s1") == 1  # nothing allocated
+    assert await journal.append_many("s1", [("a", b'{"n":1}'), ("b", b'{"n":2}')]) == [1, 2]
+    assert journal.stage("s1", "c", b'{"n":3}') == 3
+    await journal.commit()
+    other = await open_journal()  # another daemon
+    record = await other.get_session("s1")
+    assert record is not None and record.options == {"cwd": "/x"}
+    assert await other.last_id("s1") == 3 and await other.count("s1", "a") == 1
+    page = await other.read_page("s1", 1, max_bytes=1 << 20)
+    assert [(r.seq, r.type, r.data) for r in page] == [(2, "b", b'{"n":2}'), (3, "c", b'{"n":3}')]
+    assert other.next_id("s1") == 4  # opened by get_session, its last id loaded
+    with pytest.raises(LookupError):
+        other.next_id("never-opened")
+
+
+async def test_group_commit_and_write_order(open_journal: Opener) -> None:
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    await journal.create_session("s2", {})
+    futures = []
+    for i in range(50):
+        journal.stage("s1" if i % 2 else "s2", "e", orjson.dumps({"i": i}))
+        futures.append(journal.commit())
+    await asyncio.gather(*futures)
+    assert await journal.last_id("s1") == 25 and await journal.last_id("s2") == 25
+    await journal.open_prompt("s1", "p1")  # after the 25 events committed before it
+    assert await journal.unended_prompts() == [("s1", "p1")]
+    journal.stage("s1", "turn_complete", b'{"promptId":"p1"}')
+    await journal.commit()
+    assert await journal.unended_prompts() == []  # ended after it: closed on the way
+
+
+async def test_pages_cut_by_bytes_exactly(open_journal: Opener) -> None:
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    await journal.append_many("s1", [("e", b"x" * 100) for _ in range(5)])
+    assert [r.seq for r in await journal.read_page("s1", 0, max_bytes=300)] == [1, 2, 3]  # at the limit
+    assert [r.seq for r in await journal.read_page("s1", 0, max_bytes=299)] == [1, 2]  # one byte short
+    assert [r.seq for r in await journal.read_page("s1", 0, max_bytes=1)] == [1]  # progress on a big one
+    assert [r.seq for r in await journal.read_page("s1", 1, upto=3, max_bytes=1 << 20)] == [2, 3]
+    assert await journal.read_page("s1", 5, max_bytes=1 << 20) == []
+
+
+async def test_a_failed_commit_writes_nothing_and_gives_its_ids_back(open_journal: Opener, pg_only: None,
+                                                                     pg_url: str) -> None:
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # someone else wrote id 2 meanwhile
+        conn.execute("INSERT INTO events (session_id, seq, type, data) VALUES ('s1', 2, 'x', '')")
+    journal.stage("s1", "a", b"1")
+    journal.stage("s1", "b", b"2")
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await journal.commit()
+    assert await journal.count("s1", "a") == 0  # all or nothing
+    assert journal.next_id("s1") == 1  # nothing staged after them: their ids are given out again
+
+
+async def test_fenced_out_once_the_lease_is_taken(open_journal: Opener, pg_only: None, pg_url: str) -> None:
+    fenced: list[tuple[str, ...]] = []
+    journal = await open_journal(owner="daemon-a", on_fenced=fenced.append)
+    await journal.create_session("s1", {})
+    await journal.create_session("s2", {})
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO leases VALUES ('s1', 'daemon-a', 1, now() + interval '10 s'), "
+                     "('s2', 'daemon-a', 1, now() + interval '10 s')")
+    assert await journal.append_many("s1", [("e", b"1")]) == [1]
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # daemon-b adopted s1
+        conn.execute("UPDATE leases SET owner = 'daemon-b', epoch = 2 WHERE session_id = 's1'")
+    journal.stage("s1", "e", b"2")
+    lost = journal.commit()
+    journal.stage("s2", "e", b"3")
+    kept = journal.commit()  # the same group: written, the fenced one is not
+    with pytest.raises(LeaseLost):
+        await lost
+    await kept
+    assert await journal.last_id("s1") == 1 and await journal.last_id("s2") == 1
+    assert fenced == [("s1",)]
+
+
+async def test_each_commit_notifies_the_session_and_its_last_id(open_journal: Opener, pg_only: None,
+                                                                pg_url: str) -> None:
+    listener = await psycopg.AsyncConnection.connect(pg_url, autocommit=True)
+    try:
+        await listener.execute(f"LISTEN {EVENTS_CHANNEL}")
+        journal = await open_journal()
+        await journal.create_session("s1", {})
+        await journal.append_many("s1", [("e", b'{"secret":"payload"}'), ("e", b"{}")])
+        notify = await asyncio.wait_for(anext(aiter(listener.notifies())), 10)
+        assert notify.payload == "s1 2"  # the session and its last id: never the payload
+    finally:
+        await listener.close()
+
+
+async def test_delete_session_removes_everything(open_journal: Opener) -> None:
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    await journal.append_many("s1", [("e", b"1")])
+    await journal.open_prompt("s1", "p1")
+    await journal.delete_session("s1")
+    assert await journal.get_session("s1") is None and await journal.last_id("s1") == 0
+    assert await journal.unended_prompts() == [] and await journal.list_sessions() == []
+
+
+@pytest.mark.e2e
+def test_migrations_are_idempotent_under_the_advisory_lock(pg_url: str) -> None:
+    import threading
+
+    from hopline.store.postgres import SCHEMA_VERSION, SchemaTooNew
+
+    applied: list[list[int]] = []
+    threads = [threading.Thread(target=lambda: applied.append(migrate(pg_url))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(applied, key=len) == [[], [], list(range(1, SCHEMA_VERSION + 1))]  # once, by one
+    assert migrate(pg_url) == []
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, 'from the future')",
+                     (SCHEMA_VERSION + 1,))
+    with pytest.raises(SchemaTooNew):
+        migrate(pg_url)
+

@@ -1,0 +1,170 @@
+"""Real services for the scale-out tests (SPEC X), started by the tests on 127.0.0.1 and stopped by them.
+
+* :class:`PostgresCluster`: a throwaway PostgreSQL cluster (``initdb`` + ``pg_ctl``) in a temporary
+  directory, password authentication on 127.0.0.1, one per test session; each test gets a fresh
+  database (:meth:`PostgresCluster.fresh_database`), dropped after it. As root (CI), the server runs
+  as the unprivileged ``postgres`` user (or ``nobody``): PostgreSQL refuses to run as root.
+* :class:`S3Server`: moto's S3-compatible server (``moto[server]``) on a free port; each test gets a
+  fresh bucket.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PG_USER = "hopline"
+PG_PASSWORD = "pg-test-password-7f3a"  # a canary too: it must never reach a log or a child
+HOW_TO_GET_POSTGRESQL = ("PostgreSQL is not installed (no pg_ctl on PATH or under "
+                         "/usr/lib/postgresql/*/bin); install it with `apt-get install postgresql` "
+                         "(.ci/run does this in CI)")
+
+
+def postgres_bin_dir() -> Path | None:
+    """The directory of ``pg_ctl`` and ``initdb``: PATH first, then Debian's versioned directories."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(os.path.realpath(found)).parent
+    def version(path: str) -> int:
+        name = Path(path).parent.parent.name
+        return int(name) if name.isdigit() else 0
+
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=version)
+    return Path(candidates[-1]).parent if candidates else None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PostgresCluster:
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.dir = Path(tempfile.mkdtemp(prefix="hopline-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self._names = itertools.count(1)
+        self._demote: Callable[[], None] | None = None
+        if os.geteuid() == 0:
+            import pwd
+
+            user = next((u for u in ("postgres", "nobody") if _has_user(u)), None)
+            if user is None:
+                raise RuntimeError("running as root with neither a postgres nor a nobody user")
+            entry = pwd.getpwnam(user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+
+            def demote() -> None:
+                os.setgid(entry.pw_gid)
+                os.setuid(entry.pw_uid)
+
+            self._demote = demote
+            self._owner = (entry.pw_uid, entry.pw_gid)
+        else:
+            self._owner = None  # type: ignore[assignment]
+
+    def _run(self, *argv: str) -> None:
+        subprocess.run(argv, check=True, preexec_fn=self._demote, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, cwd=self.dir)
+
+    def start(self) -> PostgresCluster:
+        password_file = self.dir / "pw"
+        password_file.write_text(PG_PASSWORD + "\n")
+        if self._owner is not None:
+            os.chown(password_file, *self._owner)
+        self._run(str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", PG_USER,
+                  "--auth=scram-sha-256", f"--pwfile={password_file}", "-E", "UTF8", "--no-sync")
+        password_file.unlink()
+        # fsync off: a throwaway cluster; the tests kill daemons, never the database.
+        options = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=200"
+        self._run(str(self.bin_dir / "pg_ctl"), "start", "-D", str(self.data), "-w", "-l",
+                  str(self.dir / "server.log"), "-o", options)
+        return self
+
+    def url(self, database: str) -> str:
+        return f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{self.port}/{database}"
+
+    def fresh_database(self) -> str:
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(self._names)}"
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    def drop_database(self, name: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError, OSError):
+            self._run(str(self.bin_dir / "pg_ctl"), "stop", "-D", str(self.data), "-m", "immediate", "-w")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+S3_ACCESS_KEY = "hopline-test-key"
+S3_SECRET_KEY = "s3-test-secret-41c9"  # a canary too
+S3_REGION = "us-east-1"
+
+
+class S3Server:
+    def __init__(self) -> None:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request lines on the test output
+        self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        self._buckets = itertools.count(1)
+        self.endpoint = ""
+
+    def start(self) -> S3Server:
+        self._server.start()
+        _, port = self._server.get_host_and_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        return self
+
+    def env(self) -> dict[str, str]:
+        """The standard variables a daemon is given, and nothing else (an http:// endpoint)."""
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": S3_ACCESS_KEY,
+                "AWS_SECRET_ACCESS_KEY": S3_SECRET_KEY, "AWS_REGION": S3_REGION}
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=S3_ACCESS_KEY,
+                            aws_secret_access_key=S3_SECRET_KEY, region_name=S3_REGION)
+
+    def fresh_bucket(self) -> str:
+        name = f"hopline-test-{os.getpid()}-{next(self._buckets)}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def keys(self, bucket: str) -> list[str]:
+        listed = self.client().list_objects_v2(Bucket=bucket)
+        return sorted(item["Key"] for item in listed.get("Contents", []))
+
+    def stop(self) -> None:
+        self._server.stop()
