@@ -4,6 +4,10 @@ that was used and any compaction whose model summary failed."""
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import subprocess
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -104,6 +108,20 @@ def test_the_fetch_hint_names_the_daemon_it_ran_against_and_never_a_token() -> N
         f"hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 > file")  # the token: $HOPLINE_SERVER_TOKEN
     assert fetch_hint(sid, ref, url="http://me:secret@127.0.0.1:8765", token_from_env=False) == (
         f'hopline sidecar {sid} {ref} --url http://127.0.0.1:8765 --token "$HOPLINE_SERVER_TOKEN" > file')
+
+
+def test_a_sidecar_id_never_reads_as_an_option_on_the_command_line() -> None:
+    from hopline.cli.sidecar import fetch_hint
+    from hopline.sidecars.store import new_sidecar_id
+
+    assert not any(new_sidecar_id().startswith("-") for _ in range(2000))  # 1 in 64 would, unchecked
+    sid, old = "a" * 32, "-" + "b" * 31  # an id stored before the rule: the hint ends the options
+    hint = fetch_hint(sid, old, url="http://127.0.0.1:9")
+    assert hint == f"hopline sidecar --url http://127.0.0.1:9 -- {sid} {old} > file"
+    argv = shlex.split(hint.removesuffix(" > file"))[1:]
+    fetched = subprocess.run([sys.executable, "-m", "hopline", *argv], capture_output=True, timeout=60,
+                             env={**os.environ, "HOPLINE_SERVER_TOKEN": "t"})
+    assert fetched.returncode == 1 and b"Usage:" not in fetched.stderr  # parsed; nobody listens on :9
 
 
 def test_a_gate_refused_as_too_large_shows_the_limit_that_refused_it() -> None:

@@ -38,6 +38,8 @@ def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None,
         where = f" --url {shlex.quote(shown)}"
         if not token_from_env:
             where += f' --token "${SERVER_TOKEN_ENV}"'
+    if sidecar_id.startswith("-"):  # an id from before ids were kept from starting with "-"
+        return f"hopline sidecar{where} -- {session_id} {sidecar_id} > file"
     return f"hopline sidecar {session_id} {sidecar_id}{where} > file"
 
 

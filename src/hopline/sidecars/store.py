@@ -99,7 +99,12 @@ def is_valid_sidecar_id(value: object) -> bool:
 
 
 def new_sidecar_id() -> str:
-    return secrets.token_urlsafe(SIDECAR_ID_BYTES)
+    """A new id; never one that starts with ``-``, which a command line (``hopline sidecar SESSION
+    ID``) would read as an option."""
+    while True:
+        sidecar_id = secrets.token_urlsafe(SIDECAR_ID_BYTES)
+        if not sidecar_id.startswith("-"):
+            return sidecar_id
 
 
 def safe_media_type(value: object) -> str:
