@@ -72,8 +72,8 @@ def _pipeline(data: bytes, budget: Budget, mode: str) -> tuple[float, int]:
 
 def _overhead(data: bytes, frames: int, budget: Budget, rounds: int) -> dict[str, Any]:
     best = dict.fromkeys(MODES, float("inf"))
-    for _ in range(rounds):
-        for mode in MODES:
+    for i in range(rounds):
+        for mode in MODES[i % len(MODES):] + MODES[:i % len(MODES)]:  # rotate: none always runs first
             elapsed, seen = _pipeline(data, budget, mode)
             if seen != frames:
                 raise RuntimeError(f"pipeline saw {seen} frames, expected {frames}")
@@ -120,7 +120,8 @@ def run(settings: Settings) -> BenchResult:
     rows: dict[str, Any] = {}
     relay_kind = "naive"
     for size in (1 * KiB, 64 * KiB, 1 * MiB, 8 * MiB):
-        count = frame_count(size, total, settings.pick(16384, 4096))
+        # At least 16 frames (8 MiB: 128 MiB): with 4, one slow page-faulting run outweighed the hooks.
+        count = max(frame_count(size, total, settings.pick(16384, 4096)), settings.pick(16, 4))
         path = settings.workdir / f"observer-{size}.ndjson"
         write_stream(path, size, count)
         data = Path(path).read_bytes()
@@ -190,22 +191,39 @@ def run(settings: Settings) -> BenchResult:
     return result
 
 
-VARIANTS = {"all": {}, "noHistogram": {"histogram": False}, "off": {"observer": False}}
+# "none again" is a second daemon identical to "none": the A/A run that shows the noise floor.
+VARIANTS = {"all": {}, "noHistogram": {"histogram": False}, "off": {"observer": False},
+            "offAgain": {"observer": False}}
+
+
+def _cpu_seconds(pid: int) -> float:
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
 
 
 def _daemon_ab(settings: Settings, result: BenchResult) -> None:
-    """The daemon relay with every pipe hook, without the histogram, and with none (rotating order)."""
+    """The daemon relay with every pipe hook, without the histogram, and with none (twice: A/A),
+    interleaved in rotating order; the cost is the median of the per-round ratios."""
     note = daemon_driver.observer_switch()
     if note:
         result.notes.append(note)
-    repeats = settings.pick(8, 3)
+    rounds = settings.pick(12, 3)
     rows: dict[str, Any] = {}
     for size in (1 * KiB, 1 * MiB):
-        count = frame_count(size, settings.pick(64 * MiB, 16 * MiB), settings.pick(4096, 1024))
+        # Long enough runs (about half a second here) that a run is not one scheduler slice.
+        count = frame_count(size, settings.pick(128 * MiB, 16 * MiB), settings.pick(32768, 4096))
         path = settings.workdir / f"observer-ab-{size}.ndjson"
         write_stream(path, size, count)
         agent = daemon_driver.stream_agent(path)
         times: dict[str, list[float]] = {name: [] for name in VARIANTS}
+        cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}  # daemon CPU seconds per run
         with contextlib.ExitStack() as stack:
             daemons = {name: stack.enter_context(daemon_driver.daemon(
                 settings, agent, launch="bench", name=f"obs-{name}", **kwargs))  # type: ignore[arg-type]
@@ -213,26 +231,43 @@ def _daemon_ab(settings: Settings, result: BenchResult) -> None:
             for d in daemons.values():
                 daemon_driver.relay_on(d, path, count)  # warm-up
             names = list(VARIANTS)
-            for i in range(repeats):
-                for name in names[i % 3:] + names[:i % 3]:  # rotate: no variant always runs first
+            for i in range(rounds):
+                shift = i % len(names)
+                for name in names[shift:] + names[:shift]:  # rotate: no variant always runs first
+                    before = _cpu_seconds(daemons[name].pid)
                     times[name].append(daemon_driver.relay_on(daemons[name], path, count)["seconds"])
-        best = {name: min(v) for name, v in times.items()}
+                    cpu[name].append(_cpu_seconds(daemons[name].pid) - before)
         label = f"{size // MiB} MiB" if size >= MiB else f"{size // KiB} KiB"
-        # Each round runs the three daemons back to back: the median of the per-round ratios is less
+
+        def per_round(name: str, base: str = "off", of: dict[str, list[float]] = times) -> list[float]:
+            return [a / o - 1 for a, o in zip(of[name], of[base], strict=True)]
+        # Each round runs the daemons back to back: the median of the per-round ratios is less
         # sensitive to a slow period of the shared machine than best-of figures.
-        cost = statistics.median(a / o - 1 for a, o in zip(times["all"], times["off"], strict=True))
-        cost_no_hist = statistics.median(
-            h / o - 1 for h, o in zip(times["noHistogram"], times["off"], strict=True))
-        rows[label] = {"frames": count, "seconds": times, "best": best, "cost": cost,
-                       "costWithoutHistogram": cost_no_hist,
-                       "costBestOf": best["all"] / best["off"] - 1,
-                       "extraMicrosPerFrame": (best["all"] - best["off"]) / count * 1e6}
-        say(f"  daemon relay {label:>6} x {count}, {repeats} rounds: median per-round cost of all hooks "
-            f"{cost:+.1%}, without the histogram {cost_no_hist:+.1%} (best of: all {best['all']:.3f} s, "
-            f"no histogram {best['noHistogram']:.3f} s, none {best['off']:.3f} s)")
+        cost, aa = per_round("all"), per_round("offAgain")
+        rows[label] = {
+            "frames": count, "rounds": rounds, "seconds": times, "cpuSeconds": cpu,
+            "cost": statistics.median(cost), "costQuartiles": _quartiles(cost),
+            "costWithoutHistogram": statistics.median(per_round("noHistogram")),
+            "aa": statistics.median(aa), "aaQuartiles": _quartiles(aa),
+            "cpuCost": statistics.median(per_round("all", of=cpu)),
+            "cpuAA": statistics.median(per_round("offAgain", of=cpu)),
+            "best": {name: min(v) for name, v in times.items()}}
+        row = rows[label]
+        best = row["best"]
+        row["costBestOf"] = best["all"] / best["off"] - 1
+        row["aaBestOf"] = best["offAgain"] / best["off"] - 1
+        say(f"  daemon relay {label:>6} x {count}, {rounds} rounds interleaved: median per-round cost of all "
+            f"hooks {row['cost']:+.1%} (quartiles {row['costQuartiles'][0]:+.1%} .. "
+            f"{row['costQuartiles'][1]:+.1%}), without the histogram {row['costWithoutHistogram']:+.1%}; "
+            f"A/A (none vs none) {row['aa']:+.1%} ({row['aaQuartiles'][0]:+.1%} .. "
+            f"{row['aaQuartiles'][1]:+.1%}); "
+            f"best of {rounds}: all hooks {row['costBestOf']:+.1%}, A/A {row['aaBestOf']:+.1%}; "
+            f"daemon CPU: all hooks {row['cpuCost']:+.1%}, A/A {row['cpuAA']:+.1%}")
     result.figures["daemonAB"] = rows
     worst = max(rows.items(), key=lambda kv: kv[1]["cost"])
+    others = "; ".join(f"{label}: {row['cost']:+.1%} (A/A {row['aa']:+.1%})" for label, row in rows.items())
     result.verdicts.append(Verdict("daemon relay throughput cost of stats+histogram+observer "
-                                   f"(A/B, worst: {worst[0]})",
+                                   f"(A/B, median of per-round ratios, worst: {worst[0]})",
                                    worst[1]["cost"] * 100, TARGET_OVERHEAD * 100, False, unit="%",
-                                   note=f"without the histogram: {worst[1]['costWithoutHistogram']:+.1%}"))
+                                   note=f"{others}; identical daemons (A/A) give the noise floor; "
+                                        f"daemon CPU cost {worst[1]['cpuCost']:+.1%}"))

@@ -66,7 +66,7 @@ def size_label(size: int) -> str:
 def stream_files(settings: Settings) -> list[tuple[int, Path, int, int]]:
     """(frame size, file, frames, file bytes) for each size, generated once per run."""
     total = settings.pick(64 * MiB, 8 * MiB)
-    max_frames = settings.pick(8192, 1024)
+    max_frames = settings.pick(32768, 1024)  # 1 KiB: 32 MiB, runs of about half a second here
     out = []
     for size in SIZES:
         count = frame_count(size, total, max_frames)
@@ -155,7 +155,7 @@ def run(settings: Settings) -> BenchResult:
                                                            name="relay-journal", env=ab_env))
             joff = stack.enter_context(daemon_driver.daemon(settings, agent, launch="bench", journal=False,
                                                             name="relay-nojournal", env=ab_env))
-        rounds = settings.pick(3, 1)
+        rounds = settings.pick(5, 1)
         for size, path, count, nbytes in files:
             raw_s = measure_raw_pipe(path)
             # Best of `rounds` for each path, in rotating order (no path always runs first).

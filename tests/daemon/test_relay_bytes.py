@@ -110,3 +110,29 @@ def test_frames_pass_through_from_their_threshold_on() -> None:
 
     assert _passthrough(frame_of(PASSTHROUGH_MIN_FRAME_BYTES)) is not None  # type: ignore[arg-type]
     assert _passthrough(frame_of(PASSTHROUGH_MIN_FRAME_BYTES - 1)) is None  # type: ignore[arg-type]
+
+
+async def test_an_event_over_the_write_bound_is_written_as_its_own_bytes(tmp_path: Path) -> None:
+    journal = SqliteJournal(tmp_path)
+    await journal.create_session("s1", {})
+    bus = EventBus(Budget.defaults(), journal)
+    try:
+        for bound_extra, own_writes in ((0, 0), (-1, 2)):
+            subscriber, upto = await bus.subscribe("s1", 64)
+            events = [bus.publish("s1", "e", data) for data in ({"i": 0}, {"t": "x" * 100}, {"t": "y" * 100},
+                                                                   {"i": 1})]
+            await bus.flushed()
+            assert all(e is not None for e in events)
+            large = [e for e in events if e is not None and e.size > 100]
+            stream = SseStream(bus, "s1", subscriber, after=upto, upto=upto, resync=None, heartbeat=0.05,
+                               write_max_bytes=large[0].size + bound_extra)
+            bodies = await _pump(stream)
+            assert b"".join(m["body"] for m in bodies) == b"".join(e.wire for e in events if e is not None)
+            # at the bound each large event is joined like any other; one byte under its size, its
+            # data is a write of its own: the event's very bytes object, not a copy
+            own = [m for m in bodies if any(m["body"] is e.data for e in large)]
+            assert len(own) == own_writes
+            assert all(len(m["body"]) <= large[0].size + bound_extra for m in bodies if m not in own)
+            bus.unsubscribe(subscriber)
+    finally:
+        await journal.close()

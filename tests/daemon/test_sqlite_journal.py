@@ -273,6 +273,54 @@ async def test_a_truncated_segment_file_is_an_error_never_short_data(tmp_path: P
     await journal.close()
 
 
+async def test_contiguous_small_external_events_are_read_in_one_read_each_large_one_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = await _journal(tmp_path, "s1")
+    small = [b'"' + b"%04d" % i + b"x" * (INLINE_MAX_BYTES + 10) + b'"' for i in range(10)]
+    at_run_max = b'"' + b"r" * (sqlite_journal.READ_RUN_MAX_EVENT_BYTES - 3) + b'"'  # one under: in a run
+    over_run_max = b'"' + b"R" * (sqlite_journal.READ_RUN_MAX_EVENT_BYTES - 2) + b'"'  # at it: alone
+    events = [*small[:5], b"{}", *small[5:], at_run_max, over_run_max, small[0]]
+    await journal.append_many("s1", [("e", data) for data in events])
+    reads: list[int] = []
+    real_pread = sqlite_journal.os.pread
+
+    def counting_pread(fd: int, n: int, offset: int) -> bytes:
+        reads.append(n)
+        return real_pread(fd, n, offset)
+    monkeypatch.setattr(sqlite_journal.os, "pread", counting_pread)
+    rows = await journal.read_page("s1", 0, max_bytes=1 << 30)
+    assert [r.data for r in rows] == events
+    # the inline {} splits the small ones in two runs; the last small one is after the large one
+    run = sum(map(len, small[5:])) + len(at_run_max)
+    assert reads == [sum(map(len, small[:5])), run, len(over_run_max), len(small[0])]
+    await journal.close()
+
+
+async def test_a_truncated_run_of_small_events_names_the_first_short_one(tmp_path: Path) -> None:
+    journal = await _journal(tmp_path, "s1")
+    data = b'"' + b"x" * 1000 + b'"'
+    await journal.append_many("s1", [("e", data)] * 10)
+    with open(segment_path(tmp_path / SEGMENTS_DIR, "s1"), "r+b") as handle:
+        handle.truncate(4 * len(data) + 500)
+    assert len(await journal.read_page("s1", 0, upto=4, max_bytes=1 << 20)) == 4  # whole events: read
+    with pytest.raises(OSError, match="event 5 has 500 of its 1002 bytes"):
+        await journal.read_page("s1", 0, max_bytes=1 << 20)
+    await journal.close()
+
+
+async def test_commits_of_external_events_alone_still_checkpoint(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_journal, "CHECKPOINT_BYTES", 2 * sqlite_journal.PAGE_SIZE_BYTES)
+    journal = await _journal(tmp_path, "s1")
+    # each commit dirties at least one page of the WAL, however small its rows
+    for _ in range(2 * 4):
+        journal.stage("s1", "e", b'"' + b"x" * (INLINE_MAX_BYTES + 1) + b'"')
+        await journal.commit()
+    await journal.commit()
+    assert journal.checkpoints >= 1
+    await journal.close()
+
+
 async def test_a_journal_from_before_segment_files_is_migrated(tmp_path: Path) -> None:
     old = sqlite3.connect(tmp_path / JOURNAL_FILE)
     old.executescript("""

@@ -124,8 +124,9 @@ class PromptAccepted(BaseModel):
 class SseStream(Response):
     """An SSE response: replay (ring or journal) up to the subscribe instant, ``replay_complete``,
     then live events from the subscriber's bounded queue, with heartbeat comments. The events
-    queued when the stream wakes go out in socket writes of up to ``SSE_WRITE_BYTES`` (one event
-    larger than that is one write). The stream ends
+    queued when the stream wakes go out in socket writes of up to ``SSE_WRITE_BYTES`` (the data of
+    an event larger than that is one write of its own, its head and end lines joined to the writes
+    around it). The stream ends
     when the subscriber is evicted (after ``client_evicted``), closed, or the client disconnects."""
 
     def __init__(self, bus: EventBus, session_id: str, subscriber: Subscriber, *, after: int, upto: int,
@@ -178,15 +179,29 @@ class SseStream(Response):
 
     async def _emit(self, send: Send, events: Sequence[Event]) -> None:
         """Write ``events`` in as few socket writes as the bound allows: consecutive events are
-        joined while a write holds at most ``write_max_bytes`` (at least one event each)."""
+        joined while a write holds at most ``write_max_bytes``; the data of an event larger than
+        that is a write of its own (the very bytes object, never copied here)."""
         parts: list[bytes] = []
         size = 0
         for event in events:
+            head, data, tail = event.wire_parts()
+            if event.size > self.write_max_bytes:
+                # A large event's data goes out as it is, not copied into a joined write first (the
+                # server frames it: one copy; the join was a second one, 1 MiB per MiB relayed).
+                if parts and size + len(head) > self.write_max_bytes:
+                    await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+                    parts = []
+                parts.append(head)
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+                parts = [tail]
+                size = len(tail)
+                continue
             if parts and size + event.size > self.write_max_bytes:
                 await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
-                parts.clear()
+                parts = []
                 size = 0
-            parts.extend(event.wire_parts())
+            parts += (head, data, tail)
             size += event.size
         if parts:
             await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})

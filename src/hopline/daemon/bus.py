@@ -91,7 +91,7 @@ def _type_lines(event_type: str) -> bytes:
 
 def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
     head = 0 if event_id is None else len(b"id: \n") + len(str(event_id))
-    return head + len(b"event: \ndata: \n\n") + len(event_type.encode()) + data_bytes
+    return head + len(_type_lines(event_type)) + len(b"\n\n") + data_bytes
 
 
 # orjson (3.13) returns a small document in a buffer of at least 8 KiB (measured: 64 events of
