@@ -16,8 +16,8 @@ the setting, the limit and the size seen.
 
 Two more rules for hostile clients (SPEC D-10): a body still incomplete ``read_timeout`` seconds
 after the request started (``HOPLINE_BODY_READ_TIMEOUT``) gets a 408 and its connection closed; and
-a chunked body cut off at the limit is drained (read and discarded, at most the limit again)
-before the 413 is sent, because closing a connection with unread data resets it, and a client
+a chunked body cut off at the limit is drained (read and discarded, until what was read comes
+within one message of twice the limit) before the 413 is sent, because closing a connection with unread data resets it, and a client
 that sends its whole body before reading (curl, browsers) then loses the answer. Methods that
 carry no body (GET, HEAD, DELETE, OPTIONS) pass through unread.
 """
@@ -113,7 +113,7 @@ async def drain_body(receive: Receive, max_bytes: int, deadline: float | None) -
     drained = 0
     try:
         async with asyncio.timeout_at(deadline):
-            while drained <= max_bytes:
+            while drained < max_bytes:
                 message = await receive()
                 if message["type"] == "http.disconnect":
                     return False
@@ -186,6 +186,7 @@ class BodyLimit:
             return
         chunks: list[bytes] = []
         consumed = 0
+        largest = 0  # the largest body message so far (the drain's margin for the next one)
         deadline = body_deadline(self.read_timeout)
         while True:
             try:
@@ -200,12 +201,15 @@ class BodyLimit:
                 continue
             body = message.get("body", b"")
             consumed += len(body)
+            largest = max(largest, len(body))
             self.stats.record(consumed, len(body))
             if consumed > self.limit:
                 self.stats.refused += 1
                 chunks.clear()
                 if message.get("more_body", False):  # this message may have been the body's last
-                    await drain_body(receive, self.limit, deadline)
+                    # What was read and what is drained stay within twice the limit, with a
+                    # margin of the largest message for the one that ends the drain.
+                    await drain_body(receive, 2 * self.limit - consumed - largest, deadline)
                 await send_json(send, 413, too_large_error(self.ceiling, self.limit, consumed, cut=True),
                                 extra_headers=_CLOSE)
                 return
