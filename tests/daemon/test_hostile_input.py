@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,103 @@ def test_a_body_that_ends_in_the_message_passing_the_limit_is_answered_at_once(s
     status, _, payload = split_response(raw_exchange(small_body, "", [whole]))
     assert status.startswith(b"HTTP/1.1 413")
     assert payload["error"]["limitBytes"] == 16 * 1024 and payload["error"]["receivedBytes"] == len(body)
+
+
+# --- connections: the request head's deadline and the connection ceiling (slowloris) -----------
+
+HEAD_TIMEOUT = 1.0
+MAX_CONNECTIONS = 4
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon with a 1 s request-head deadline; connections otherwise at their defaults."""
+    with running_daemon(tmp_path_factory.mktemp("guarded"),
+                        env={"HOPLINE_REQUEST_HEAD_TIMEOUT": str(HEAD_TIMEOUT)}) as d:
+        yield d
+
+
+@pytest.fixture(scope="module")
+def few_connections(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
+    """A daemon that keeps at most 4 connections open at once (idle ones kept for 60 s)."""
+    env = {"HOPLINE_MAX_CONNECTIONS": str(MAX_CONNECTIONS), "HOPLINE_KEEP_ALIVE_TIMEOUT": "60",
+           "HOPLINE_REQUEST_HEAD_TIMEOUT": "60"}
+    with running_daemon(tmp_path_factory.mktemp("few"), env=env) as d:
+        yield d
+
+
+def test_a_connection_that_sends_nothing_is_closed_at_the_head_deadline(guarded: Daemon) -> None:
+    assert raw_exchange(guarded, "", []) == b""  # closed by the server: no answer to no request
+
+
+def test_a_request_head_still_incomplete_at_its_deadline_gets_a_408(guarded: Daemon) -> None:
+    head = f"GET /daemon/status HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {guarded.token}\r\n"
+    status, headers, body = split_response(raw_exchange(guarded, head, []))  # no blank line: never ends
+    assert status.startswith(b"HTTP/1.1 408") and headers["connection"] == "close"
+    error = body["error"]
+    assert error["type"] == "request_timeout" and error["hop"] == "daemon.api"
+    assert error["setting"] == "HOPLINE_REQUEST_HEAD_TIMEOUT" and error["timeoutSeconds"] == HEAD_TIMEOUT
+    assert error["receivedBytes"] == len(head)
+    assert guarded.token not in guarded.log_text()
+
+
+def test_each_request_on_a_kept_alive_connection_gets_its_own_head_deadline(guarded: Daemon) -> None:
+    host, port = guarded.url.removeprefix("http://").split(":")
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        for _ in range(2):  # two whole requests, one after the other's answer: both served
+            sock.sendall(request)
+            answer = b""
+            while not answer.endswith(b'{"status":"ok"}'):
+                chunk = sock.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200")
+        third = b"GET /health HTTP/1.1\r\n"
+        sock.sendall(third)  # the third never ends its head
+        raw = b""
+        while chunk := sock.recv(65536):
+            raw += chunk
+    status, _, body = split_response(raw)
+    assert status.startswith(b"HTTP/1.1 408") and body["error"]["receivedBytes"] == len(third)
+
+
+def test_connections_past_the_ceiling_get_a_503_naming_it(few_connections: Daemon) -> None:
+    host, port = few_connections.url.removeprefix("http://").split(":")
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+    def served(sock: socket.socket) -> bytes:
+        sock.sendall(request)
+        answer = b""
+        while not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                return answer
+            answer += chunk
+        return answer
+
+    with contextlib.ExitStack() as stack:
+        open_ = [stack.enter_context(socket.create_connection((host, int(port)), timeout=30))
+                 for _ in range(MAX_CONNECTIONS)]
+        for sock in open_:  # at the limit: every one served, and kept open
+            assert served(sock).startswith(b"HTTP/1.1 200")
+        with socket.create_connection((host, int(port)), timeout=30) as extra:  # one over
+            raw = b""
+            while chunk := extra.recv(65536):
+                raw += chunk
+        status, headers, body = split_response(raw)
+        assert status.startswith(b"HTTP/1.1 503") and headers["connection"] == "close"
+        error = body["error"]
+        assert error["type"] == "too_many_connections" and error["hop"] == "daemon.api"
+        assert error["limit"] == MAX_CONNECTIONS and error["observed"] == MAX_CONNECTIONS + 1
+        assert error["setting"] == "HOPLINE_MAX_CONNECTIONS"
+        open_[0].close()
+        deadline = 50
+        while True:  # once one closes (the server sees it shortly after), a new one is served
+            with socket.create_connection((host, int(port)), timeout=30) as again:
+                answer = served(again)
+            if answer.startswith(b"HTTP/1.1 200") or deadline == 0:
+                break
+            deadline -= 1
+            time.sleep(0.1)
+        assert answer.startswith(b"HTTP/1.1 200")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from ._bodies import body_of_size
@@ -84,3 +86,20 @@ def test_refuses_to_start_on_an_incoherent_budget() -> None:
     assert proc.returncode == 2
     assert "engine_within_gateway" in proc.stderr and "API_JSON_BODY_LIMIT" in proc.stderr
     assert "listening" not in proc.stdout
+
+
+def test_a_request_head_still_incomplete_at_its_deadline_gets_a_408_naming_the_gateway() -> None:
+    env = _env(HOPLINE_INTERNAL_TOKEN="cli-token-abc", HOPLINE_REQUEST_HEAD_TIMEOUT="0.5")
+    with gateway_process(env) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        head = b"POST /internal/sessions/s/llm-turn HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(head)
+            raw = b""
+            while chunk := sock.recv(65536):
+                raw += chunk
+    status, _, body = raw.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408")
+    error = orjson.loads(body)["error"]
+    assert error["hop"] == "gateway.llm_turn" and error["setting"] == "HOPLINE_REQUEST_HEAD_TIMEOUT"
+    assert error["receivedBytes"] == len(head) and error["timeoutSeconds"] == 0.5

@@ -8,7 +8,6 @@ client outside this process tree.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import sys
@@ -42,7 +41,8 @@ def register(app: typer.Typer) -> None:
 
         import uvicorn
 
-        from hopline.budget import IncoherentBudget, require_coherent
+        from hopline.budget import HOP_GATEWAY, IncoherentBudget, require_coherent
+        from hopline.cli._http_server import uvicorn_config
         from hopline.gateway.app import create_gateway_app
         from hopline.gateway.providers import provider_from_env
 
@@ -82,7 +82,5 @@ def register(app: typer.Typer) -> None:
               f"body limit {budget.api_json_body_limit} bytes", file=sys.stderr, flush=True)
 
         app_ = create_gateway_app(budget, token=token, provider=provider)
-        # No access log: request lines carry session ids (SPEC O-5).
-        config = uvicorn.Config(app_, log_level="warning", access_log=False, lifespan="on",
-                                timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
+        config = uvicorn_config(app_, budget, HOP_GATEWAY, log_level="warning")
         uvicorn.Server(config).run(sockets=[sock])

@@ -50,6 +50,8 @@ def register(app: typer.Typer) -> None:
 
         import uvicorn
 
+        from hopline.budget import HOP_DAEMON_API
+        from hopline.cli._http_server import uvicorn_config
         from hopline.console import CONSOLE_PREFIX
         from hopline.daemon.app import create_daemon_app
         from hopline.daemon.child import agent_env_names
@@ -101,6 +103,7 @@ def register(app: typer.Typer) -> None:
             sock.close()
             print(f"hopline serve: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None
+
         class DaemonServer(uvicorn.Server):
             async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
                 # End the open SSE streams first: uvicorn waits for open responses before the
@@ -108,11 +111,10 @@ def register(app: typer.Typer) -> None:
                 daemon.state.bus.close_all()
                 await super().shutdown(sockets)
 
-        # uvloop and httptools (uvicorn[standard]) when they import, else asyncio's loop and h11.
-        config = uvicorn.Config(daemon, log_config=None, access_log=False, lifespan="on",
-                                loop="auto", http="auto",
-                                timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds),
-                                timeout_keep_alive=math.ceil(budget.keep_alive_timeout_seconds))
+        # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
+        # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
+        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, log_config=None, loop="auto",
+                                timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
         server = DaemonServer(config)
         # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
         console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={server_token}" if generated_token else "")
