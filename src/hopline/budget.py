@@ -352,11 +352,13 @@ CEILINGS: tuple[Ceiling, ...] = (
             minimum=0.01),
     Ceiling("keep_alive_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 5.0, "HOPLINE_KEEP_ALIVE_TIMEOUT",
             "idle HTTP keep-alive connection (daemon and gateway; whole seconds, rounded up)", minimum=1),
-    Ceiling("request_head_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 10.0, "HOPLINE_REQUEST_HEAD_TIMEOUT",
+    Ceiling("request_head_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 10.0,
+            "HOPLINE_REQUEST_HEAD_TIMEOUT",
             "one request's line and headers, from the connection's start or the previous response "
             "(daemon and gateway; then 408 and closed)", minimum=0.01),
     Ceiling("max_connections", HOP_DAEMON_API, Unit.COUNT, 1024, "HOPLINE_MAX_CONNECTIONS",
-            "HTTP connections open at once, SSE streams among them (daemon and gateway; more: 503 and closed)"),
+            "HTTP connections open at once, SSE streams among them "
+            "(daemon and gateway; more: 503 and closed)"),
     Ceiling("max_pending_prompts", HOP_DAEMON_API, Unit.COUNT, 16, "HOPLINE_MAX_PENDING_PROMPTS",
             "prompts running or queued in one session (then 429)"),
     Ceiling("max_live_sessions", HOP_DAEMON_API, Unit.COUNT, 64, "HOPLINE_MAX_LIVE_SESSIONS",

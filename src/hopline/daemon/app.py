@@ -71,7 +71,14 @@ from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
 from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
 from hopline.store.postgres import migrate
-from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
+from hopline.vocabulary import (
+    CLIENT_EVICTED,
+    GATEWAY_URL_ENV,
+    REPLAY_COMPLETE,
+    SERVER_TOKEN_ENV,
+    STATE_RESYNC_REQUIRED,
+    STREAM_ERROR,
+)
 from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
@@ -209,12 +216,12 @@ class SseStream(Response):
     async def _pump(self, send: Send) -> None:
         try:
             if self.resync is not None:
-                await self._emit(send, [synthetic("state_resync_required", self.resync)])
+                await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync)])
             replayed = 0
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
                 replayed += len(page)
-            await self._emit(send, [synthetic("replay_complete",
+            await self._emit(send, [synthetic(REPLAY_COMPLETE,
                                               {"replayed": replayed, "lastEventId": self.upto})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
@@ -225,20 +232,20 @@ class SseStream(Response):
                     continue
                 # Everything already queued goes out in one write (the queue's byte bound bounds it).
                 batch = [live]
-                while batch[-1].type != "client_evicted":
+                while batch[-1].type != CLIENT_EVICTED:
                     queued = self.subscriber.pop_nowait()
                     if queued is None:
                         break
                     batch.append(queued)
                 await self._emit(send, batch)
-                if batch[-1].type == "client_evicted":
+                if batch[-1].type == CLIENT_EVICTED:
                     return
         except OSError:
             return
         except Exception as exc:
             log.warning("sse stream failed", extra={"exception": type(exc).__name__})
             with contextlib.suppress(Exception):
-                await self._emit(send, [synthetic("stream_error", {"message": "the event stream failed; "
+                await self._emit(send, [synthetic(STREAM_ERROR, {"message": "the event stream failed; "
                                                                    "reconnect with Last-Event-ID"})])
 
 

@@ -47,7 +47,7 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
 from hopline.daemon.journal import EventJournal
-from hopline.vocabulary import FRAME_DROPPED
+from hopline.vocabulary import CLIENT_EVICTED, FRAME_DROPPED, SLOW_CLIENT_WARNING
 
 log = logging.getLogger("hopline.daemon.bus")
 
@@ -155,7 +155,7 @@ class Subscriber:
         if not self.warned and (len(self._queue) >= WARN_FRACTION * self.max_events
                                 or waiting >= WARN_FRACTION * self.max_bytes):
             self.warned = True
-            self._control.append(synthetic("slow_client_warning", {
+            self._control.append(synthetic(SLOW_CLIENT_WARNING, {
                 "queuedEvents": len(self._queue), "maxQueuedEvents": self.max_events,
                 "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
                 "lastQueuedEventId": event.id}))
@@ -174,7 +174,7 @@ class Subscriber:
         self.evicted = True
         self.evicted_signal.set()
         self._check_below_half()
-        self._control.append(synthetic("client_evicted", {
+        self._control.append(synthetic(CLIENT_EVICTED, {
             "reason": "subscriber queue full", "hop": HOP_DAEMON_SSE,
             "maxQueuedEvents": self.max_events, "maxQueuedBytes": self.max_bytes,
             "droppedEvents": dropped + 1, "resumeAfterEventId": (first_dropped or 1) - 1,

@@ -46,7 +46,7 @@ from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import STREAM_KIND, STREAM_KIND_GATE
+from hopline.vocabulary import CLIENT_EVICTED, STREAM_KIND, STREAM_KIND_GATE
 
 log = logging.getLogger("hopline.daemon.gates")
 
@@ -88,7 +88,7 @@ class ManagerDriver:
                         if subscriber.closed:
                             return  # the session was deleted
                         continue
-                    if live.type == "client_evicted":
+                    if live.type == CLIENT_EVICTED:
                         break
                     if live.id is not None:
                         if live.id <= cursor:

@@ -57,17 +57,20 @@ from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
+    FRAME_DROPPED,
     META_CREDENTIALS,
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
     PERMISSION_METHOD,
+    PERMISSION_REQUEST,
     PROGRESS_METHOD,
     REASON_OWNER_LOST,
     SESSION_ADOPTED,
     SESSION_UPDATE,
     SIDECAR_DIR_ENV,
     STREAM_KIND,
+    TURN_COMPLETE,
     TURN_ERROR,
 )
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
@@ -179,7 +182,7 @@ class SessionManager:
         for session_id, prompt_id in unended:
             if await self.journal.get_session(session_id) is None:  # opens it for its event
                 continue
-            self.bus.publish(session_id, "turn_error", {
+            self.bus.publish(session_id, TURN_ERROR, {
                 "promptId": prompt_id, "origin": "daemon", "reason": REASON_DAEMON_RESTARTED,
                 "message": "the daemon restarted while this prompt was running; its turn ended there "
                            "(POST /session/{id}/load restores the session)"})
@@ -422,7 +425,7 @@ class SessionManager:
                 result = _dict(result)
                 turn = _dict(result.get("_meta")).get("hopline.turn")
                 turn = turn if isinstance(turn, dict) else None
-                await self._end_turn(session, prompt_id, "turn_complete", {
+                await self._end_turn(session, prompt_id, TURN_COMPLETE, {
                     "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
             except AgentRpcError as exc:
                 data = _dict(exc.data)
@@ -435,14 +438,14 @@ class SessionManager:
                 for key in ("status", "hop", "limitBytes", "observedBytes"):
                     if key in data:
                         payload[key] = data[key]
-                await self._end_turn(session, prompt_id, "turn_error", payload)
+                await self._end_turn(session, prompt_id, TURN_ERROR, payload)
             except AgentExited as exc:
                 await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
                 session.current_prompt = None
 
     async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
-        await self._end_turn(session, prompt_id, "turn_error", {
+        await self._end_turn(session, prompt_id, TURN_ERROR, {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
@@ -596,7 +599,7 @@ class SessionManager:
         if session is None:  # a warm child's: no session to tell
             return
         session.frames_dropped += 1
-        self.bus.publish_synthetic(session.id, "frame_dropped", {
+        self.bus.publish_synthetic(session.id, FRAME_DROPPED, {
             "direction": "inbound", "bytes": size, **details, "reason": reason, "hop": HOP_PIPE,
             "promptId": session.current_prompt})
         if reason != DROP_FOREIGN_SESSION:  # another session's bytes are not this session's loss
@@ -609,7 +612,7 @@ class SessionManager:
             request_id = "perm_" + secrets.token_hex(8)
             options = _list(params.get("options"))
             session.permissions[request_id] = PendingPermission(message["id"], options, child)
-            self.bus.publish(session.id, "permission_request", {
+            self.bus.publish(session.id, PERMISSION_REQUEST, {
                 "requestId": request_id, "promptId": session.current_prompt,
                 "toolCall": params.get("toolCall"), "options": options})
             return

@@ -17,9 +17,9 @@ the setting, the limit and the size seen.
 Two more rules for hostile clients (SPEC D-10): a body still incomplete ``read_timeout`` seconds
 after the request started (``HOPLINE_BODY_READ_TIMEOUT``) gets a 408 and its connection closed; and
 a chunked body cut off at the limit is drained (read and discarded, until what was read comes
-within one message of twice the limit) before the 413 is sent, because closing a connection with unread data resets it, and a client
-that sends its whole body before reading (curl, browsers) then loses the answer. Methods that
-carry no body (GET, HEAD, DELETE, OPTIONS) pass through unread.
+within one message of twice the limit) before the 413 is sent, because closing a connection with
+unread data resets it, and a client that sends its whole body before reading (curl, browsers)
+then loses the answer. Methods that carry no body (GET, HEAD, DELETE, OPTIONS) pass through unread.
 """
 
 from __future__ import annotations
