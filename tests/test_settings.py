@@ -34,6 +34,10 @@ def test_limits_show_settings_without_a_secret_or_a_password() -> None:
     assert rows["HOPLINE_CLUSTER_TOKEN"]["value"] == "set" and "tok-123" not in str(doc)
     assert "hunter2" not in str(doc) and "hunter2" not in repr(settings)
     assert redact_url("postgresql://db:5432/h") == "postgresql://db:5432/h"
+    # libpq takes a password in the query too; an unencoded "@" in one is hidden whole
+    assert redact_url("postgresql://u@db/h?sslmode=off&password=hunter2") == (
+        "postgresql://u@db/h?sslmode=off&password=***")
+    assert redact_url("postgresql://u:hun@ter2@db/h") == "postgresql://u:***@db/h"
 
 
 def test_store_and_sidecar_urls(tmp_path: Path) -> None:

@@ -638,8 +638,20 @@ SECRET_SETTINGS_ENV: frozenset[str] = frozenset({SETTINGS_BY_KEY["store_url"].en
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (a store URL may carry one)."""
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+    """``url`` with any password replaced by ``***`` (a store URL may carry one): the user info's
+    (up to the last ``@`` of the authority, so an unencoded ``@`` in a password is hidden whole)
+    and a libpq ``password=`` query parameter's."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    authority_end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0),
+                        default=len(rest))
+    authority, tail = rest[:authority_end], rest[authority_end:]
+    userinfo, at, host = authority.rpartition("@")
+    if at and ":" in userinfo:
+        authority = userinfo.partition(":")[0] + ":***@" + host
+    tail = re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", tail)
+    return f"{scheme}://{authority}{tail}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -346,3 +346,16 @@ async def test_a_commit_larger_than_one_insert_statement_keeps_every_row_in_orde
     rows = await journal.read_page("s1", 0, max_bytes=1 << 30)
     assert [(r.seq, r.data) for r in rows] == [(i + 1, b"%d" % i) for i in range(count)]
     await journal.close()
+
+
+async def test_a_journal_file_outside_the_data_dir_keeps_its_segments_beside_it(tmp_path: Path) -> None:
+    """HOPLINE_STORE_URL=sqlite:///elsewhere: large event data is written and read back there."""
+    path = tmp_path / "elsewhere" / "journal.sqlite3"
+    journal = SqliteJournal(tmp_path / "data-not-made-yet", path=path)
+    await journal.create_session("s1", {})
+    big = b'"' + b"x" * (4 * INLINE_MAX_BYTES) + b'"'
+    await journal.append_many("s1", [("e", big)])
+    rows = await journal.read_page("s1", 0, max_bytes=1 << 20)
+    assert [r.data for r in rows] == [big]
+    assert (path.parent / "journal.segments").is_dir()
+    await journal.close()

@@ -123,6 +123,7 @@ class SqliteJournal(EventJournal):
     def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
         """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
         self.path = path if path is not None else data_dir / JOURNAL_FILE
+        self.segments_dir = self.path.parent / SEGMENTS_DIR  # beside the journal file, wherever it is
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
@@ -135,7 +136,7 @@ class SqliteJournal(EventJournal):
             if column not in columns:
                 db.execute(f"ALTER TABLE events ADD COLUMN {column} INTEGER")
         self._db = db  # the writer thread's alone from here on
-        self._segments = _SegmentWriter(data_dir / SEGMENTS_DIR)  # the writer thread's too
+        self._segments = _SegmentWriter(self.segments_dir)  # the writer thread's too
         self._unlink_after_commit: list[str] = []
         self._queue: queue.SimpleQueue[_Write | _Stop] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
@@ -394,7 +395,7 @@ class SqliteJournal(EventJournal):
                     total += size
             finally:
                 cursor.close()
-            return _read_rows(self.path.parent / SEGMENTS_DIR, session_id, page)
+            return _read_rows(self.segments_dir, session_id, page)
         return await self._read(query)
 
     async def last_id(self, session_id: str) -> int:
