@@ -167,6 +167,11 @@ class Cluster:
                           "VALUES (%s, %s, 1, now() + make_interval(secs => %s))",
                           (session_id, self.daemon_id, self.lease_seconds))
 
+    async def release(self, session_id: str) -> None:
+        """Give up this daemon's lease of a stream it has finished writing (a gate run's)."""
+        await self._fetch("DELETE FROM leases WHERE session_id = %s AND owner = %s RETURNING session_id",
+                          (session_id, self.daemon_id))
+
     async def try_adopt(self, session_id: str) -> bool:
         """Take the session's lease when it is free, expired or already ours: True for the one
         daemon that gets it (a compare-and-set in one statement)."""

@@ -177,6 +177,7 @@ class GateRegistry:
         self.work_root = data_dir / WORK_DIR
         self.runs: dict[str, GateRun] = {}
         self._slots: asyncio.Semaphore | None = None
+        self._releases: set[asyncio.Future[None]] = set()  # gate streams' leases to give up (shared store)
         self.leftovers_removed = self._remove_leftovers()
 
     def _remove_leftovers(self) -> int:
@@ -252,18 +253,32 @@ class GateRegistry:
         if len(self.in_progress()) >= budget.max_gate_runs:  # others started while git ran
             raise SessionError(429, "too_many_gate_runs", "the gate runs in progress reached the limit "
                                f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
-                               hop=HOP_GATE, limit=budget.max_gate_runs, setting="HOPLINE_MAX_GATE_RUNS")
+                               hop=HOP_GATE, limit=budget.max_gate_runs,
+                               setting=CEILINGS_BY_KEY["max_gate_runs"].name)
         self._forget_ended()
         await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
-        manager = self.driver.manager
-        if manager.cluster is not None:  # on a shared store, a stream is written under its lease
-            await manager.cluster.claim_new(run.id)
-            manager.owned.add(run.id)
+        cluster = self.driver.manager.cluster
+        if cluster is not None:  # on a shared store, a stream is written under its lease
+            await cluster.claim_new(run.id)
+            self.driver.manager.owned.add(run.id)
         self.runs[run.id] = run
         run.start()
+        if cluster is not None:
+            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run)))
+            task.add_done_callback(self._releases.discard)
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
                                             "rounds": rounds})
         return run
+
+    async def _release_when_done(self, run: GateRun) -> None:
+        """Once the run has ended and its last event is committed, its stream's lease goes."""
+        await run.wait()
+        await self.bus.flushed()
+        manager = self.driver.manager
+        manager.owned.discard(run.id)
+        if manager.cluster is not None:
+            with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
+                await manager.cluster.release(run.id)
 
     def _forget_ended(self) -> None:
         """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring
