@@ -88,6 +88,10 @@ async def test_group_commit_and_write_order(open_journal: Opener) -> None:
     assert await journal.last_id("s1") == 25 and await journal.last_id("s2") == 25
     await journal.open_prompt("s1", "p1")  # after the 25 events committed before it
     assert await journal.unended_prompts() == [("s1", "p1")]
+    for data in (b'["p1"]', b'"p1"', b"{not json"):  # turn ends whose data names no prompt
+        journal.stage("s1", "turn_error", data)
+    await journal.commit()
+    assert await journal.unended_prompts() == [("s1", "p1")]
     journal.stage("s1", "turn_complete", b'{"promptId":"p1"}')
     await journal.commit()
     assert await journal.unended_prompts() == []  # ended after it: closed on the way

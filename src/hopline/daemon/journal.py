@@ -2,8 +2,8 @@
 
 :class:`EventJournal` is the interface the daemon needs of its store (sessions, open prompts,
 events); the bus and the session manager speak only to it. ``daemon.sqlite_journal`` implements it
-on one SQLite file (a writer thread with group commit, reads on their own connection); the
-scale-out issue adds a PostgreSQL implementation of exactly this interface.
+on one SQLite file (a writer thread with group commit, reads on their own connection),
+``daemon.pg_journal`` on a PostgreSQL store shared by several daemons.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
+
+import orjson
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,3 +144,12 @@ class EventJournal(Protocol):
     async def close(self) -> None:
         ...
 
+
+def prompt_id_of(data: bytes) -> object:
+    """The ``promptId`` of a turn-end event's data (None when it has none or is not an object):
+    both journals find a prompt's end by it."""
+    try:
+        decoded = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return decoded.get("promptId") if isinstance(decoded, dict) else None

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord, prompt_id_of
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -284,10 +284,9 @@ class PgJournal(EventJournal):
                     (sid, after, sorted(TURN_END_TYPES)))
                 ended = False
                 for (data,) in await cursor.fetchall():
-                    with contextlib.suppress(orjson.JSONDecodeError):
-                        if orjson.loads(bytes(data)).get("promptId") == prompt_id:
-                            ended = True
-                            break
+                    if prompt_id_of(bytes(data)) == prompt_id:
+                        ended = True
+                        break
                 if ended:
                     await self.close_prompt(str(sid), str(prompt_id))
                 else:

@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord
+from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord, prompt_id_of
 from hopline.store.locations import JOURNAL_FILE
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -303,7 +303,7 @@ class SqliteJournal(EventJournal):
                 ends = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
                                   "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES)).fetchall()
                 found = _read_rows(self._segments.root, str(session_id), ends)
-                (ended if any(_prompt_of(r.data) == prompt_id for r in found) else unended).append(pair)
+                (ended if any(prompt_id_of(r.data) == prompt_id for r in found) else unended).append(pair)
             return unended, ended
         unended, ended = await self._read(query)
         for session_id, prompt_id in ended:
@@ -560,11 +560,3 @@ def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) ->
             write.future.set_result(result)
         else:
             write.future.set_exception(error)
-
-
-def _prompt_of(data: bytes) -> object:
-    try:
-        decoded = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return decoded.get("promptId") if isinstance(decoded, dict) else None
