@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.gateway.errors import error_body
 
 log = logging.getLogger("hopline.http")
 
@@ -36,20 +37,19 @@ def _response(status: int, reason: str, body: dict[str, Any]) -> bytes:
 
 def head_timeout_response(hop: str, timeout: float, received: int) -> bytes:
     setting = CEILINGS_BY_KEY["request_head_timeout_seconds"].name
-    return _response(408, "Request Timeout", {"error": {
-        "type": "request_timeout", "hop": hop, "timeoutSeconds": timeout, "receivedBytes": received,
-        "setting": setting,
-        "message": f"the request head (request line and headers) was not complete after {timeout} s "
-                   f"({received} bytes received) on {hop} ({setting}); the connection is closed"}})
+    return _response(408, "Request Timeout", error_body(
+        hop, "request_timeout",
+        f"the request head (request line and headers) was not complete after {timeout} s "
+        f"({received} bytes received) on {hop} ({setting}); the connection is closed",
+        timeoutSeconds=timeout, receivedBytes=received, setting=setting))
 
 
 def too_many_connections_response(hop: str, limit: int, observed: int) -> bytes:
     setting = CEILINGS_BY_KEY["max_connections"].name
-    return _response(503, "Service Unavailable", {"error": {
-        "type": "too_many_connections", "hop": hop, "limit": limit, "observed": observed,
-        "setting": setting,
-        "message": f"this would be connection {observed} open at once on {hop}, over the limit of "
-                   f"{limit} ({setting}); retry when fewer are open"}})
+    return _response(503, "Service Unavailable", error_body(
+        hop, "too_many_connections",
+        f"this would be connection {observed} open at once on {hop}, over the limit of {limit} "
+        f"({setting}); retry when fewer are open", limit=limit, observed=observed, setting=setting))
 
 
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
