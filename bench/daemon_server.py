@@ -27,7 +27,8 @@ from typing import Any
 
 import uvicorn
 
-from hopline.budget import Budget
+from hopline.budget import HOP_DAEMON_API, Budget
+from hopline.cli._http_server import uvicorn_config
 
 
 def main() -> None:
@@ -82,8 +83,11 @@ def main() -> None:
     app = daemon_app.create_daemon_app(budget, data_dir=args.data_dir, agent_cmd=agent,
                                        server_token=args.token, internal_token=secrets.token_hex(16),
                                        gateway_url=f"http://127.0.0.1:{args.port}", **kwargs)
+    # the config `hopline serve` runs (its protocol with the head deadline and connection ceiling)
+    server = uvicorn.Server(uvicorn_config(app, budget, HOP_DAEMON_API, host="127.0.0.1", port=args.port,
+                                           log_level="warning"))
     if args.profile is None:
-        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+        server.run()
         return
     import cProfile
     import signal
@@ -91,7 +95,7 @@ def main() -> None:
     profiler = cProfile.Profile()
     signal.signal(signal.SIGUSR1, lambda *_: profiler.dump_stats(str(args.profile)))
     profiler.enable()
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    server.run()
 
 
 if __name__ == "__main__":

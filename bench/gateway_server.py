@@ -12,7 +12,8 @@ import sys
 
 import uvicorn
 
-from hopline.budget import Budget
+from hopline.budget import HOP_GATEWAY, Budget
+from hopline.cli._http_server import uvicorn_config
 from hopline.gateway.app import create_gateway_app
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure
 
@@ -29,8 +30,11 @@ class UnreachableProvider:
 
 def main() -> None:
     port, token = int(sys.argv[1]), sys.argv[2]
-    app = create_gateway_app(Budget.from_env(), token=token, provider=UnreachableProvider())
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    budget = Budget.from_env()
+    app = create_gateway_app(budget, token=token, provider=UnreachableProvider())
+    # the config `hopline gateway` runs (its protocol with the head deadline and connection ceiling)
+    uvicorn.Server(uvicorn_config(app, budget, HOP_GATEWAY, host="127.0.0.1", port=port,
+                                  log_level="warning")).run()
 
 
 if __name__ == "__main__":
