@@ -33,9 +33,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hopline.budget import HOP_CLUSTER, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_CLUSTER, SETTINGS_BY_KEY, Budget
 from hopline.gateway.auth import bearer_token
 from hopline.gateway.body_limit import send_json
+from hopline.gateway.errors import error_body, error_response
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import FORWARDED_BY_HEADER
 
@@ -243,8 +244,9 @@ class Cluster:
             answer = sent.result()
         except httpx.TimeoutException:
             timeout = self.budget.cluster_forward_timeout_seconds
+            setting = CEILINGS_BY_KEY["cluster_forward_timeout_seconds"].name
             return _cluster_error(504, "owner_timeout", f"the daemon that owns this session did not answer "
-                                  f"within {timeout} s (HOPLINE_CLUSTER_FORWARD_TIMEOUT)")
+                                  f"within {timeout} s ({setting})")
         except httpx.HTTPError:
             retry = max(1, int(owner.expires_in) + 1)
             return _cluster_error(503, "owner_unreachable",
@@ -260,8 +262,7 @@ class Cluster:
 
 def _cluster_error(status: int, kind: str, message: str,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "hop": HOP_CLUSTER, "message": message}}, status_code=status,
-                        headers=headers)
+    return error_response(status, HOP_CLUSTER, kind, message, headers=headers)
 
 
 class ClusterAuth:
@@ -280,9 +281,10 @@ class ClusterAuth:
                                            for name, _ in scope.get("headers", ())):
             given = bearer_token(scope)
             if given is None or not hmac.compare_digest(given, self._token):
-                await send_json(send, 401, {"error": {
-                    "type": "unauthorized", "hop": HOP_CLUSTER,
-                    "message": "a forwarded write needs the cluster credential (HOPLINE_CLUSTER_TOKEN)"}})
+                setting = SETTINGS_BY_KEY["cluster_token"].env
+                await send_json(send, 401, error_body(
+                    HOP_CLUSTER, "unauthorized",
+                    f"a forwarded write needs the cluster credential ({setting})"))
                 return
             await self.forwarded({**scope, FORWARDED_SCOPE_KEY: True}, receive, send)
             return
