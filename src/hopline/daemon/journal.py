@@ -153,3 +153,28 @@ def prompt_id_of(data: bytes) -> object:
     except orjson.JSONDecodeError:
         return None
     return decoded.get("promptId") if isinstance(decoded, dict) else None
+
+
+StagedRow = tuple[str, int, str, bytes]  # (session id, id, type, data)
+
+
+class StagedIds:
+    """The id rule of both journals (:meth:`EventJournal.next_id`, :meth:`EventJournal.stage`): a
+    session's next id is one past the last one allocated to it, staged or committed; staging
+    allocates it. Each journal says where a session's last allocated id comes from."""
+
+    _allocated: dict[str, int]  # session -> the last id staged (until its commit settles)
+    _staged: list[StagedRow]  # in stage order, handed to the writer by the next commit
+
+    def _last_allocated(self, session_id: str) -> int:
+        """The session's last allocated id; LookupError when it is not open in this journal."""
+        raise NotImplementedError
+
+    def next_id(self, session_id: str) -> int:
+        return self._last_allocated(session_id) + 1
+
+    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
+        seq = self.next_id(session_id)
+        self._allocated[session_id] = seq
+        self._staged.append((session_id, seq, event_type, data))
+        return seq

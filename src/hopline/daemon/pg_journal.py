@@ -29,7 +29,14 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord, prompt_id_of
+from hopline.daemon.journal import (
+    EventJournal,
+    JournalRow,
+    SessionRecord,
+    StagedIds,
+    StagedRow,
+    prompt_id_of,
+)
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -37,7 +44,7 @@ log = logging.getLogger("hopline.daemon.journal")
 
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
-_Row = tuple[str, int, str, bytes]  # (session id, id, type, data)
+_Row = StagedRow
 
 
 class LeaseLost(HoplineError):
@@ -58,7 +65,7 @@ class _Write:
     apply: Callable[[Any], Any] | None = None
 
 
-class PgJournal(EventJournal):
+class PgJournal(StagedIds, EventJournal):
     def __init__(self, dsn: str, budget: Budget, *, owner: str | None = None,
                  on_fenced: Callable[[tuple[str, ...]], None] | None = None) -> None:
         self._dsn = dsn
@@ -295,16 +302,10 @@ class PgJournal(EventJournal):
 
     # --- events ---------------------------------------------------------------------------------
 
-    def next_id(self, session_id: str) -> int:
+    def _last_allocated(self, session_id: str) -> int:
         if session_id not in self._open:
             raise LookupError("not an open session of this journal")
-        return self._allocated.get(session_id, self._open[session_id]) + 1
-
-    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
-        seq = self.next_id(session_id)
-        self._allocated[session_id] = seq
-        self._staged.append((session_id, seq, event_type, data))
-        return seq
+        return self._allocated.get(session_id, self._open[session_id])
 
     def commit(self) -> asyncio.Future[None]:
         rows, self._staged = self._staged, []

@@ -41,7 +41,14 @@ from typing import Any, TypeVar
 
 import orjson
 
-from hopline.daemon.journal import EventJournal, JournalRow, SessionRecord, prompt_id_of
+from hopline.daemon.journal import (
+    EventJournal,
+    JournalRow,
+    SessionRecord,
+    StagedIds,
+    StagedRow,
+    prompt_id_of,
+)
 from hopline.store.locations import JOURNAL_FILE
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -100,7 +107,7 @@ ROWS_PER_INSERT = 512
 _EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes"
 
 T = TypeVar("T")
-Row = tuple[str, int, str, bytes]  # (session id, id, type, data)
+Row = StagedRow
 
 
 @dataclasses.dataclass(eq=False)
@@ -119,7 +126,7 @@ class _Stop:
     """The writer's last item (queued by :meth:`SqliteJournal.close`)."""
 
 
-class SqliteJournal(EventJournal):
+class SqliteJournal(StagedIds, EventJournal):
     def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
         """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
         self.path = path if path is not None else data_dir / JOURNAL_FILE
@@ -312,17 +319,11 @@ class SqliteJournal(EventJournal):
 
     # --- events ---------------------------------------------------------------------------------
 
-    def next_id(self, session_id: str) -> int:
+    def _last_allocated(self, session_id: str) -> int:
         allocated = self._allocated.get(session_id)
         if allocated is None:
             raise LookupError("the session is not open in this journal (create_session or get_session)")
-        return allocated + 1
-
-    def stage(self, session_id: str, event_type: str, data: bytes) -> int:
-        seq = self.next_id(session_id)
-        self._allocated[session_id] = seq
-        self._staged.append((session_id, seq, event_type, data))
-        return seq
+        return allocated
 
     def commit(self) -> asyncio.Future[None]:
         rows, self._staged = self._staged, []
