@@ -17,6 +17,7 @@ uvicorn's h11 protocol runs with neither bound (said at start).
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 from typing import Any
@@ -119,6 +120,14 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
             self.transport.close()
 
     return GuardedHttpToolsProtocol
+
+
+def freeze_startup_heap() -> None:
+    """Before a server runs: what was built so far (the modules, the app, its routes) lives as long
+    as the process, so it leaves the collector's generations (``gc.freeze``) and a full collection
+    walks only what came after. Measured in ``hopline serve`` relaying 5 x 32768 frames of 1 KiB:
+    the 3 full collections took 33 ms each (the whole relay stalls meanwhile); with the freeze, 2 of 15 ms."""
+    gc.freeze()
 
 
 def uvicorn_config(app: Any, budget: Budget, hop: str, **options: Any) -> Any:

@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.budget import HOP_DAEMON_API
-        from hopline.cli._http_server import uvicorn_config
+        from hopline.cli._http_server import freeze_startup_heap, uvicorn_config
         from hopline.console import CONSOLE_PREFIX
         from hopline.daemon.app import create_daemon_app
         from hopline.daemon.child import agent_env_names
@@ -121,4 +121,5 @@ def register(app: typer.Typer) -> None:
         print(f"console: {console_url}", flush=True)
         print(f"hopline serve listening on {url}", flush=True)
         logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
+        freeze_startup_heap()
         server.run(sockets=[sock])  # on the loop config.loop picks

@@ -145,20 +145,21 @@ class Subscriber:
         # The head of the queue is the event in delivery: it does not count toward the byte bound,
         # so one large event never evicts a subscriber that keeps up (an empty queue accepts any
         # event). A subscriber holds at most max_bytes plus one event (<= sse_max_event_bytes).
-        waiting = self.queued_bytes - self._queue[0].size if self._queue else 0
-        if self._queue and (len(self._queue) + 1 > self.max_events or waiting + event.size > self.max_bytes):
+        queue = self._queue
+        if queue and (len(queue) + 1 > self.max_events
+                      or self.queued_bytes - queue[0].size + event.size > self.max_bytes):
             self._evict(event)
             return
-        self._queue.append(event)
+        queue.append(event)
         self.queued_bytes += event.size
-        waiting = self.queued_bytes - self._queue[0].size
-        if not self.warned and (len(self._queue) >= WARN_FRACTION * self.max_events
-                                or waiting >= WARN_FRACTION * self.max_bytes):
-            self.warned = True
-            self._control.append(synthetic(SLOW_CLIENT_WARNING, {
-                "queuedEvents": len(self._queue), "maxQueuedEvents": self.max_events,
-                "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
-                "lastQueuedEventId": event.id}))
+        if not self.warned:
+            waiting = self.queued_bytes - queue[0].size
+            if len(queue) >= WARN_FRACTION * self.max_events or waiting >= WARN_FRACTION * self.max_bytes:
+                self.warned = True
+                self._control.append(synthetic(SLOW_CLIENT_WARNING, {
+                    "queuedEvents": len(queue), "maxQueuedEvents": self.max_events,
+                    "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
+                    "lastQueuedEventId": event.id}))
         self._wake()
 
     def offer_synthetic(self, event: Event) -> None:
@@ -480,13 +481,19 @@ class EventBus:
     def _deliver(self, session_id: str, event: Event) -> bool:
         """Ring the event and offer it; True when a subscriber about to drain its queue is half
         full (the caller lets it run before offering more)."""
-        if event.id is not None:
-            if event.id <= self._delivered.get(session_id, 0) and session_id in self._catch_ups:
+        event_id = event.id
+        if event_id is not None:
+            delivered = self._delivered.get(session_id, 0)
+            if event_id <= delivered and session_id in self._catch_ups:
                 return False  # a catch-up read it from the journal first (a lease moving here)
             self._ring(session_id).append(event)
-            self._delivered[session_id] = max(event.id, self._delivered.get(session_id, 0))
+            if event_id > delivered:
+                self._delivered[session_id] = event_id
+        subscribers = self._subscribers.get(session_id)
+        if not subscribers:
+            return False
         pause = False
-        for subscriber in list(self._subscribers.get(session_id, ())):
+        for subscriber in tuple(subscribers):  # an eviction drops it from the set
             subscriber.offer(event)
             if subscriber.evicted:
                 self._drop(subscriber)

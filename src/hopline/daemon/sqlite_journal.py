@@ -345,18 +345,23 @@ class SqliteJournal(StagedIds, EventJournal):
         external: dict[str, list[bytes]] = {}
         for session_id, _, _, data in rows:
             if len(data) > INLINE_MAX_BYTES:
-                external.setdefault(session_id, []).append(data)
+                datas = external.get(session_id)
+                if datas is None:
+                    datas = external[session_id] = []
+                datas.append(data)
         # One write per session for all its large data of the batch, in row order.
         offsets = {session_id: self._segments.append(session_id, datas)
                    for session_id, datas in external.items()}
         params: list[Any] = []
+        extend = params.extend
         for session_id, seq, event_type, data in rows:
-            if len(data) > INLINE_MAX_BYTES:
+            size = len(data)
+            if size > INLINE_MAX_BYTES:
                 offset = offsets[session_id]
-                offsets[session_id] = offset + len(data)
-                params += (session_id, seq, event_type, b"", offset, len(data))
+                offsets[session_id] = offset + size
+                extend((session_id, seq, event_type, b"", offset, size))
             else:
-                params += (session_id, seq, event_type, data, None, None)
+                extend((session_id, seq, event_type, data, None, None))
         width = 6 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
             chunk = params[start:start + width]
@@ -366,9 +371,11 @@ class SqliteJournal(StagedIds, EventJournal):
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
         give a failed commit's ids back when nothing was staged after them."""
         if error is None:
-            for session_id, seq, _, _ in rows:
-                if session_id in self._last and seq > self._last[session_id]:
-                    self._last[session_id] = seq
+            # A session's rows are staged in id order: its last row holds its highest id.
+            committed = self._last
+            for session_id, seq in {row[0]: row[1] for row in rows}.items():
+                if session_id in committed and seq > committed[session_id]:
+                    committed[session_id] = seq
             return
         first: dict[str, int] = {}
         last: dict[str, int] = {}
