@@ -334,6 +334,9 @@ class SessionManager:
         await self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
         session.move(SessionState.READY)
+        # Read your writes: what the agent sent during the handshake (its commands, a greeting) is
+        # journaled before the id is returned, so a client that subscribes next gets it in its replay.
+        await self.bus.flushed()
         log.info("session created", extra={"agentPid": child.pid})
         return session
 
