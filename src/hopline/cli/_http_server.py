@@ -66,7 +66,6 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
     class GuardedHttpToolsProtocol(HttpToolsProtocol):
         _head_deadline: asyncio.TimerHandle | None = None
         _head_bytes = 0  # bytes of the current head received so far
-        _in_head = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -93,11 +92,6 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
         def on_headers_complete(self) -> None:
             self._cancel_head_deadline()
             super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            # The keep-alive timeout (uvicorn's) runs until the next byte; the head deadline after it.
-            self._head_bytes = 0
 
         def _arm_head_deadline(self) -> None:
             self._cancel_head_deadline()

@@ -170,7 +170,7 @@ class Cluster:
 
     async def release(self, session_id: str) -> None:
         """Give up this daemon's lease of a stream it has finished writing (a gate run's)."""
-        await self._fetch("DELETE FROM leases WHERE session_id = %s AND owner = %s RETURNING session_id",
+        await self._fetch("DELETE FROM leases WHERE session_id = %s AND owner = %s",
                           (session_id, self.daemon_id))
 
     async def try_adopt(self, session_id: str) -> bool:

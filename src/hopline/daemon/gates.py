@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
+from hopline.daemon.cluster import Cluster
 from hopline.daemon.journal import EventJournal
 from hopline.daemon.sessions import SessionError, SessionManager
 from hopline.gate.git import Checkout, RepoError
@@ -264,21 +265,19 @@ class GateRegistry:
         self.runs[run.id] = run
         run.start()
         if cluster is not None:
-            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run)))
+            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run, cluster)))
             task.add_done_callback(self._releases.discard)
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
                                             "rounds": rounds})
         return run
 
-    async def _release_when_done(self, run: GateRun) -> None:
+    async def _release_when_done(self, run: GateRun, cluster: Cluster) -> None:
         """Once the run has ended and its last event is committed, its stream's lease goes."""
         await run.wait()
         await self.bus.flushed()
-        manager = self.driver.manager
-        manager.owned.discard(run.id)
-        if manager.cluster is not None:
-            with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
-                await manager.cluster.release(run.id)
+        self.driver.manager.owned.discard(run.id)
+        with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
+            await cluster.release(run.id)
 
     def _forget_ended(self) -> None:
         """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring

@@ -44,7 +44,6 @@ log = logging.getLogger("hopline.daemon.journal")
 
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
-_Row = StagedRow
 
 
 class LeaseLost(HoplineError):
@@ -61,7 +60,7 @@ class _Write:
     connection); ``future`` resolves when it is durable."""
 
     future: asyncio.Future[Any]
-    rows: list[_Row] | None = None
+    rows: list[StagedRow] | None = None
     apply: Callable[[Any], Any] | None = None
 
 
@@ -74,7 +73,7 @@ class PgJournal(StagedIds, EventJournal):
         self.on_fenced = on_fenced
         self._open: dict[str, int] = {}  # open session -> last committed id (as this daemon knows it)
         self._allocated: dict[str, int] = {}
-        self._staged: list[_Row] = []
+        self._staged: list[StagedRow] = []
         self._writes: collections.deque[_Write] = collections.deque()
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -186,7 +185,7 @@ class PgJournal(StagedIds, EventJournal):
             if self.on_fenced is not None:
                 self.on_fenced(tuple(sorted(fenced)))
 
-    def _release(self, rows: Sequence[_Row]) -> None:
+    def _release(self, rows: Sequence[StagedRow]) -> None:
         """A failed commit's ids go back to their session when nothing was staged after them."""
         first: dict[str, int] = {}
         last: dict[str, int] = {}

@@ -107,7 +107,6 @@ ROWS_PER_INSERT = 512
 _EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes"
 
 T = TypeVar("T")
-Row = StagedRow
 
 
 @dataclasses.dataclass(eq=False)
@@ -157,7 +156,7 @@ class SqliteJournal(StagedIds, EventJournal):
         # Event loop only: the last committed id and the last allocated id of each open session.
         self._last: dict[str, int] = {}
         self._allocated: dict[str, int] = {}
-        self._staged: list[Row] = []
+        self._staged: list[StagedRow] = []
         self._closed = False
 
     # --- the writer thread ------------------------------------------------------------------------
@@ -340,7 +339,7 @@ class SqliteJournal(StagedIds, EventJournal):
         wal = PAGE_SIZE_BYTES + sum(len(row[3]) for row in rows if len(row[3]) <= INLINE_MAX_BYTES)
         return self._submit(insert, nbytes=wal, settled=settled)
 
-    def _insert_events(self, db: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:
         """In the writer: large data to the segment files first, then every row."""
         external: dict[str, list[bytes]] = {}
         for session_id, _, _, data in rows:
@@ -367,7 +366,7 @@ class SqliteJournal(StagedIds, EventJournal):
             chunk = params[start:start + width]
             db.execute(_insert_statement(len(chunk) // 6), chunk)
 
-    def _settle_ids(self, rows: Sequence[Row], error: BaseException | None) -> None:
+    def _settle_ids(self, rows: Sequence[StagedRow], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
         give a failed commit's ids back when nothing was staged after them."""
         if error is None:
