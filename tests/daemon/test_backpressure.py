@@ -21,8 +21,8 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild
-from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.observe.pipe import PipeObservability
+from hopline.store.sqlite_journal import SqliteJournal
 from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError
 
 FRAMES = 20_000  # of about 1 KiB: 20 MiB, far more than the queue, the pipe and the stream buffer

@@ -13,7 +13,7 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon.app import SseStream
 from hopline.daemon.bus import EventBus
-from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.store.sqlite_journal import SqliteJournal
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES
 
 from .support import running_daemon

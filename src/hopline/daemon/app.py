@@ -56,11 +56,9 @@ from hopline.daemon.cluster import (
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
-from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
 from hopline.daemon.sessions import SessionManager
-from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
@@ -70,7 +68,9 @@ from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
 from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
+from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import migrate
+from hopline.store.sqlite_journal import SqliteJournal
 from hopline.vocabulary import (
     CLIENT_EVICTED,
     GATEWAY_URL_ENV,

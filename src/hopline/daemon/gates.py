@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster
-from hopline.daemon.journal import EventJournal
 from hopline.daemon.sessions import SessionError, SessionManager
 from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import (
@@ -47,6 +46,7 @@ from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
+from hopline.store.journal import EventJournal
 from hopline.vocabulary import CLIENT_EVICTED, STREAM_KIND, STREAM_KIND_GATE
 
 log = logging.getLogger("hopline.daemon.gates")

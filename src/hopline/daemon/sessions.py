@@ -45,15 +45,15 @@ from hopline.daemon.child import (
 )
 from hopline.daemon.cluster import Cluster, Owner
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
-from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
-from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
+from hopline.store.journal import EventJournal
+from hopline.store.pg_journal import PgJournal
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
