@@ -95,7 +95,7 @@ async def test_queued_events_go_out_in_one_write_split_exactly_at_the_bound(tmp_
 
 
 def test_frames_pass_through_from_their_threshold_on() -> None:
-    from hopline.daemon.sessions import _passthrough
+    from hopline.daemon.sessions.relay import passthrough_bytes as _passthrough
     from hopline.wire.ndjson import NdjsonDecoder
 
     def frame_of(size: int) -> object:

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -57,8 +57,9 @@ from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.session import DaemonSession
-from hopline.daemon.sessions import SessionManager
+from hopline.daemon.sessions.manager import SessionManager
+from hopline.daemon.sessions.ownership import Ownership
+from hopline.daemon.sessions.state import DaemonSession
 from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
@@ -324,7 +325,6 @@ def create_daemon_app(
     settings = settings if settings is not None else Settings()
     location = store_location(settings.store_url, data_dir)
     cluster: Cluster | None = None
-    fenced: list[Callable[[tuple[str, ...]], None]] = []  # the manager's, once it exists
     journal: SqliteJournal | PgJournal
     if location.shared:
         if not settings.cluster_token:
@@ -336,15 +336,12 @@ def create_daemon_app(
                                     "daemons reach this one (it listens on every address)")
         migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
         daemon_id = new_daemon_id()
-
-        def on_fenced(session_ids: tuple[str, ...]) -> None:
-            for stop in fenced:
-                stop(session_ids)
-
-        journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
         cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
                           token=settings.cluster_token)
+        ownership = Ownership(cluster)
+        journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=ownership.fenced)
     else:
+        ownership = Ownership(None)
         journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
     instruments = instruments if instruments is not None else PipeObservability(budget)
@@ -362,9 +359,8 @@ def create_daemon_app(
             projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
                              data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
-                             agent_env=agent_env, gateway_tokens=session_tokens, cluster=cluster)
-    fenced.append(manager.fenced)
-    bus.owns = manager.owned.__contains__
+                             agent_env=agent_env, gateway_tokens=session_tokens, ownership=ownership)
+    bus.owns = ownership.owns
     gates = GateRegistry(budget, manager, bus, journal, data_dir)
 
     gateway: FastAPI | None = None

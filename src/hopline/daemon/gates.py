@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
-from hopline.daemon.cluster import Cluster
-from hopline.daemon.sessions import SessionError, SessionManager
+from hopline.daemon.errors import SessionError
+from hopline.daemon.sessions.manager import SessionManager
+from hopline.daemon.sessions.ownership import Ownership
 from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import (
     CHECKOUT_DIR,
@@ -100,18 +101,18 @@ class ManagerDriver:
                 self.bus.unsubscribe(subscriber)
 
     async def cancel(self, session_id: str) -> None:
-        session = self.manager.sessions.get(session_id)
+        session = self.manager.find(session_id)
         if session is not None and session.child is not None and session.state == "ready":
             await self.manager.cancel(session)
 
     async def delete(self, session_id: str) -> None:
-        session = self.manager.sessions.get(session_id)
+        session = self.manager.find(session_id)
         if session is not None:
             await self.manager.delete(session)
 
     def has_session(self, session_id: str) -> bool:
         """A session this daemon holds in memory (a journaled one is loaded by :meth:`load_session`)."""
-        return session_id in self.manager.sessions
+        return self.manager.find(session_id) is not None
 
     async def load_session(self, session_id: str) -> bool:
         """Whether the session exists, read back from the journal into memory when it must be."""
@@ -258,26 +259,22 @@ class GateRegistry:
                                setting=CEILINGS_BY_KEY["max_gate_runs"].name)
         self._forget_ended()
         await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
-        cluster = self.driver.manager.cluster
-        if cluster is not None:  # on a shared store, a stream is written under its lease
-            await cluster.claim_new(run.id)
-            self.driver.manager.owned.add(run.id)
+        ownership = self.driver.manager.ownership
+        await ownership.claim_new(run.id)  # on a shared store, a stream is written under its lease
         self.runs[run.id] = run
         run.start()
-        if cluster is not None:
-            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run, cluster)))
+        if ownership.cluster is not None:
+            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run, ownership)))
             task.add_done_callback(self._releases.discard)
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
                                             "rounds": rounds})
         return run
 
-    async def _release_when_done(self, run: GateRun, cluster: Cluster) -> None:
+    async def _release_when_done(self, run: GateRun, ownership: Ownership) -> None:
         """Once the run has ended and its last event is committed, its stream's lease goes."""
         await run.wait()
         await self.bus.flushed()
-        self.driver.manager.owned.discard(run.id)
-        with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
-            await cluster.release(run.id)
+        await ownership.release(run.id)
 
     def _forget_ended(self) -> None:
         """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring
