@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.app import SseStream
 from hopline.daemon.bus import EventBus
+from hopline.daemon.routes.sse import SseStream
 from hopline.store.sqlite_journal import SqliteJournal
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
+from hopline.daemon.routes.sse import open_event_stream
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.gate.git import Checkout, RepoError
@@ -366,7 +367,6 @@ def gate_router(registry: GateRegistry) -> APIRouter:
         maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
-        from hopline.daemon.app import open_event_stream
 
         await registry.result(gate_id)  # 404 for a run this daemon never had
         return await open_event_stream(registry.bus, registry.budget, gate_id, max_queued=maxQueued,

@@ -146,6 +146,11 @@ class EventJournal(Protocol):
         """How many committed events of the session have this type."""
         ...
 
+    async def open(self) -> EventJournal:
+        """Connect what needs connecting before the first call (a no-op for SQLite, which opens in
+        its constructor); returns the journal."""
+        ...
+
     async def close(self) -> None:
         ...
 

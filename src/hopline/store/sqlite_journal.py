@@ -421,6 +421,9 @@ class SqliteJournal(StagedIds, EventJournal):
             (session_id, event_type)).fetchone())
         return int(found)
 
+    async def open(self) -> SqliteJournal:
+        return self  # opened by the constructor (the writer thread, the reader connection)
+
     async def close(self) -> None:
         if self._closed:
             return
