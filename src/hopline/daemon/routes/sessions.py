@@ -3,6 +3,7 @@ permission answers, delete; the sidecar routes under a session."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -59,7 +60,7 @@ class PromptAccepted(BaseModel):
 
 
 def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
-    budget, manager, bus, journal, gates = parts.budget, parts.manager, parts.bus, parts.journal, parts.gates
+    budget, manager, gates = parts.budget, parts.manager, parts.gates
     owner = OwnerWrites(manager, parts.cluster)
     router = APIRouter(route_class=route_class)
 
@@ -93,31 +94,11 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         await owner.here(request, session)
         return {"cancelled": await manager.cancel(session)}
 
-    @router.get("/session/{session_id}/events", responses={**ERRORS, 429: {}})
-    async def events(
-        session_id: str,
-        maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
-        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    ) -> Any:
-        session = await session_of(session_id)
-        return await open_event_stream(bus, budget, session.id, max_queued=maxQueued,
-                                       last_event_id=last_event_id)
-
     @router.post("/session/{session_id}/load", responses={**ERRORS, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str, request: Request) -> Any:
         session = await session_of(session_id)
         await owner.here(request, session)
         return await manager.load(session)
-
-    @router.get("/session/{session_id}/transcript", responses=ERRORS)
-    async def transcript(session_id: str,
-                         cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
-        session = await session_of(session_id)
-        after = parse_decimal_id(cursor, "cursor") if cursor else 0
-        page = await transcript_page(journal, session.id, after,
-                                     page_max_bytes=budget.transcript_page_max_bytes,
-                                     envelope_bytes=budget.transcript_page_envelope_bytes)
-        return Response(page, media_type="application/json")
 
     @router.post("/session/{session_id}/permission/{request_id}", responses=ERRORS)
     async def permission(session_id: str, request_id: str, body: PermissionBody, request: Request) -> Any:
@@ -141,4 +122,31 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             await session_of(session_id)  # 404 for a session this daemon does not know (D-7)
 
         router.include_router(sidecar_router(parts.store, authorize=sidecar_session))
+    _reading_routes(router, parts, session_of)
     return router
+
+
+def _reading_routes(router: APIRouter, parts: DaemonParts,
+                    session_of: Callable[[str], Awaitable[DaemonSession]]) -> None:
+    """The routes that only read a session (any daemon answers them: no owner rule)."""
+    budget, bus, journal = parts.budget, parts.bus, parts.journal
+
+    @router.get("/session/{session_id}/events", responses={**ERRORS, 429: {}})
+    async def events(
+        session_id: str,
+        maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> Any:
+        session = await session_of(session_id)
+        return await open_event_stream(bus, budget, session.id, max_queued=maxQueued,
+                                       last_event_id=last_event_id)
+
+    @router.get("/session/{session_id}/transcript", responses=ERRORS)
+    async def transcript(session_id: str,
+                         cursor: Annotated[str | None, Query(max_length=20)] = None) -> Response:
+        session = await session_of(session_id)
+        after = parse_decimal_id(cursor, "cursor") if cursor else 0
+        page = await transcript_page(journal, session.id, after,
+                                     page_max_bytes=budget.transcript_page_max_bytes,
+                                     envelope_bytes=budget.transcript_page_envelope_bytes)
+        return Response(page, media_type="application/json")
