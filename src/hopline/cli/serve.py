@@ -113,7 +113,7 @@ def register(app: typer.Typer) -> None:
 
         # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
         # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
-        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, log_config=None, loop="auto",
+        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
                                 timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
         server = DaemonServer(config)
         # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
