@@ -45,7 +45,9 @@ from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
-from hopline.gateway.errors import bounded_json_route, install_error_handlers
+from hopline.gateway.errors import bounded_json_route
+from hopline.gateway.handlers import install_error_handlers
+from hopline.gateway.incidents import LastResort
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
@@ -200,7 +202,8 @@ def create_daemon_app(
     from hopline.console import ConsoleDispatcher
 
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.
-    return InternalDispatcher(ConsoleDispatcher(authed), gateway, app)
+    # Outermost but for the /internal dispatch (the gateway app has its own last resort).
+    return InternalDispatcher(LastResort(ConsoleDispatcher(authed), HOP_DAEMON_API), gateway, app)
 
 
 def _routes(parts: DaemonParts) -> FastAPI:
