@@ -212,18 +212,16 @@ class GateRegistry:
         running = len(self.in_progress())
         if running >= budget.max_gate_runs:
             setting = CEILINGS_BY_KEY["max_gate_runs"].name
-            raise SessionError(429, "too_many_gate_runs",
-                               f"this would be gate run {running + 1} in progress in this daemon, over the "
-                               f"limit of {budget.max_gate_runs} ({setting}); wait for one to end",
-                               hop=HOP_GATE, limit=budget.max_gate_runs, observed=running + 1,
-                               setting=setting)
+            message = (f"this would be gate run {running + 1} in progress in this daemon, over the limit "
+                       f"of {budget.max_gate_runs} ({setting}); wait for one to end")
+            raise SessionError.over_limit(429, "too_many_gate_runs", "max_gate_runs", budget.max_gate_runs,
+                                          running + 1, message, hop=HOP_GATE)
         rounds = body.rounds if body.rounds is not None else DEFAULT_ROUNDS
         if not 1 <= rounds <= budget.gate_max_rounds:
             setting = CEILINGS_BY_KEY["gate_max_rounds"].name
-            raise SessionError(400, "invalid_rounds",
-                               f"rounds={rounds} is outside 1..{budget.gate_max_rounds} ({setting})",
-                               hop=HOP_GATE, field="rounds", limit=budget.gate_max_rounds,
-                               observed=rounds, setting=setting)
+            raise SessionError.over_limit(400, "invalid_rounds", "gate_max_rounds", budget.gate_max_rounds,
+                                          rounds, f"rounds={rounds} is outside 1..{budget.gate_max_rounds} "
+                                          f"({setting})", hop=HOP_GATE, field="rounds")
         if body.fix and body.devSessionId is not None:
             raise SessionError(400, "invalid_gate_request",
                                "fix makes its own dev session on the head checkout; devSessionId attaches "
@@ -253,11 +251,12 @@ class GateRegistry:
             await asyncio.to_thread(run.resolve)
         except RepoError as exc:
             raise SessionError(422, "invalid_gate_request", str(exc), hop=HOP_GATE) from None
-        if len(self.in_progress()) >= budget.max_gate_runs:  # others started while git ran
-            raise SessionError(429, "too_many_gate_runs", "the gate runs in progress reached the limit "
-                               f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
-                               hop=HOP_GATE, limit=budget.max_gate_runs,
-                               setting=CEILINGS_BY_KEY["max_gate_runs"].name)
+        running = len(self.in_progress())
+        if running >= budget.max_gate_runs:  # others started while git ran
+            raise SessionError.over_limit(429, "too_many_gate_runs", "max_gate_runs", budget.max_gate_runs,
+                                          running + 1, "the gate runs in progress reached the limit of "
+                                          f"{budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
+                                          hop=HOP_GATE)
         self._forget_ended()
         await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
         ownership = self.driver.manager.ownership

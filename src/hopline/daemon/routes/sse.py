@@ -156,10 +156,10 @@ async def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queu
     subscribers, limit = bus.subscriber_count(key), budget.max_subscribers_per_session
     if subscribers >= limit:
         setting = CEILINGS_BY_KEY["max_subscribers_per_session"].name
-        raise SessionError(429, "too_many_subscribers",
-                           f"this would be event stream {subscribers + 1} of this session, over the "
-                           f"limit of {limit} ({setting})", hop=HOP_DAEMON_SSE, limit=limit,
-                           observed=subscribers + 1, setting=setting)
+        message = (f"this would be event stream {subscribers + 1} of this session, over the limit of "
+                   f"{limit} ({setting})")
+        raise SessionError.over_limit(429, "too_many_subscribers", "max_subscribers_per_session", limit,
+                                      subscribers + 1, message, hop=HOP_DAEMON_SSE)
     subscriber, upto = await bus.subscribe(key, max_queued or budget.sse_queue_max_events)
     resync = None
     start = after or 0

@@ -147,7 +147,7 @@ class SessionLoader:
         if dropped in done:
             limit, observed = self.budget.pipe_max_frame_bytes, loading.frame_error_size
             ceiling = CEILINGS_BY_KEY["pipe_max_frame_bytes"]
-            raise SessionError.from_ceiling(422, ceiling.exceeded(
+            raise SessionError.from_limit(422, ceiling.exceeded(
                 limit, observed, f"bulk replay response of {observed} bytes exceeds the pipe max frame of "
                 f"{limit} bytes ({ceiling.name})"), "bulk_replay_too_large")
         raise agent_timeout(method, timeout)
@@ -157,13 +157,13 @@ class SessionLoader:
         max_bytes = self.budget.bulk_replay_max_bytes
         if count > max_updates:
             setting = CEILINGS_BY_KEY["bulk_replay_max_updates"].name
-            raise SessionError(
-                422, "bulk_replay_too_large",
+            raise SessionError.over_limit(
+                422, "bulk_replay_too_large", "bulk_replay_max_updates", max_updates, count,
                 f"bulk replay of {count} updates exceeds the limit of {max_updates} updates ({setting})",
-                hop=HOP_REPLAY, limit=max_updates, observed=count, setting=setting)
+                hop=HOP_REPLAY)
         if size > max_bytes:
             ceiling = CEILINGS_BY_KEY["bulk_replay_max_bytes"]
-            raise SessionError.from_ceiling(422, ceiling.exceeded(
+            raise SessionError.from_limit(422, ceiling.exceeded(
                 max_bytes, size, f"bulk replay of {size} bytes exceeds the limit of {max_bytes} bytes "
                 f"({ceiling.name})"), "bulk_replay_too_large")
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Owner
 from hopline.daemon.errors import SessionError, agent_failure
@@ -111,10 +111,10 @@ class SessionManager:
         live = sum(1 for s in self.sessions.values() if s.state in LIVE_STATES)
         if live >= limit:
             setting = CEILINGS_BY_KEY["max_live_sessions"].name
-            raise SessionError(503, "too_many_sessions",
-                               f"this daemon runs {live} sessions with an agent, the limit of {limit} "
-                               f"({setting}); delete one or retry later", limit=limit, observed=live + 1,
-                               setting=setting)
+            message = (f"this daemon runs {live} sessions with an agent, the limit of {limit} ({setting}); "
+                       "delete one or retry later")
+            raise SessionError.over_limit(503, "too_many_sessions", "max_live_sessions", limit, live + 1,
+                                          message, hop=HOP_DAEMON_API)
 
     # --- create / delete ------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import logging
 import secrets
 from typing import Any
 
-from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.errors import SessionError
@@ -60,10 +60,10 @@ class Prompts:
         pending, limit = len(session.prompts), self.budget.max_pending_prompts
         if pending >= limit:
             setting = CEILINGS_BY_KEY["max_pending_prompts"].name
-            raise SessionError(429, "too_many_pending_prompts",
-                               f"this would be prompt {pending + 1} running or queued in this session, over "
-                               f"the limit of {limit} ({setting}); wait for a turn to end", limit=limit,
-                               observed=pending + 1, setting=setting)
+            message = (f"this would be prompt {pending + 1} running or queued in this session, over the "
+                       f"limit of {limit} ({setting}); wait for a turn to end")
+            raise SessionError.over_limit(429, "too_many_pending_prompts", "max_pending_prompts", limit,
+                                          pending + 1, message, hop=HOP_DAEMON_API)
         prompt_id = "p_" + secrets.token_hex(8)
         # Registered at once (it counts toward the limit while the prompt is stored); the task
         # starts after open_prompt is queued, so its events follow it in the journal's write order.
