@@ -559,10 +559,6 @@ class Budget:
         }
 
 
-def load_budget(environ: Mapping[str, str] | None = None) -> Budget:
-    return Budget.from_env(environ)
-
-
 # --- settings that are not ceilings: where the state lives, and the cluster (SPEC X) -------------
 
 

@@ -162,11 +162,6 @@ class Subscriber:
                     "lastQueuedEventId": event.id}))
         self._wake()
 
-    def offer_synthetic(self, event: Event) -> None:
-        """A synthetic event about the session (``frame_dropped``): in order with the others, and
-        under the same bounds. Only the queue's own warning and eviction jump the line."""
-        self.offer(event)
-
     def _evict(self, event: Event) -> None:
         dropped = len(self._queue)
         first_dropped = self._queue[0].id if self._queue else event.id
