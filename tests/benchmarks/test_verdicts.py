@@ -84,3 +84,28 @@ def test_not_measured_is_skip() -> None:
     v = Verdict("x", None, 1.0, True, spread=0.01)
     assert v.status == "SKIP"
     assert v.to_json()["verdict"] == "SKIP" and v.to_json()["margin"] is None
+
+
+def test_the_readme_table_lists_every_verdict_with_its_spread_and_date() -> None:
+    from bench.report import BEGIN, END, render_table, replace_between_markers
+
+    results = {"benchmarks": {
+        "relay": {"date": "2026-12-01T22:00:00+00:00", "quick": False, "verdicts": [
+            Verdict("daemon vs naive relay, 1 KiB frames", 2.4, 2.0, True, spread=0.5).to_json(),
+            Verdict("daemon vs raw pipe, 1 MiB frames", 0.13, 0.25, True, spread=0.01).to_json()]},
+        "gateway": {"date": "2026-12-01T13:58:43+00:00", "quick": True, "verdicts": [
+            Verdict("413", 1.0, 1.0, True, unit="").to_json()]},
+        "scaleout": {"date": "2026-12-01T13:58:43+00:00", "skipped": "no PostgreSQL", "verdicts": []}}}
+    table = render_table(results)
+    lines = table.splitlines()
+    assert len(lines) == 2 + 4
+    assert ("| relay | daemon vs naive relay, 1 KiB frames: >= 2x | 2.4x | 0.5x | **NOISY** "
+            "| 2026-12-01 22:00 |") in lines
+    assert "**MISS**" in lines[3] and "0.01x" in lines[3]
+    assert lines[4].endswith("| **PASS** | 2026-12-01 13:58 (quick) |")
+    assert "**SKIP**" in lines[5]
+    readme = f"intro\n{BEGIN}\nold table\n{END}\nafter\n"
+    updated = replace_between_markers(readme, table)
+    assert "old table" not in updated and updated.startswith("intro\n")
+    assert updated.endswith(f"{END}\nafter\n")
+    assert replace_between_markers("no markers", "T").endswith(f"{BEGIN}\nT\n{END}\n")
