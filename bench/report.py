@@ -65,6 +65,10 @@ def replace_between_markers(text: str, block: str) -> str:
     return f"{text.rstrip()}\n\n{BEGIN}\n{block}\n{END}\n"
 
 
+def _size_label(nbytes: int) -> str:
+    return f"{nbytes // 2**20} MiB" if nbytes >= 2**20 else f"{nbytes // 2**10} KiB"
+
+
 def plot_relay(results: dict[str, Any], path: Path) -> str | None:
     """Draw the relay's throughput and CPU per MiB against frame size; None, or why not."""
     relay = (results.get("benchmarks") or {}).get("relay") or {}
@@ -95,11 +99,12 @@ def plot_relay(results: dict[str, Any], path: Path) -> str | None:
             axis.errorbar(px, med, yerr=err, marker="o", capsize=3, label=label)
     top.set_ylabel("throughput, MB/s (median, quartiles)")
     bottom.set_ylabel("CPU ms per MiB relayed\n(all processes of the path)")
-    bottom.set_xlabel("frame size (bytes)")
+    bottom.set_xlabel("frame size")
     for axis in (top, bottom):
         axis.set_xscale("log", base=2)
         axis.set_yscale("log")
         axis.grid(True, which="both", alpha=0.3)
+    bottom.set_xticks(xs, [_size_label(x) for x in xs])
     top.legend()
     top.set_title(f"relay, {str(relay.get('date', ''))[:16]} UTC{' (quick)' if relay.get('quick') else ''}")
     fig.tight_layout()
