@@ -108,8 +108,8 @@ def _relay_cpu_per_frame(path: Path, frames: int, settings: Settings) -> tuple[s
     """CPU seconds per frame of the relay's server process on this file (median of 3 runs): the
     daemon when it runs, else the naive relay."""
     if daemon_driver.available() is None:
-        env = {"HOPLINE_SIDECAR_THRESHOLD_BYTES": relay.RELAY_SIDECAR_THRESHOLD}
-        with daemon_driver.daemon(settings, daemon_driver.stream_agent(path), launch="serve", env=env) as d:
+        with daemon_driver.daemon(settings, daemon_driver.stream_agent(path), launch="serve",
+                                  env=relay.RELAY_ENV) as d:
             daemon_driver.relay_on(d, path, frames)  # warm-up
             runs = [daemon_driver.relay_on(d, path, frames)["cpu"]["server"] for _ in range(3)]
         return "daemon", statistics.median(runs) / frames
@@ -231,7 +231,8 @@ def _daemon_ab(settings: Settings, result: BenchResult) -> None:
         cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}  # daemon process CPU seconds per run
         with contextlib.ExitStack() as stack:
             daemons = {name: stack.enter_context(daemon_driver.daemon(
-                settings, agent, launch="bench", name=f"obs-{name}", **kwargs))  # type: ignore[arg-type]
+                settings, agent, launch="bench", name=f"obs-{name}", env=relay.RELAY_ENV,
+                **kwargs))  # type: ignore[arg-type]
                 for name, kwargs in VARIANTS.items()}
             for d in daemons.values():
                 daemon_driver.relay_on(d, path, count)  # warm-up

@@ -62,6 +62,11 @@ TIMEOUT_S = 120.0
 # Above the 8 MiB frames (and below the 16 MiB SSE event): this benchmark measures the relay of
 # whole frames, not the sidecar projection (bench/sidecars.py measures that).
 RELAY_SIDECAR_THRESHOLD = "12mb"
+# The warm pool off: with it, the create of each measured session starts a refill child whose
+# interpreter start-up (~0.1 s of CPU) falls inside the CPU window of the relay (measured: the
+# "agent" column at 5.5 ms per MiB of 1 KiB frames against 1.3 for the naive relay's same agent).
+# The pool is a per-session cost, measured by bench/warm_pool.py, not a per-MiB one.
+RELAY_ENV = {"HOPLINE_SIDECAR_THRESHOLD_BYTES": RELAY_SIDECAR_THRESHOLD, "HOPLINE_WARM_CHILDREN": "0"}
 
 
 def size_label(size: int) -> str:
@@ -242,7 +247,7 @@ def _print_row(label: str, row: dict[str, Any]) -> None:
 
 def _start_daemons(stack: contextlib.ExitStack, settings: Settings, agent_file: Path) -> dict[str, Any]:
     agent = daemon_driver.stream_agent(agent_file)
-    relay_env = {"HOPLINE_SIDECAR_THRESHOLD_BYTES": RELAY_SIDECAR_THRESHOLD}
+    relay_env = dict(RELAY_ENV)
     out: dict[str, Any] = {}
     for name in ("daemon", "daemonAgain"):
         out[name] = stack.enter_context(daemon_driver.daemon(settings, agent, launch="serve", name=name,
