@@ -45,9 +45,8 @@ from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
 from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
-from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import CLIENT_EVICTED, STREAM_KIND, STREAM_KIND_GATE
+from hopline.vocabulary import CLIENT_EVICTED, REVIEW_META, STREAM_KIND, STREAM_KIND_GATE
 
 log = logging.getLogger("hopline.daemon.gates")
 
