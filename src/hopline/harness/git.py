@@ -94,12 +94,19 @@ def check_commit(value: str, what: str) -> str:
     return value
 
 
-def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False) -> list[str]:
-    """``git diff`` of ``base..head`` (commit ids), whole or of one path, or its per-file counts."""
+WHOLE_FILE_CONTEXT = "--unified=1000000"  # a diff with the whole file as context: both sides in one hunk
+
+
+def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False,
+              whole: bool = False) -> list[str]:
+    """``git diff`` of ``base..head`` (commit ids), whole or of one path (``whole``: with the whole
+    file as context), or its per-file counts."""
     args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
             check_commit(base, "base"), check_commit(head, "head")]
     if stat:
         args.insert(1, "--numstat")
+    elif whole:
+        args.insert(1, WHOLE_FILE_CONTEXT)
     args.append("--")
     if path is not None:
         args.append(path)

@@ -257,16 +257,18 @@ class Workspace:
         path = args.get("path")
         if path is not None:
             path = diff_path(self.root, _str_arg(args, "path"))
-        stat = args.get("stat", False)
-        if not isinstance(stat, bool):
-            raise ToolError("argument 'stat' must be a boolean")
+        stat, whole = args.get("stat", False), args.get("whole", False)
+        if not isinstance(stat, bool) or not isinstance(whole, bool):
+            raise ToolError("arguments 'stat' and 'whole' must be booleans")
         budget = self.budget
         if self.review is not None:
-            argv = git.diff_args(self.review.base, self.review.head, path=path, stat=stat)
+            argv = git.diff_args(self.review.base, self.review.head, path=path, stat=stat, whole=whole)
         else:  # the uncommitted changes of the workspace's repository
             argv = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", "HEAD", "--"]
             if stat:
                 argv.insert(1, "--numstat")
+            elif whole:
+                argv.insert(1, git.WHOLE_FILE_CONTEXT)
             if path is not None:
                 argv.append(path)
         try:
