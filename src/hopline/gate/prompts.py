@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Sequence
 from typing import Any
 
 from hopline.gate.verdict import VERDICT_FORMAT
@@ -32,15 +31,17 @@ def _header(agent: str, base: str, head: str) -> str:
     return f"{GATE_REVIEW_MARKER} · agent {agent} · base {base} · head {head}"
 
 
-def test_command_line(test_command: Sequence[str] | None) -> str:
-    """The prompt's second line: the test command as a JSON list (or null when there is none)."""
-    return f"{TEST_COMMAND_MARKER} {json.dumps(list(test_command) if test_command else None)}"
+def test_command_line(test_command: dict[str, Any] | None) -> str:
+    """The prompt's second line: the test command (``{"argv", "file"}``) as JSON, or null."""
+    value = {"argv": list(test_command["argv"]), "file": test_command.get("file")} if test_command else None
+    return f"{TEST_COMMAND_MARKER} {json.dumps(value)}"
 
 
-def gate_prompt(agent: str, base: str, head: str, test_command: Sequence[str] | None = None) -> str:
+def gate_prompt(agent: str, base: str, head: str, test_command: dict[str, Any] | None = None) -> str:
     """What a gate agent is asked: its domain, its tools, the test command, and the verdict's form."""
-    shown = (f"The test command is `{shlex.join(test_command)}`: run_command runs it as it is (at='base' "
-             "on the base commit)." if test_command else "No test command was found for this repository.")
+    shown = (f"The test command is `{shlex.join(test_command['argv'])}`: run_command runs it as it is "
+             "(at='base' on the base commit)." if test_command
+             else "No test command was found for this repository.")
     return (f"{_header(agent, base, head)}\n{test_command_line(test_command)}\n"
             f"{shown}\n"
             f"You are the {TITLES[agent]} gate of this pull request: {DOMAINS[agent]}\n"

@@ -388,7 +388,7 @@ class GateRun:
         stalled = False
         try:
             text = gate_prompt(report.agent, self.base, head,
-                               self.test_command.argv if self.test_command else None)
+                               self.test_command.to_json() if self.test_command else None)
             for ask in (1, 2):
                 report.verdict_asks += 1
                 try:

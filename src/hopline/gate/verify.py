@@ -68,7 +68,7 @@ class FixVerifier:
         _, run = await self.commands.run(shlex.join(["python", "-m", "py_compile", *python]), "head")
         if run.exit_code == 0:
             return True
-        errors = parse_compile_errors(run.text)
+        errors = parse_compile_errors(run.text, python)
         check.compile_errors = [{"file": f, "line": line, "error": e} for f, line, e in errors]
         where = ", ".join(f"{f}:{line}" for f, line, _ in errors) or f"exit code {run.exit_code}"
         check.reason = f"the fix does not build: py_compile fails ({where})"

@@ -20,7 +20,8 @@ def _compile_findings(notes: dict[str, Any]) -> list[dict[str, Any]]:
     run = notes["runs"].get("compile")
     if run is None or run["failed"] or run["exitCode"] == 0:
         return []
-    errors = parse_compile_errors(run["text"])
+    python = [str(f[0]) for f in notes["files"] or [] if str(f[0]).endswith(".py") and int(f[1]) > 0]
+    errors = parse_compile_errors(run["text"], python)
     if not errors:
         first = next((str(f[0]) for f in notes["files"] or [] if str(f[0]).endswith(".py")), ".")
         return [{"severity": "error", "file": first, "line": None, "rule": COMPILE_RULE,

@@ -9,13 +9,14 @@ import ast
 import dataclasses
 import re
 import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
 from typing import Any
 
 # pytest -rA: "PASSED tests/test_x.py::test_a", "FAILED tests/test_x.py::test_b - assert 1 == 2",
 # "ERROR tests/test_x.py - ImportError: ..." (a module that did not import: a collection error).
 _SUMMARY_RE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED)\s+(\S+?)(?:\s+-\s+(.*))?$", re.MULTILINE)
-_COUNTS_RE = re.compile(r"^=+ (.*\b(?:passed|failed|error|errors|skipped|deselected|no tests ran)\b.*) in "
-                        r"[\d.]+s(?: \([^)]*\))? =+$", re.MULTILINE)
+_COUNTS_RE = re.compile(r"^(?:=+ )?(\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
+                        r"\b.*?|no tests ran) in [\d.]+s(?: \([^)]*\))?(?: =+)?$", re.MULTILINE)
 _COUNT_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
 # py_compile: '  File "src/calc.py", line 3' then the source line, a caret, then "SyntaxError: ..."
 _COMPILE_RE = re.compile(r'^\s*File "([^"]+)", line (\d+)\n(?:.*\n){0,3}?((?:\w+Error|\w+Exception)[^\n]*)',
@@ -97,11 +98,19 @@ def parse_junit(xml: str) -> TestReport:
     return report
 
 
-def parse_compile_errors(text: str) -> list[tuple[str, int, str]]:
-    """``(file, line, error)`` of each file ``python -m py_compile`` could not compile."""
+def parse_compile_errors(text: str, files: Sequence[str] = ()) -> list[tuple[str, int, str]]:
+    """``(file, line, error)`` of each file ``python -m py_compile`` could not compile; a bare file
+    name (Python 3.11's "Sorry: ... (calc.py, line 5)") is given back as the one of ``files`` it names."""
     found = [(file, int(line), error.strip()[:300]) for file, line, error in _COMPILE_RE.findall(text)]
     found += [(file, int(line), error.strip()[:300]) for error, file, line in _SORRY_RE.findall(text)]
-    return found
+    out: list[tuple[str, int, str]] = []
+    for file, line, error in found:
+        if "/" not in file:
+            named = [f for f in files if f.rsplit("/", 1)[-1] == file]
+            file = named[0] if len(named) == 1 else file
+        if all((file, line) != (f, n) for f, n, _ in out):
+            out.append((file, line, error))
+    return out
 
 
 # --- a change that leaves behaviour alone ------------------------------------------------------------
