@@ -128,13 +128,15 @@ def _runtime_dirs() -> list[str]:
 
 def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits) -> list[str]:
     """``argv`` under bubblewrap: ``root`` read-only (and the working directory), ``/tmp`` a
-    private tmpfs, every namespace unshared, every capability dropped."""
+    private tmpfs (the only writable place: the sandbox's own root is remounted read-only), every
+    namespace unshared, every capability dropped."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", *_system_binds()]
     for path in _runtime_dirs():
         args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_bytes), "--tmpfs", SANDBOX_TMP,
-             "--dir", SANDBOX_HOME, "--ro-bind", str(root), str(root), "--chdir", str(root), "--", *argv]
+             "--dir", SANDBOX_HOME, "--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir", str(root),
+             "--", *argv]
     return args
 
 
