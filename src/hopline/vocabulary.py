@@ -106,6 +106,8 @@ GATE_EVENT_TYPES: tuple[str, ...] = (GATE_STARTED, GATE_ROUND, GATE_ITEM, GATE_P
 
 
 def gate_vocabulary() -> dict[str, object]:
-    """What the console reads of the gate's names (``GET /gate/vocabulary``): spelled here only."""
+    """What the console reads of the gate's names (``GET /gate/vocabulary``): spelled here only.
+    ``events`` maps each constant's name (``GATE_ROUND``) to the event type it stands for."""
     return {"agents": list(GATE_AGENTS),
-            "events": {name: name for name in GATE_EVENT_TYPES}}
+            "events": {name: value for name, value in globals().items()
+                       if isinstance(value, str) and value in GATE_EVENT_TYPES}}

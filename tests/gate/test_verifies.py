@@ -171,4 +171,5 @@ def test_gate_vocabulary_is_served_once(hopline_gate_daemon: Daemon) -> None:
                          timeout=30)
     assert response.status_code == 200
     served = response.json()
-    assert served["agents"] == list(GATE_AGENTS) and sorted(served["events"]) == sorted(GATE_EVENT_TYPES)
+    assert served["agents"] == list(GATE_AGENTS) and sorted(served["events"].values()) == sorted(GATE_EVENT_TYPES)
+    assert served["events"]["GATE_ROUND"] == "gate_round"
