@@ -24,8 +24,10 @@ HOPLINE = [sys.executable, "-m", "hopline"]
 
 
 def cli(args: list[str], cwd: Path, daemon: Daemon) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "80", "HOPLINE_SERVER_TOKEN": daemon.token}  # a CI log: no TTY, 80 columns
-    return subprocess.run([*HOPLINE, "gate", "--url", daemon.url, *args], cwd=cwd, env=env, capture_output=True,
+    env = {**os.environ, "COLUMNS": "80",
+           "HOPLINE_SERVER_TOKEN": daemon.token}  # a CI log: no TTY, 80 columns
+    return subprocess.run([*HOPLINE, "gate", "--url", daemon.url, *args], cwd=cwd, env=env,
+                          capture_output=True,
                           text=True, timeout=600)
 
 
@@ -37,8 +39,8 @@ def test_a_ci_log_has_plain_whole_finding_lines_naming_agent_and_rule(hopline_ga
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert any(line.startswith("sandbox: bwrap") or line.startswith("sandbox: unshare") for line in lines)
-    assert "  error src/sample/settings.py:3 appsec/hardcoded-credential: a hard-coded credential (an AWS access " \
-           "key id): read it from the environment or a secret store" in lines
+    assert ("  error src/sample/settings.py:3 appsec/hardcoded-credential: a hard-coded credential (an AWS "
+            "access key id): read it from the environment or a secret store") in lines
     assert any(re.fullmatch(r"  error src/sample/cache\.py:10 qa_performance_security/unsafe-eval: .+", line)
                for line in lines)
     assert any(line.startswith("qa_automation: fail, ") and "ran `python -m pytest" in line for line in lines)
@@ -46,7 +48,8 @@ def test_a_ci_log_has_plain_whole_finding_lines_naming_agent_and_rule(hopline_ga
 
 
 @pytest.mark.e2e
-def test_the_cli_says_an_empty_range_has_nothing_to_review(hopline_gate_daemon: Daemon, tmp_path: Path) -> None:
+def test_the_cli_says_an_empty_range_has_nothing_to_review(hopline_gate_daemon: Daemon,
+                                                           tmp_path: Path) -> None:
     repo, _, head = make_repo(tmp_path / "repo", {"a.py": "A = 1\n"}, {"a.py": "A = 2\n"})
     done = cli(["--repo", str(repo), "--base", head, "--head", head], tmp_path, hopline_gate_daemon)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -60,7 +63,8 @@ def _event(type_: str, **data: object) -> Event:
 def test_each_round_s_live_table_shows_its_own_states() -> None:
     view = GateView()
     view.apply(_event("gate_round", round=1, head="a" * 40))
-    view.apply(_event("gate_verdict", agent="appsec", verdict="fail", findings=[], iterations=3, compactions=0))
+    view.apply(_event("gate_verdict", agent="appsec", verdict="fail", findings=[], iterations=3,
+                      compactions=0))
     assert view.rows["appsec"]["verdict"] == "fail"
     view.apply(_event("gate_round", round=2, head="b" * 40))
     view.apply(_event("gate_item", agent="appsec", item="gate_running"))
@@ -69,13 +73,16 @@ def test_each_round_s_live_table_shows_its_own_states() -> None:
 
 def _result() -> dict[str, object]:
     finding = {"severity": "error", "file": "src/k.py", "line": 3, "rule": "hardcoded-credential",
-               "message": "a hard-coded credential (a password): read it from the environment or a secret store"}
+               "message": "a hard-coded credential (a password): read it from the environment or a secret "
+                          "store"}
     agent = {"agent": "appsec", "verdict": "fail", "summary": "read 1 changed files", "findings": [finding],
              "iterations": 3, "compactions": 0, "http413s": 0, "attempt": 1}
-    return {"gateId": "g_" + "0" * 24, "base": "a" * 40, "head": "b" * 40, "finalHead": "c" * 40, "roundsRun": 2,
+    return {"gateId": "g_" + "0" * 24, "base": "a" * 40, "head": "b" * 40, "finalHead": "c" * 40,
+            "roundsRun": 2,
             "exitCode": 0, "agents": [{**agent, "verdict": "pass", "findings": []}],
             "history": [{"round": 1, "head": "b" * 40, "agents": [agent]}],
-            "devTurns": [{"round": 1, "commit": "c" * 40, "reason": "the fix builds and every test that passed at "
+            "devTurns": [{"round": 1, "commit": "c" * 40, "reason": "the fix builds and every test that "
+                                                                    "passed at "
                           "the base still passes", "verification": {"headTests": {"summary": "3 passed"}}}]}
 
 
@@ -86,7 +93,8 @@ def test_the_summary_shows_every_round_and_the_verified_fix_commit() -> None:
     print_result(console, _result())
     text = console.export_text()
     assert "round 1 (head bbbbbbbbbbbb):" in text and "round 2 (head cccccccccccc):" in text
-    assert ("  error src/k.py:3 appsec/hardcoded-credential: a hard-coded credential (a password): read it from "
+    assert ("  error src/k.py:3 appsec/hardcoded-credential: a hard-coded credential (a password): read it "
+            "from "
             "the environment or a secret store") in text.splitlines()
     assert f"dev fix after round 1: commit {'c' * 40}" in text and "verified: the fix builds" in text
     assert "tests at the fix's head: 3 passed" in text

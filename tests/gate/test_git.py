@@ -99,7 +99,7 @@ def test_git_diff_shows_the_change_under_review(repo: tuple[Path, str, str]) -> 
     assert "+y = 3" in one and "tests/test_app.py" not in one
     whole = tools.git_diff({})
     assert "+y = 3" in whole and "+def test(): pass" in whole
-    with pytest.raises(ToolError, match="'..' part is refused"):
+    with pytest.raises(ToolError, match=r"'\.\.' part is refused"):
         tools.git_diff({"path": "../outside"})
     with pytest.raises(ValueError, match="commit id"):
         ReviewRange("--output=/tmp/x", head)

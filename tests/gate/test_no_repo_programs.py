@@ -21,7 +21,8 @@ BUDGET = Budget.defaults()
 
 def _planted(tmp_path: Path) -> tuple[Path, str, str, Path]:
     canary = tmp_path / "ran"
-    repo, base, head = make_repo(tmp_path / "repo", {"a.txt": "one\n", ".gitattributes": "*.txt filter=evil diff=evil\n"},
+    repo, base, head = make_repo(tmp_path / "repo", {"a.txt": "one\n", ".gitattributes": "*.txt filter=evil "
+                                                                                         "diff=evil\n"},
                                  {"a.txt": "two\n"})
     return repo, base, head, canary
 
@@ -48,7 +49,7 @@ def test_a_post_checkout_hook_does_not_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("key", ["smudge", "clean", "process"])
 def test_a_filter_driver_does_not_run(tmp_path: Path, key: str) -> None:
-    repo, base, head, canary = _planted(tmp_path)
+    repo, _, head, canary = _planted(tmp_path)
     git(repo, "config", f"filter.evil.{key}", f"sh -c 'touch {canary}; cat'")
     git(repo, "config", "filter.evil.required", "true")
     checkout = Checkout.create(repo, tmp_path / "wt", head, BUDGET)
@@ -93,7 +94,8 @@ def test_the_sandbox_holds_read_only_tree_tmpfs_no_network_rlimits(tmp_path: Pat
              "'Max address', 'Max processes', 'Max file size'))))\n"
              "    pathlib.Path(os.environ['TMPDIR'], 'scratch').write_text('ok')\n"
              "    for target in ('tests/made', os.path.expanduser('~root/made-by-pr')):\n"
-             "        try:\n            pathlib.Path(target).write_text('x')\n            print('WROTE', target)\n"
+             "        try:\n            pathlib.Path(target).write_text('x')\n            print('WROTE', "
+             "target)\n"
              "        except OSError:\n            pass\n"
              "    try:\n        socket.create_connection(('192.0.2.1', 80), 1)\n        print('NETWORK')\n"
              "    except OSError:\n        pass\n")
@@ -108,7 +110,8 @@ def test_the_sandbox_holds_read_only_tree_tmpfs_no_network_rlimits(tmp_path: Pat
         assert "WROTE" not in output and "NETWORK" not in output
         limits = next(line for line in output.splitlines() if line.startswith("LIMITS="))
         for expected in ("Max cpu time              77", "Max processes             333",
-                         f"Max file size             {5 * 1024 * 1024}", f"Max address space         {3 * 1024 ** 3}"):
+                         f"Max file size             {5 * 1024 * 1024}", f"Max address space         "
+                                                                         f"{3 * 1024 ** 3}"):
             assert expected in limits, limits
         assert not (repo / "tests" / "made").exists() and not Path("/root/made-by-pr").exists()
         base_output, base_command = _run(tools, "python -m pytest -q tests/test_probe.py", at="base")
@@ -122,7 +125,8 @@ def test_a_memory_hog_hits_its_rlimit(tmp_path: Path) -> None:
     hog = "def test_hog():\n    blob = bytearray(600 * 1024 * 1024)\n    assert blob\n"
     repo, base, head = make_repo(tmp_path / "repo", {"tests/test_hog.py": "def test_hog(): pass\n"},
                                  {"tests/test_hog.py": hog})
-    tools = Workspace(repo, BUDGET.replace(sandbox_memory_bytes=256 * 1024 * 1024), review=ReviewRange(base, head))
+    tools = Workspace(repo, BUDGET.replace(sandbox_memory_bytes=256 * 1024 * 1024), review=ReviewRange(base,
+                                                                                                       head))
     try:
         output, command = _run(tools, "python -m pytest -q tests/test_hog.py")
         assert command["exitCode"] != 0 and "MemoryError" in output

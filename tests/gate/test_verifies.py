@@ -19,7 +19,8 @@ from .conftest import make_repo, run_gate, worktrees
 pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents, sandboxes)
 
 PYPROJECT = '[tool.pytest.ini_options]\npythonpath = ["src"]\n'
-CALC = "def add(a: int, b: int) -> int:\n    return a + b\n\n\ndef sub(a: int, b: int) -> int:\n    return a - b\n"
+CALC = ("def add(a: int, b: int) -> int:\n    return a + b\n\n\n"
+        "def sub(a: int, b: int) -> int:\n    return a - b\n")
 TESTS = ("from calc import add, sub\n\n\ndef test_add() -> None:\n    assert add(1, 2) == 3\n\n\n"
          "def test_sub() -> None:\n    assert sub(3, 2) == 1\n")
 BASE = {"pyproject.toml": PYPROJECT, "src/calc.py": CALC, "tests/test_calc.py": TESTS}
@@ -31,7 +32,7 @@ def by_agent(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_a_source_file_that_does_not_parse_fails_qa_automation_at_its_line(hopline_gate_daemon: Daemon,
                                                                           tmp_path: Path) -> None:
-    broken = "def add(a: int, b: int) -> int:\n    return a + b\n\n\ndef sub(a: int, b: int) -> int\n    return a - b\n"
+    broken = CALC.replace("def sub(a: int, b: int) -> int:", "def sub(a: int, b: int) -> int")
     repo, base, head = make_repo(tmp_path / "repo", BASE, {"src/calc.py": broken,
                                                            "tests/test_calc.py": TESTS + "\n# touched\n"})
     result, _ = run_gate(hopline_gate_daemon, repo, base=base, head=head, agents=["qa_automation"])
@@ -44,7 +45,8 @@ def test_a_source_file_that_does_not_parse_fails_qa_automation_at_its_line(hopli
     assert result["testCommand"]["source"] == "pytest"
 
 
-def test_a_broken_add_fails_qa_automation_naming_test_add(hopline_gate_daemon: Daemon, tmp_path: Path) -> None:
+def test_a_broken_add_fails_qa_automation_naming_test_add(hopline_gate_daemon: Daemon,
+                                                          tmp_path: Path) -> None:
     repo, base, head = make_repo(tmp_path / "repo", BASE, {"src/calc.py": CALC.replace("a + b", "a - b")})
     result, _ = run_gate(hopline_gate_daemon, repo, base=base, head=head, agents=["qa_automation"])
     assert result["exitCode"] == 1, by_agent(result)["qa_automation"]["summary"]
@@ -56,10 +58,12 @@ def test_a_broken_add_fails_qa_automation_naming_test_add(hopline_gate_daemon: D
     assert "at head: 1 failed, 1 passed" in qa["summary"] and "at base: 2 passed" in qa["summary"]
 
 
-def test_a_failure_the_base_has_too_is_a_warning_not_a_fail(hopline_gate_daemon: Daemon, tmp_path: Path) -> None:
+def test_a_failure_the_base_has_too_is_a_warning_not_a_fail(hopline_gate_daemon: Daemon,
+                                                            tmp_path: Path) -> None:
     failing = {**BASE, "tests/test_calc.py": TESTS + "\n\ndef test_old() -> None:\n    assert False\n"}
     repo, base, head = make_repo(tmp_path / "repo", failing, {"src/calc.py": CALC + "\n\nZERO = 0\n",
-                                                              "tests/test_zero.py": "def test_zero():\n    pass\n"})
+                                                              "tests/test_zero.py": "def test_zero():\n    "
+                                                                                    "pass\n"})
     result, _ = run_gate(hopline_gate_daemon, repo, base=base, head=head, agents=["qa_automation"])
     qa = by_agent(result)["qa_automation"]
     assert (result["exitCode"], qa["verdict"]) == (0, "pass")
@@ -132,14 +136,16 @@ def test_an_empty_range_is_nothing_to_review_and_starts_no_agent(hopline_gate_da
     assert worktrees(repo) == [str(repo)]
 
 
-def test_a_typing_only_refactor_is_not_an_untested_change(hopline_gate_daemon: Daemon, tmp_path: Path) -> None:
+def test_a_typing_only_refactor_is_not_an_untested_change(hopline_gate_daemon: Daemon,
+                                                          tmp_path: Path) -> None:
     plain = 'def add(a, b=None):\n    """Add."""\n    return a + (b or 0)\n'
     typed = ("from __future__ import annotations\n\nimport typing as t\n\n\n"
              "def add(a: int, b: t.Optional[int] = None) -> int:\n    # the sum\n    return a + (b or 0)\n")
     repo, base, head = make_repo(tmp_path / "repo", {"src/m.py": plain, "src/n.py": "X = 1\n"},
                                  {"src/m.py": typed, "src/n.py": "X = 2\n"})
     result, _ = run_gate(hopline_gate_daemon, repo, base=base, head=head, agents=["qa_strategy"])
-    untested = [f["file"] for f in by_agent(result)["qa_strategy"]["findings"] if f["rule"] == "untested-change"]
+    findings = by_agent(result)["qa_strategy"]["findings"]
+    untested = [f["file"] for f in findings if f["rule"] == "untested-change"]
     assert untested == ["src/n.py"]  # the typing-only file is exempt, the behaviour change is not
     assert "keep their AST" in by_agent(result)["qa_strategy"]["summary"]
 
@@ -171,5 +177,6 @@ def test_gate_vocabulary_is_served_once(hopline_gate_daemon: Daemon) -> None:
                          timeout=30)
     assert response.status_code == 200
     served = response.json()
-    assert served["agents"] == list(GATE_AGENTS) and sorted(served["events"].values()) == sorted(GATE_EVENT_TYPES)
+    assert served["agents"] == list(GATE_AGENTS)
+    assert sorted(served["events"].values()) == sorted(GATE_EVENT_TYPES)
     assert served["events"]["GATE_ROUND"] == "gate_round"

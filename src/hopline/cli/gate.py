@@ -137,7 +137,8 @@ def fix_line(turn: dict[str, Any]) -> str:
     """A dev fix's outcome: its commit and what verified it, or why no commit was made."""
     verification = turn.get("verification") or {}
     head = verification.get("headTests") or {}
-    ran = f"; tests at the fix's head: {head.get('summary') or 'exit ' + str(head.get('exitCode'))}" if head else ""
+    told = head.get("summary") or f"exit {head.get('exitCode')}"
+    ran = f"; tests at the fix's head: {told}" if head else ""
     if turn.get("commit"):
         return (f"dev fix after round {turn.get('round')}: commit {turn['commit']} (git cherry-pick "
                 f"{str(turn['commit'])[:12]}), verified: {turn.get('reason')}{ran}")
@@ -146,7 +147,7 @@ def fix_line(turn: dict[str, Any]) -> str:
 
 def finding_line(agent: str, finding: dict[str, Any]) -> str:
     """One finding as a CI log shows it, whole: ``error src/x.py:13 appsec/hardcoded-credential: ...``."""
-    where = f"{finding.get('file')}:{finding.get('line')}" if finding.get("line") else str(finding.get("file"))
+    where = str(finding.get("file")) + (f":{finding['line']}" if finding.get("line") else "")
     message = " ".join(str(finding.get("message")).split())
     return f"{finding.get('severity')} {where} {agent}/{finding.get('rule')}: {message}"
 
@@ -157,7 +158,8 @@ def plain_summary(result: dict[str, Any]) -> list[str]:
     for agent in result.get("agents") or []:
         findings = agent.get("findings") or []
         errors = sum(1 for f in findings if f.get("severity") == "error")
-        lines.append(f"{agent.get('agent')}: {agent.get('verdict')}, {len(findings)} findings ({errors} errors), "
+        lines.append(f"{agent.get('agent')}: {agent.get('verdict')}, {len(findings)} findings ({errors} "
+                     f"errors), "
                      f"{agent.get('iterations')} iterations, {agent.get('compactions')} compactions, "
                      f"{agent.get('http413s')} 413s — {' '.join(str(agent.get('summary')).split())}")
     lines.append(f"hopline gate {str(result.get('base', ''))[:12]}..{str(result.get('finalHead', ''))[:12]}: "
@@ -219,7 +221,8 @@ def print_result(console: Console, result: dict[str, Any]) -> None:
                 else:
                     console.print("  " + line, highlight=False, markup=False, soft_wrap=True)
             if agent.get("verdict") == "error":
-                console.print(f"  {agent.get('agent')}: {agent.get('summary')}", highlight=False, markup=False,
+                console.print(f"  {agent.get('agent')}: {agent.get('summary')}", highlight=False,
+                              markup=False,
                               soft_wrap=True)
     if result.get("devStates"):
         states = " → ".join([result["devStates"][0]["previous"], *(c["state"] for c in result["devStates"])])
@@ -282,7 +285,8 @@ def write_sarif(path: Path, result: dict[str, Any]) -> None:
 async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: str, base: str | None,
                    head: str | None, agents: list[str] | None, dev_session: str | None, fix: bool,
                    rounds: int | None, scripted: dict[str, Any] | None, as_json: bool,
-                   sarif: Path | None, test_command: str | None = None, allow_unsandboxed: bool = False) -> int:
+                   sarif: Path | None, test_command: str | None = None,
+                   allow_unsandboxed: bool = False) -> int:
     import orjson
     from rich.console import Console
 
@@ -342,9 +346,11 @@ def register(app: typer.Typer) -> None:
         agent: list[str] = typer.Option(None, "--agent", help="Only this gate agent (repeatable)."),
         scripted: str = typer.Option(None, "--scripted", help="Hints for the scripted model (JSON object)."),
         test_cmd: str = typer.Option(None, "--test-cmd", help="The test command qa_automation runs (default: "
-                                     "the base's .hopline/gate.toml, else detected: pytest, go, cargo, npm, make)."),
-        allow_unsandboxed: bool = typer.Option(False, "--allow-unsandboxed", help="Run the pull request's code "
-                                               "even where no sandbox (bwrap, unshare) runs."),
+                                     "the base's .hopline/gate.toml, else detected: pytest, go, cargo, npm, "
+                                     "make)."),
+        allow_unsandboxed: bool = typer.Option(
+            False, "--allow-unsandboxed", help="Run the pull request's code even where no sandbox (bwrap, "
+                                               "unshare) runs."),
     ) -> None:
         """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
         from hopline.cli.run import parse_scripted

@@ -28,6 +28,7 @@ from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
+from hopline.client.events import Event
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster
 from hopline.daemon.journal import EventJournal
@@ -38,7 +39,6 @@ from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
 from hopline.harness.scripted import scripted_hints
 from hopline.sidecars.projection import restore_update
-from hopline.client.events import Event
 from hopline.vocabulary import (
     CLIENT_EVICTED,
     GATE_AGENTS,

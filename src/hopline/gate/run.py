@@ -15,10 +15,15 @@ the loop retries a transient model-origin failure; no event for ``HOPLINE_GATE_S
 is retried once on a fresh session (``gate_retrying``), then it is ``gate_error``. A final answer with
 no valid verdict is asked for once more in the same session, then it is ``gate_error``: never a pass.
 
+Before any agent: an empty range is "nothing to review" (exit 0, no agent, no checkout); with no
+sandbox that runs here the run fails unless the operator allowed unsandboxed runs; the test command
+is chosen (:mod:`hopline.gate.testcmd`) and travels to the gate sessions in their review meta.
+
 With ``fix`` and a ``fail`` verdict while rounds remain, the dev agent (a session on the checkout,
-``dev`` profile) gets one prompt with the findings; what it writes is committed in the checkout
-(a detached commit: the new head) and the gate runs again. The checkout is removed at the end,
-whatever the end (verdicts, an error, a cancel).
+``dev`` profile) gets one prompt with the findings; what it writes becomes a commit (the new head)
+only once :mod:`hopline.gate.verify` found that it builds and keeps the base's passing tests, and
+the gate runs again; else the round records ``fix_failed`` and the run ends. The checkout is removed
+at the end, whatever the end (verdicts, an error, a cancel).
 """
 
 from __future__ import annotations
@@ -31,15 +36,22 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import Budget
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
 from hopline.gate import testcmd
-from hopline.gate.git import Checkout, RepoError, changes_nothing, default_base, repository_root, resolve_commit
+from hopline.gate.driver import SessionDriver, Stalled, follow_turn
+from hopline.gate.git import (
+    Checkout,
+    RepoError,
+    changes_nothing,
+    default_base,
+    repository_root,
+    resolve_commit,
+)
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
 from hopline.gate.report import AgentReport, track
 from hopline.gate.states import (
@@ -54,7 +66,7 @@ from hopline.gate.states import (
     move_run,
 )
 from hopline.gate.verdict import ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
-from hopline.gate.verify import FixVerifier
+from hopline.gate.verify import FixVerifier, verified_commit
 from hopline.harness.sandbox import Sandbox, detect_sandbox
 from hopline.vocabulary import (
     DEV_STATE,
@@ -76,38 +88,6 @@ CHECKOUT_DIR = "checkout"
 NOTHING_TO_REVIEW = "nothing to review: base and head hold the same tree"
 
 
-class SessionDriver(Protocol):
-    """What a gate run needs of a daemon: its sessions, their events, and a place to publish."""
-
-    async def create_session(self, *, cwd: str, profile: str, scripted: dict[str, Any] | None,
-                             review: dict[str, Any] | None) -> str:
-        """A new session (tools auto-approved); ``review`` = ``{base, head}`` makes it a gate session."""
-        ...
-
-    async def prompt(self, session_id: str, text: str) -> str:
-        """Queue a prompt; its id."""
-        ...
-
-    def events(self, session_id: str, *, after: int) -> AsyncIterator[Event]:
-        """The session's events with an id above ``after``, then live ones, in order (never ending)."""
-        ...
-
-    async def cancel(self, session_id: str) -> None: ...
-
-    async def delete(self, session_id: str) -> None: ...
-
-    def has_session(self, session_id: str) -> bool: ...
-
-    async def resolve_update(self, session_id: str, update: dict[str, Any]) -> dict[str, Any]:
-        """The original of a projected update: its fields moved to sidecars set back (size and
-        sha256 checked); a :class:`~hopline.budget.HoplineError` when one cannot be."""
-        ...
-
-    def publish(self, stream: str, event_type: str, data: dict[str, Any]) -> None:
-        """Journal and deliver one event on a stream (a gate run's id, or a session's)."""
-        ...
-
-
 @dataclasses.dataclass(frozen=True)
 class GateRequest:
     repo: Path
@@ -127,10 +107,6 @@ class _NoVerdict:
     reason: str
     error: dict[str, Any] | None = None
     retry: bool = True  # a fresh attempt may help (a stall, a failed turn); not after a bad answer
-
-
-class _Stalled(HoplineError):
-    pass
 
 
 # What a failed turn's error says that a report keeps (sizes and origins, never a message's payload).
@@ -393,7 +369,7 @@ class GateRun:
                 report.verdict_asks += 1
                 try:
                     tracker = await self._follow(session_id, text, report)
-                except _Stalled:
+                except Stalled:
                     stalled = True
                     report.stalls += 1
                     self._set_item(report, GateItem.STALLED,
@@ -422,47 +398,13 @@ class GateRun:
             self._cursors.pop(session_id, None)
 
     async def _follow(self, session_id: str, text: str, report: AgentReport | None) -> TurnTracker:
-        """Prompt the session and fold its events until that turn ends; :class:`_Stalled` after
-        ``HOPLINE_GATE_STALL_SECONDS`` without an event. ``report`` (a gate's) follows its item."""
-        prompt_id = await self.driver.prompt(session_id, text)
-        tracker = TurnTracker(prompt_id)
-        stream = self.driver.events(session_id, after=self._cursors.get(session_id, 0))
-        events = stream.__aiter__()
-        try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(events.__anext__(), self.budget.gate_stall_seconds)
-                except TimeoutError:
-                    raise _Stalled() from None
-                except StopAsyncIteration:  # the session went away under the turn
-                    tracker.error = {"origin": "agent", "reason": "session_closed",
-                                     "message": "the session ended before its turn did"}
-                    return tracker
-                if event.id is not None:
-                    self._cursors[session_id] = event.id
-                if not event.synthetic and not tracker.mine(event):
-                    continue
-                tracker.apply(await self._whole(session_id, event))
-                if report is not None:
-                    track(report, event, self._set_item, self._emit)
-                if event.is_turn_end and event.prompt_id == prompt_id:
-                    return tracker
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
+        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`); a
+        gate's ``report`` follows its item."""
+        def on_event(event: Event) -> None:
+            if report is not None:
+                track(report, event, self._set_item, self._emit)
 
-    async def _whole(self, session_id: str, event: Event) -> Event:
-        """An agent message whose text went to a sidecar (a long answer in one chunk), restored: the
-        verdict is read from the whole answer, never from its preview. Other events as they are."""
-        if event.update_kind != "agent_message_chunk" or not any(not r.truncated for r in event.sidecars()):
-            return event
-        try:
-            update = await self.driver.resolve_update(session_id, event.update)
-        except HoplineError as exc:  # gone or lost: the preview is all there is (said, sizes only)
-            log.warning("a moved agent message could not be restored", extra={
-                "exception": type(exc).__name__, "bytes": sum(r.bytes for r in event.sidecars())})
-            return event
-        return Event(event.id, event.type, {**event.data, "update": update}, event.size)
+        return await follow_turn(self.driver, session_id, text, self.budget, self._cursors, on_event)
 
     # --- the dev agent -----------------------------------------------------------------------------
 
@@ -477,13 +419,16 @@ class GateRun:
             turn["stopReason"] = tracker.stop_reason
             if tracker.error is not None:
                 turn["error"] = {k: tracker.error.get(k) for k in ("origin", "status", "hop")}
-        except _Stalled:
+        except Stalled:
             turn["error"] = {"reason": f"stalled: no event for {self.budget.gate_stall_seconds} s"}
             with contextlib.suppress(Exception):
                 await self.driver.cancel(self.dev_session_id)
         finally:
             await asyncio.to_thread(checkout.read_only)
-        new_head = await self._verified_commit(round_number, head, turn)
+        if self._verifier is None:
+            self._verifier = FixVerifier(checkout.path, self.base, head, self.budget, self.sandbox_kind,
+                                         self.test_command)
+        new_head = await verified_commit(checkout, self._verifier, self.base, round_number, turn)
         self.dev_turns.append(turn)
         self._emit(GATE_FIX, turn)
         if new_head is None:
@@ -491,40 +436,6 @@ class GateRun:
             return None
         self._dev_fire(DevEvent.FIX_DONE, commit=new_head)
         return new_head
-
-    async def _verified_commit(self, round_number: int, head: str, turn: dict[str, Any]) -> str | None:
-        """The fix's commit when its head builds and the base's passing tests still pass; else
-        None, with ``turn["reason"]`` saying why (and the changes taken back)."""
-        checkout = self._checkout
-        assert checkout is not None
-        if "error" in turn:
-            turn["reason"] = "the dev turn failed"
-            return None
-        if not await asyncio.to_thread(checkout.stage_all):
-            turn["reason"] = "the dev agent changed nothing"
-            return None
-        if self._verifier is None:
-            self._verifier = FixVerifier(checkout.path, self.base, head, self.budget, self.sandbox_kind,
-                                         self.test_command)
-        changed = await asyncio.to_thread(checkout.changed_since, self.base)
-        check = await self._verifier.check(changed)
-        turn["verification"] = check.to_json()
-        turn["reason"] = check.reason
-        if not check.ok:
-            await asyncio.to_thread(self._discard, checkout)
-            return None
-        new_head = await asyncio.to_thread(checkout.commit_staged,
-                                           f"hopline dev agent: fixes after gate round {round_number}")
-        turn["commit"] = new_head
-        return new_head
-
-    @staticmethod
-    def _discard(checkout: Checkout) -> None:
-        checkout.writable()
-        try:
-            checkout.discard()
-        finally:
-            checkout.read_only()
 
     async def _cleanup(self) -> None:
         if self._verifier is not None:

@@ -44,13 +44,13 @@ def fingerprint(agent: str, finding: dict[str, Any]) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
 
 
-def _result(finding: dict[str, Any], rule_index: int, print_: str) -> dict[str, Any]:
+def _result(finding: dict[str, Any], rule_index: int, finding_print: str) -> dict[str, Any]:
     location: dict[str, Any] = {"artifactLocation": {"uri": finding["file"], "uriBaseId": SRCROOT}}
     if isinstance(finding.get("line"), int):
         location["region"] = {"startLine": finding["line"]}
     return {"ruleId": finding["rule"], "ruleIndex": rule_index, "level": finding["severity"],
             "message": {"text": finding["message"]}, "locations": [{"physicalLocation": location}],
-            "partialFingerprints": {FINGERPRINT_KEY: print_}}
+            "partialFingerprints": {FINGERPRINT_KEY: finding_print}}
 
 
 def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: str = "") -> dict[str, Any]:
@@ -69,8 +69,8 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: s
         "originalUriBaseIds": {SRCROOT: {"description": {"text": "the root of the reviewed repository"}}},
         "invocations": [invocation],
         "automationDetails": {"id": f"hopline-gate/{agent['agent']}/{gate_id}"},
-        "results": [_result(f, index[f["rule"]], p) for f, p in zip(findings, _prints(agent["agent"], findings),
-                                                                    strict=True)],
+        "results": [_result(f, index[f["rule"]], p)
+                    for f, p in zip(findings, _prints(agent["agent"], findings), strict=True)],
         "properties": {"verdict": verdict, "summary": agent.get("summary") or "", "base": base,
                        "head": head, "iterations": agent.get("iterations", 0),
                        "compactions": agent.get("compactions", 0),

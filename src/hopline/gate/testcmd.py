@@ -38,14 +38,16 @@ class TestCommand:
         return "pytest" in self.argv[:3]
 
     def to_json(self) -> dict[str, object]:
-        return {"argv": list(self.argv), "shown": shlex.join(self.argv), "source": self.source, "file": self.file}
+        return {"argv": list(self.argv), "shown": shlex.join(self.argv), "source": self.source,
+                "file": self.file}
 
 
 def _pytest(root: Path) -> str | None:
     for name in ("pytest.ini", "conftest.py"):
         if (root / name).is_file():
             return name
-    for name, marker in (("pyproject.toml", "[tool.pytest"), ("setup.cfg", "[tool:pytest]"), ("tox.ini", "[pytest]")):
+    configs = (("pyproject.toml", "[tool.pytest"), ("setup.cfg", "[tool:pytest]"), ("tox.ini", "[pytest]"))
+    for name, marker in configs:
         path = root / name
         if path.is_file() and marker in path.read_text(errors="replace"):
             return name

@@ -10,12 +10,14 @@ other command, it exits 0 at the head when it did at the base.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
+from hopline.gate.git import Checkout
 from hopline.gate.testcmd import TestCommand
 from hopline.harness.testresults import TestReport, parse_compile_errors, parse_pytest
 from hopline.harness.tools import ReviewRange, ToolError
@@ -37,7 +39,8 @@ class FixCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "reason": self.reason, "compiledFiles": self.compiled,
-                "compileErrors": self.compile_errors, "baseTests": self.base_tests, "headTests": self.head_tests,
+                "compileErrors": self.compile_errors, "baseTests": self.base_tests,
+                "headTests": self.head_tests,
                 "brokenTests": self.broken_tests}
 
 
@@ -95,7 +98,8 @@ class FixVerifier:
                                 f"fix's head: {', '.join(check.broken_tests[:5])}")
                 return False
         elif check.base_tests.get("exitCode") == 0 and head_run.exit_code != 0:
-            check.reason = f"{shown} passed at the base and fails at the fix's head (exit {head_run.exit_code})"
+            check.reason = (f"{shown} passed at the base and fails at the fix's head "
+                            f"(exit {head_run.exit_code})")
             return False
         return True
 
@@ -109,3 +113,34 @@ class FixVerifier:
         except ToolError as exc:
             check.reason = f"the fix could not be checked: {exc}"
         return check
+
+
+async def verified_commit(checkout: Checkout, verifier: FixVerifier, base: str, round_number: int,
+                          turn: dict[str, Any]) -> str | None:
+    """The fix's commit when its head builds and the base's passing tests still pass; else None,
+    with ``turn["reason"]`` saying why (and the refused changes taken back)."""
+    if "error" in turn:
+        turn["reason"] = "the dev turn failed"
+        return None
+    if not await asyncio.to_thread(checkout.stage_all):
+        turn["reason"] = "the dev agent changed nothing"
+        return None
+    changed = await asyncio.to_thread(checkout.changed_since, base)
+    check = await verifier.check(changed)
+    turn["verification"] = check.to_json()
+    turn["reason"] = check.reason
+    if not check.ok:
+        await asyncio.to_thread(_discard, checkout)
+        return None
+    new_head = await asyncio.to_thread(checkout.commit_staged,
+                                       f"hopline dev agent: fixes after gate round {round_number}")
+    turn["commit"] = new_head
+    return new_head
+
+
+def _discard(checkout: Checkout) -> None:
+    checkout.writable()
+    try:
+        checkout.discard()
+    finally:
+        checkout.read_only()

@@ -34,7 +34,8 @@ SAFE_CONFIG: tuple[str, ...] = ("-c", "core.hooksPath=/dev/null", "-c", "core.fs
                                 "-c", "diff.external=", "-c", "core.pager=cat", "-c", "core.editor=true",
                                 "-c", "sequence.editor=true", "-c", "gpg.program=false",
                                 "-c", "commit.gpgsign=false", "-c", "core.sshCommand=false")
-_DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\.(clean|smudge|process|required|textconv|command|driver)$")
+_DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\."
+                        r"(clean|smudge|process|required|textconv|command|driver)$")
 
 
 class GitError(HoplineError):
@@ -58,7 +59,8 @@ def run_git(cwd: Path, args: Sequence[str], *, timeout: float, max_bytes: int,
     """``git args`` in ``cwd``: stdout up to ``max_bytes`` (the rest counted), or :class:`GitError`."""
     with tempfile.TemporaryFile() as errors:  # a file, so a chatty stderr never blocks git
         try:
-            proc = subprocess.Popen(["git", *SAFE_CONFIG, *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(["git", *SAFE_CONFIG, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
                                     stderr=errors, env=_environment(os.environ if environ is None
                                                                     else environ))
         except OSError as exc:

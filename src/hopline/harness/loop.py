@@ -411,8 +411,9 @@ class ToolLoop:
                 except Exception as exc:
                     crash = exc
                     outcome = self.tools.error(f"tool {name} crashed: {type(exc).__name__}")
-            result_message: Message = {"role": "tool", "tool_call_id": call_id, "content": outcome.model_output}
-            if outcome.meta:  # for programs that read results (the offline reviewer); never sent to a provider
+            result_message: Message = {"role": "tool", "tool_call_id": call_id,
+                                       "content": outcome.model_output}
+            if outcome.meta:  # for programs that read results (the offline reviewer); no provider gets it
                 result_message[MESSAGE_META] = outcome.meta
             conversation.append(result_message)
             await self._emit(ToolCallFinished(call_id, outcome.status, outcome.output, outcome.model_output,

@@ -1,25 +1,29 @@
-"""Reviewing a diff deterministically: how the offline scripted model plays the four gate agents and
-the dev agent that fixes their findings (the gate workflow of ADR 0098). Pure: no I/O.
+"""Reviewing a diff deterministically: the rules and readers the offline scripted model plays the
+four gate agents with (ADR 0098; the steps are :mod:`hopline.harness.review_plan`, the dev agent's
+fix :mod:`hopline.harness.review_fix`). Pure: no I/O.
 
-A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent; a fix prompt starts with
-:data:`FIX_MARKER` and carries the findings as JSON. The rules, one per gate agent's domain:
+A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent, its second line the test
+command (:data:`TEST_COMMAND_MARKER`); a fix prompt starts with :data:`FIX_MARKER` and carries the
+findings as JSON. The rules, by gate agent:
 
 ============================  ==========================  ========  ===================================
-rule                          agent                       severity  what, in the lines the change adds
+rule                          agent                       severity  what
 ============================  ==========================  ========  ===================================
+``compile-error``             ``qa_automation``           error     a changed Python file does not compile
+``test-failed``               ``qa_automation``           error     a test fails at the head (warning:
+                                                                    it fails at the base too)
+``test-command-failed``       ``qa_automation``           error     the test command fails, no test named
 ``test-failure``              ``qa_automation``           error     a failing test in a test log (*.log)
 ``unsafe-eval``               ``qa_performance_security`` error     ``eval(`` / ``exec(`` in source code
 ``untested-change``           ``qa_strategy``             error     a changed source file, no test changed
+                                                                    (not when its AST stays the same)
 ``todo-added``                ``qa_strategy``             warning   a ``TODO`` / ``FIXME``
 ``hardcoded-credential``      ``appsec``                  error     an AWS key id, ``password = "..."``
+``symlink-escape``            ``appsec``                  error     a symlink that leaves the repository
 ============================  ==========================  ========  ===================================
 
-The review reads the changed files' list (``git_diff`` stat), then each file's diff, and the parts
-of a long one that were cut (``read_file`` of the kept output, as the cut marker says); with the
-iterations the scripted hints leave it reads the changed files themselves (the large test logs).
-What it has found so far travels in its own answers as ``Review notes: {json}`` (and in the
-compaction summary, which keeps the latest notes), so it survives compaction like a real model's
-notes. It ends with a verdict: ``fail`` when a finding is an error, else ``pass``.
+What a tool result says for a program (where it was cut, how a command ended) is read from the tool
+message's ``_meta`` (:class:`Result`), never parsed out of the English a model reads.
 """
 
 from __future__ import annotations
@@ -220,7 +224,8 @@ def leaves_repository(path: str, target: str) -> bool:
 def symlink_findings(links: dict[str, str]) -> list[dict[str, Any]]:
     """appsec's finding for each symlink that leaves the repository: one per link."""
     return [{"severity": "error", "file": path, "line": 1, "rule": SYMLINK_RULE,
-             "message": f"this symlink leaves the repository (it points to {_clip(target, 200)}): a checkout, "
+             "message": f"this symlink leaves the repository (it points to {_clip(target, 200)}): a "
+                        f"checkout, "
                         "a build or a test that follows it reads or writes outside the repository"}
             for path, target in sorted(links.items()) if leaves_repository(path, target)]
 
@@ -342,7 +347,8 @@ def last_results(messages: list[dict[str, Any]]) -> list[Result]:
                 args = {}
             result = results.get(call.get("id")) or {}
             meta = result.get(MESSAGE_META)
-            out.append(Result(str(fn.get("name")), args if isinstance(args, dict) else {}, message_text(result),
+            out.append(Result(str(fn.get("name")), args if isinstance(args, dict) else {},
+                              message_text(result),
                               meta if isinstance(meta, dict) else {}))
         return out
     return []

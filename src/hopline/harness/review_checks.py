@@ -14,6 +14,7 @@ from hopline.harness.review import AGENT_RULES, COMPILE_RULE, TEST_COMMAND_RULE,
 from hopline.harness.testresults import TestReport, parse_compile_errors, parse_pytest
 
 _NO_TESTS_COLLECTED = 5
+_AT_BASE_TOO = " (it fails at the base too: not introduced by this change)"
 
 
 def _compile_findings(notes: dict[str, Any]) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def _test_findings(notes: dict[str, Any], test: dict[str, Any]) -> list[dict[str
         found.append({"severity": "warning" if also else "error", "file": failed.file or config,
                       "line": failed.line, "rule": TEST_RULE,
                       "message": f"{failed.test} fails: {failed.message}"
-                                 + (" (it fails at the base too: not introduced by this change)" if also else "")})
+                                 + (_AT_BASE_TOO if also else "")})
     if not found:  # no test named (another runner, or the run broke before any test)
         found.append({"severity": "warning" if base_failed else "error", "file": config, "line": None,
                       "rule": TEST_COMMAND_RULE,
@@ -101,15 +102,17 @@ def summary_of(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -
             ok = "all compile" if runs["compile"]["exitCode"] == 0 else "a file does not compile"
             parts.append(f"py_compile on {compiled} changed Python files: {ok}")
         if test is None:
-            parts.append("no test command found (pytest, go, cargo, npm, make test; or --test-cmd): no test ran")
+            parts.append("no test command found (pytest, go, cargo, npm, make test; or --test-cmd): no test "
+                         "ran")
         else:
-            said = "; ".join(s for s in (_run_said(runs.get("head"), "head"), _run_said(runs.get("base"), "base"))
-                             if s)
+            runs_said = (_run_said(runs.get("head"), "head"), _run_said(runs.get("base"), "base"))
+            said = "; ".join(s for s in runs_said if s)
             parts.append(f"ran `{shlex.join(str(a) for a in test['argv'])}` {said}".rstrip())
         if sandbox:
             parts.append(f"in the {sandbox} sandbox")
     elif agent == "qa_strategy" and notes["sameBehaviour"]:
-        parts.append(f"{len(notes['sameBehaviour'])} changed files keep their AST once annotations, docstrings "
+        parts.append(f"{len(notes['sameBehaviour'])} changed files keep their AST once annotations, "
+                     f"docstrings "
                      "and comments are stripped (no behaviour to test)")
     if notes.get("unreadable"):
         parts.append(f"{len(notes['unreadable'])} diffs could not be read")

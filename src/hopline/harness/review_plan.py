@@ -60,14 +60,16 @@ def _new_notes(agent: str, previous: dict[str, Any]) -> dict[str, Any]:
     return {"agent": agent, "files": previous.get("files"), "read": list(previous.get("read") or []),
             "parts": list(previous.get("parts") or []), "findings": list(previous.get("findings") or []),
             "firstLines": dict(previous.get("firstLines") or {}), "whole": list(previous.get("whole") or []),
-            "sameBehaviour": list(previous.get("sameBehaviour") or []), "runs": dict(previous.get("runs") or {}),
+            "sameBehaviour": list(previous.get("sameBehaviour") or []),
+            "runs": dict(previous.get("runs") or {}),
             "unreadable": list(previous.get("unreadable") or [])}
 
 
 def _keep_cut(notes: dict[str, Any], result: Result, file: str) -> None:
     cut = result.meta.get(META_CUT)
     if isinstance(cut, dict) and isinstance(cut.get("path"), str) and str(cut["path"]).startswith("@output/"):
-        notes["parts"].append({"path": cut["path"], "offset": int(cut["readOffset"]), "limit": int(cut["cut"]),
+        notes["parts"].append({"path": cut["path"], "offset": int(cut["readOffset"]),
+                               "limit": int(cut["cut"]),
                                "file": file})
 
 
@@ -112,11 +114,13 @@ def _fold_part(agent: str, notes: dict[str, Any], result: Result) -> None:
 
 def _fold_run(notes: dict[str, Any], result: Result) -> None:
     command_line = str(result.args.get("command") or "")
-    which = "compile" if "py_compile" in command_line else ("base" if result.args.get("at") == "base" else "head")
-    command = result.meta.get(META_COMMAND) if isinstance(result.meta.get(META_COMMAND), dict) else {}
+    at_base = result.args.get("at") == "base"
+    which = "compile" if "py_compile" in command_line else ("base" if at_base else "head")
+    found = result.meta.get(META_COMMAND)
+    command: dict[str, Any] = found if isinstance(found, dict) else {}
     notes["runs"][which] = {"text": result.text[-24_000:], "failed": result.failed,
-                                       "exitCode": command.get("exitCode"), "timedOut": command.get("timedOut"),
-                                       "sandbox": command.get("sandbox")}
+                            "exitCode": command.get("exitCode"), "timedOut": command.get("timedOut"),
+                            "sandbox": command.get("sandbox")}
 
 
 def fold_results(agent: str, notes: dict[str, Any], results: list[Result]) -> None:
@@ -138,7 +142,8 @@ def _untested_python(notes: dict[str, Any]) -> list[str]:
     files = notes["files"] or []
     if any(review.is_test_path(str(f[0])) for f in files):
         return []
-    return [str(f[0]) for f in files if int(f[1]) > 0 and is_source_path(str(f[0])) and str(f[0]).endswith(".py")]
+    return [str(f[0]) for f in files
+            if int(f[1]) > 0 and is_source_path(str(f[0])) and str(f[0]).endswith(".py")]
 
 
 def _run(command: str, at: str = "head") -> tuple[str, dict[str, Any]]:
@@ -178,7 +183,8 @@ def review_step(agent: str, messages: list[dict[str, Any]], tools: set[Any], *, 
     fold_results(agent, notes, review.last_results(messages))
     count = max(1, per_iteration)
     if "git_diff" not in tools:
-        return Step(review.verdict_text(agent, "error", [], "no git_diff tool: the change could not be read"), [])
+        return Step(review.verdict_text(agent, "error", [],
+                                        "no git_diff tool: the change could not be read"), [])
     prompt = next((review.message_text(m) for m in reversed(messages) if m.get("role") == "user"
                    and review.gate_agent_of(review.message_text(m))), "")
     test = review.test_command_of(prompt)
@@ -207,7 +213,8 @@ def _verdict(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -> 
         return Step(review.verdict_text(agent, "pass", [], "the change is empty: nothing to review"), [])
     findings = list(notes["findings"])
     if agent == "qa_strategy":
-        _merge(findings, review.untested_findings(notes["files"] or [], notes["firstLines"], notes["sameBehaviour"]))
+        _merge(findings, review.untested_findings(notes["files"] or [], notes["firstLines"],
+                                                  notes["sameBehaviour"]))
     error: str | None = None
     if agent == "qa_automation":
         found, error = automation_findings(notes, test)

@@ -100,7 +100,8 @@ class Limits:
     def apply(self) -> None:
         """Set them on the calling process (a child's, before it execs: inherited by all it runs)."""
         for which, value in ((resource.RLIMIT_CPU, self.cpu_seconds), (resource.RLIMIT_AS, self.memory_bytes),
-                             (resource.RLIMIT_NPROC, self.processes), (resource.RLIMIT_FSIZE, self.file_bytes),
+                             (resource.RLIMIT_NPROC, self.processes),
+                             (resource.RLIMIT_FSIZE, self.file_bytes),
                              (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(which, (value, value))
 
@@ -118,7 +119,8 @@ def _system_binds() -> list[str]:
 def _runtime_dirs() -> list[str]:
     """The Python the agent runs (its prefix and the base installation it comes from), read-only."""
     seen: list[str] = []
-    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))):
+    for path in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                 os.path.dirname(os.path.realpath(sys.executable))):
         real = os.path.realpath(path)
         if os.path.isdir(real) and not any(real == s or real.startswith(s + "/") for s in seen) \
                 and not any(real == d or real.startswith(d + "/") for d in _SYSTEM_DIRS):
@@ -135,7 +137,8 @@ def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits) -> list[str]:
     for path in _runtime_dirs():
         args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_bytes), "--tmpfs", SANDBOX_TMP,
-             "--dir", SANDBOX_HOME, "--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir", str(root),
+             "--dir", SANDBOX_HOME, "--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir",
+             str(root),
              "--", *argv]
     return args
 
@@ -217,12 +220,13 @@ def _probe(kind: SandboxKind) -> str | None:
 def detect_sandbox() -> Sandbox:
     """The first sandbox that runs here (bwrap, then unshare), probed once per process."""
     reasons: list[str] = []
-    for kind, what in (("bwrap", "bubblewrap"), ("unshare", "util-linux unshare")):
-        failed = _probe(kind)  # type: ignore[arg-type]
+    backends: tuple[tuple[SandboxKind, str], ...] = (("bwrap", "bubblewrap"),
+                                                     ("unshare", "util-linux unshare"))
+    for kind, what in backends:
+        failed = _probe(kind)
         if failed is None:
-            return Sandbox(kind, f"{what}: the checkout read-only, a private tmpfs, no network, "  # type: ignore[arg-type]
-                                 "the environment allow-listed, rlimits on CPU, memory, processes and "
-                                 "file size")
+            return Sandbox(kind, f"{what}: the checkout read-only, a private tmpfs, no network, the "
+                                 "environment allow-listed, rlimits on CPU, memory, processes and file size")
         reasons.append(failed)
     return Sandbox("none", f"{NO_SANDBOX_REASON} ({'; '.join(reasons)})")
 

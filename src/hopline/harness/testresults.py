@@ -14,8 +14,10 @@ from typing import Any
 
 # pytest -rA: "PASSED tests/test_x.py::test_a", "FAILED tests/test_x.py::test_b - assert 1 == 2",
 # "ERROR tests/test_x.py - ImportError: ..." (a module that did not import: a collection error).
-_SUMMARY_RE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED)\s+(\S+?)(?:\s+-\s+(.*))?$", re.MULTILINE)
-_COUNTS_RE = re.compile(r"^(?:=+ )?(\d+ (?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
+_SUMMARY_RE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED)\s+(\S+?)(?:\s+-\s+(.*))?$",
+                         re.MULTILINE)
+_COUNTS_RE = re.compile(r"^(?:=+ )?(\d+ "
+                        r"(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
                         r"\b.*?|no tests ran) in [\d.]+s(?: \([^)]*\))?(?: =+)?$", re.MULTILINE)
 _COUNT_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
 # py_compile: '  File "src/calc.py", line 3' then the source line, a caret, then "SyntaxError: ..."
@@ -69,7 +71,8 @@ def parse_pytest(text: str) -> TestReport:
         elif kind in ("FAILED", "ERROR"):
             file = test.split("::", 1)[0]
             if test not in report.failed_ids:
-                report.failed.append(FailedTest(test, file, _line_of(text, file, test) if "::" in test else None,
+                report.failed.append(FailedTest(test, file, _line_of(text, file,
+                                                                     test) if "::" in test else None,
                                                 (message or kind.lower()).strip()[:500]))
     counts = _COUNTS_RE.findall(text)
     if counts:
@@ -91,7 +94,8 @@ def parse_junit(xml: str) -> TestReport:
                 report.passed.add(test)
             continue
         line = case.get("line")
-        report.failed.append(FailedTest(test, case.get("file") or "", int(line) if line and line.isdigit() else None,
+        report.failed.append(FailedTest(test, case.get("file") or "",
+                                        int(line) if line and line.isdigit() else None,
                                         (bad.get("message") or bad.tag)[:500]))
     report.counts = {"passed": len(report.passed), "failed": len(report.failed)}
     report.summary = f"{len(report.failed)} failed, {len(report.passed)} passed"
@@ -120,7 +124,8 @@ _TYPE_FACTORIES = frozenset({"TypeVar", "ParamSpec", "TypeVarTuple", "NewType", 
 
 
 def _is_docstring(node: ast.stmt) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return isinstance(node, ast.Expr) and isinstance(node.value,
+                                                     ast.Constant) and isinstance(node.value.value, str)
 
 
 def _is_type_checking(test: ast.expr) -> bool:

@@ -80,7 +80,8 @@ def shown_run(run: CommandRun, *, capture: int) -> str:
     exit code (a model reads these lines; a program reads ``_meta["hopline.command"]``)."""
     text = run.text
     if run.dropped_bytes:
-        text += f"\n[{run.dropped_bytes} more bytes of output not captured (HOPLINE_COMMAND_OUTPUT_MAX_BYTES={capture})]"
+        text += (f"\n[{run.dropped_bytes} more bytes of output not captured "
+                 f"(HOPLINE_COMMAND_OUTPUT_MAX_BYTES={capture})]")
     if run.timed_out:
         return text + f"\n[killed: the command ran past its timeout of {run.timeout} s]"
     return text + f"\n[exit code {run.exit_code}]"

@@ -101,7 +101,8 @@ class ReviewCommands:
         if self._base is None:
             path = self._held() / "base"
             try:
-                git.add_worktree(self.root, path, self.review.base, timeout=self.budget.command_timeout_seconds,
+                git.add_worktree(self.root, path, self.review.base,
+                                 timeout=self.budget.command_timeout_seconds,
                                  max_bytes=self.budget.gate_git_output_max_bytes)
             except git.GitError as exc:
                 raise ToolError(f"the base checkout could not be made: {exc}") from None
@@ -116,7 +117,8 @@ class ReviewCommands:
     async def run(self, command: str, at: str) -> tuple[list[str], CommandRun]:
         """``command`` checked against the policy, then run in the sandbox at ``at`` (head, base)."""
         if not self.sandbox.available and self.review.sandbox != "none":
-            raise ToolError(f"refused: no sandbox runs here, and a gate runs a pull request's code only in one "
+            raise ToolError(f"refused: no sandbox runs here, and a gate runs a pull request's code only in "
+                            f"one "
                             f"({self.sandbox.detail}); the operator may allow it with --allow-unsandboxed")
         if at not in ("head", "base"):
             raise ToolError("argument 'at' must be 'head' or 'base'")
@@ -127,7 +129,8 @@ class ReviewCommands:
         limits = sandbox.Limits.of(self.budget)
         private = self._held() / f"tmp-{at}"
         private.mkdir(exist_ok=True)
-        env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd, limits)
+        env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
+                                          limits)
         wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits)
         try:
             run = await run_captured(wrapped, cwd=cwd, env=env, timeout=self.budget.gate_test_timeout_seconds,
