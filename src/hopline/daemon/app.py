@@ -55,6 +55,7 @@ from hopline.daemon.cluster import (
 )
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
+from hopline.daemon.store_errors import cluster_status_or_unavailable, install_store_error_handlers
 from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
@@ -407,6 +408,8 @@ def create_daemon_app(
     app = FastAPI(title="hopline daemon", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.router.route_class = bounded_json_route(budget.json_max_depth)
     install_error_handlers(app, HOP_DAEMON_API)
+    if cluster is not None:
+        install_store_error_handlers(app)
     app.state.budget = budget
     app.state.manager = manager
     app.state.bus = bus
@@ -554,7 +557,7 @@ def create_daemon_app(
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
             "sidecars": store.stats() if store is not None else None,
             "budget": limits_json(budget, check_coherence(budget), settings),
-            "cluster": await cluster.status() if cluster is not None else None,
+            "cluster": await cluster_status_or_unavailable(cluster) if cluster is not None else None,
         }
 
     @app.get("/metrics", responses=errors)
@@ -566,7 +569,7 @@ def create_daemon_app(
             body += gateway.state.metrics.render()
         if cluster is not None:  # every series above is this daemon's own: labelled with its id
             text = with_daemon_label(body.decode(), cluster.daemon_id)
-            text += cluster_metrics(await cluster.status())
+            text += cluster_metrics(await cluster_status_or_unavailable(cluster))
             body = text.encode()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

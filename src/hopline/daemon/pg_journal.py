@@ -37,6 +37,7 @@ from hopline.daemon.journal import (
     StagedRow,
     prompt_id_of,
 )
+from hopline.store.bounded import is_broken, session_options
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -84,7 +85,7 @@ class PgJournal(StagedIds, EventJournal):
     async def open(self) -> PgJournal:
         from psycopg_pool import AsyncConnectionPool
 
-        self._conn = await aconnect(self._dsn)
+        self._conn = await self._connect_writer()
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
                                          kwargs={"autocommit": True}, open=False)
         await self._pool.open()
@@ -120,10 +121,18 @@ class PgJournal(StagedIds, EventJournal):
                 group.append(self._writes.popleft())
             await self._run_commits(group)
 
+    async def _connect_writer(self) -> Any:
+        """The writer's connection. PostgreSQL ends its transaction if this daemon leaves it idle
+        (frozen mid-commit) past ``store_idle_transaction_seconds``: its lease-row locks go, so
+        another daemon can adopt the sessions and its half-done commit is never written."""
+        options = session_options(name=f"hopline {self.owner or 'single'} journal",
+                                  idle_transaction=self.budget.store_idle_transaction_seconds)
+        return await aconnect(self._dsn, options=options)
+
     async def _reconnect_if_broken(self) -> None:
-        if self._conn is None or self._conn.broken or self._conn.closed:
+        if is_broken(self._conn):  # UNKNOWN (the server dropped it) counts as broken
             with contextlib.suppress(Exception):
-                self._conn = await aconnect(self._dsn)
+                self._conn = await self._connect_writer()
 
     async def _run_statement(self, write: _Write) -> None:
         assert write.apply is not None
