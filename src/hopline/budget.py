@@ -429,7 +429,8 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("store_max_connections", HOP_CLUSTER, Unit.COUNT, 4, "HOPLINE_STORE_MAX_CONNECTIONS",
             "PostgreSQL connections of one daemon's journal reads (beside its writer, its sidecar index "
             "and its LISTEN connection)", minimum=1, maximum=64),
-    Ceiling("store_lock_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 1.0, "HOPLINE_STORE_LOCK_TIMEOUT_SECONDS",
+    Ceiling("store_lock_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 1.0,
+            "HOPLINE_STORE_LOCK_TIMEOUT_SECONDS",
             "a lease operation waiting on a row lock (PostgreSQL lock_timeout; then 503 and Retry-After: "
             "one frozen daemon never freezes another)", minimum=0.01, maximum=600),
     Ceiling("store_statement_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,

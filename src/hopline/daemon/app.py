@@ -55,13 +55,13 @@ from hopline.daemon.cluster import (
 )
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
-from hopline.daemon.store_errors import cluster_status_or_unavailable, install_store_error_handlers
 from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.session import DaemonSession
 from hopline.daemon.sessions import SessionManager
 from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.daemon.store_errors import cluster_status_or_unavailable, install_store_error_handlers
 from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit

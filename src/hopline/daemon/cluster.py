@@ -129,8 +129,9 @@ class Cluster:
         period = self.lease_seconds / 3
         while True:
             try:
-                await self._beat.fetch("UPDATE daemons SET heartbeat_at = now(), stopped = FALSE WHERE id = %s",
-                                       (self.daemon_id,))
+                await self._beat.fetch(
+                    "UPDATE daemons SET heartbeat_at = now(), stopped = FALSE WHERE id = %s",
+                    (self.daemon_id,))
                 running = held()  # read before the renewal: a lease taken after it is not "lost"
                 rows = await self._beat.fetch(
                     "UPDATE leases SET expires_at = now() + make_interval(secs => %s) WHERE owner = %s "
@@ -150,7 +151,8 @@ class Cluster:
     async def _listen(self, on_commit: Callable[[str, int], None], on_listen: Callable[[], None]) -> None:
         while True:
             try:
-                conn = await aconnect(self._dsn, options=session_options(name=f"hopline {self.daemon_id} listen"))
+                name = f"hopline {self.daemon_id} listen"
+                conn = await aconnect(self._dsn, options=session_options(name=name))
                 try:
                     await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     on_listen()
@@ -201,7 +203,7 @@ class Cluster:
                     if await cursor.fetchone() is not None:
                         return True
                     raise StoreBusy("the session's lease is held by another daemon's transaction (its "
-                                    "owner may be frozen inside a commit); retry",
+                                    "owner may be frozen inside a commit)",
                                     self.budget.store_idle_transaction_seconds)
                 if not row[0]:
                     return False  # live, another daemon's

@@ -159,9 +159,13 @@ class PgJournal(StagedIds, EventJournal):
                 kept = [w for w in group if not fenced.intersection(row[0] for row in w.rows or ())]
                 rows = [row for write in kept for row in write.rows or ()]
                 if rows:
-                    async with self._conn.cursor() as cursor:
-                        await cursor.executemany(
-                            "INSERT INTO events (session_id, seq, type, data) VALUES (%s, %s, %s, %s)", rows)
+                    # One statement, not a pipelined executemany: its end is a protocol sync, so a
+                    # daemon frozen after it leaves a transaction PostgreSQL sees idle, and ends.
+                    columns = list(zip(*rows, strict=True))
+                    await self._conn.execute(
+                        "INSERT INTO events (session_id, seq, type, data) "
+                        "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[])",
+                        [list(column) for column in columns])
                     last: dict[str, int] = {}
                     for session_id, seq, _, _ in rows:
                         last[session_id] = max(seq, last.get(session_id, 0))

@@ -101,7 +101,7 @@ class BoundedConnection:
             raise StoreUnavailable(f"the PostgreSQL store did not answer within {self.deadline:g} s "
                                    "(HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS)") from None
         except psycopg.errors.LockNotAvailable:
-            raise StoreBusy("a row this needs is locked by another daemon's transaction; retry",
+            raise StoreBusy("a row this needs is locked by another daemon's transaction",
                             self.lock_timeout) from None
         except psycopg.errors.QueryCanceled:
             raise StoreUnavailable(f"the PostgreSQL store did not finish within {self.statement_timeout:g} s "

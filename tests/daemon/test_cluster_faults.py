@@ -1,0 +1,150 @@
+"""The cluster under faults (SPEC X, issue 27), on the real PostgreSQL and moto the scale-out tests
+start: one frozen daemon never freezes a healthy one.
+
+The owner is frozen (SIGSTOP) inside its commit transaction, deterministically: the test holds
+``LOCK TABLE events`` so the owner's commit waits inside its transaction (its fencing read of the
+lease row taken), freezes the owner there, then lets the lock go. The owner's transaction is now
+idle, holding the lease row. The healthy daemon keeps its own session, heartbeat and status; a
+write to the frozen owner's session is answered with JSON 503 and ``Retry-After`` (never a hang,
+never a 500) until PostgreSQL ends the idle transaction, then adopted; the frozen owner's half-done
+commit is never written; woken, it stops its child."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import psycopg
+import pytest
+
+from services import S3Server
+
+from .test_cluster import CLUSTER_TOKEN, LEASE_SECONDS, Stream, ends, two_daemons
+
+pytestmark = pytest.mark.e2e
+
+IDLE_TRANSACTION_SECONDS = 6  # past the lease (2 s): a window where the lease expired, the row is held
+
+
+@pytest.fixture
+def fault_env(pg_url: str, s3_server: S3Server, s3_bucket: str) -> dict[str, str]:
+    return {"HOPLINE_STORE_URL": pg_url, "HOPLINE_SIDECAR_URL": f"s3://{s3_bucket}/hopline",
+            "HOPLINE_CLUSTER_TOKEN": CLUSTER_TOKEN, "HOPLINE_OWNER_LEASE_SECONDS": str(LEASE_SECONDS),
+            "HOPLINE_STORE_IDLE_TRANSACTION_SECONDS": str(IDLE_TRANSACTION_SECONDS),
+            "HOPLINE_WARM_CHILDREN": "0", **s3_server.env()}
+
+
+async def until(condition: Callable[[], bool], timeout: float = 30, what: str = "condition") -> None:
+    """Wait for a state the test observes (the store's, a process's), within a deadline."""
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.wait_for(poll(), timeout)
+    except TimeoutError:
+        raise AssertionError(f"never: {what}") from None
+
+
+def backend_state(pg_url: str, daemon_id: str) -> tuple[str | None, str | None]:
+    """(state, wait_event_type) of the daemon's journal writer in pg_stat_activity."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT state, wait_event_type FROM pg_stat_activity WHERE application_name = %s",
+                           (f"hopline_{daemon_id}_journal",)).fetchone()
+    return (row[0], row[1]) if row else (None, None)
+
+
+def lease_of(pg_url: str, session_id: str) -> tuple[str, bool]:
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT owner, expires_at > now() FROM leases WHERE session_id = %s",
+                           (session_id,)).fetchone()
+    assert row is not None
+    return str(row[0]), bool(row[1])
+
+
+def assert_json_503(answer: httpx.Response) -> dict[str, Any]:
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"].startswith("application/json")
+    assert int(answer.headers["retry-after"]) >= 1
+    error: dict[str, Any] = answer.json()["error"]
+    assert error["hop"] == "daemon.cluster"
+    return error
+
+
+async def test_an_owner_frozen_mid_commit_freezes_no_other_daemon(
+        tmp_path: Path, fault_env: dict[str, str], pg_url: str) -> None:
+    with two_daemons(tmp_path, fault_env) as (a, b):
+        async with a.client() as client_a, b.client(timeout=5) as client_b:  # B answers within 5 s
+            frozen_sid = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            healthy_sid = (await client_b.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            status_a = (await client_a.get("/daemon/status")).json()
+            a_id = status_a["cluster"]["daemon"]
+            b_id = (await client_b.get("/daemon/status")).json()["cluster"]["daemon"]
+            old_child = next(s["childPid"] for s in status_a["sessions"] if s["sessionId"] == frozen_sid)
+
+            with psycopg.connect(pg_url) as locker:  # a transaction: the lock is held until commit
+                locker.execute("LOCK TABLE events IN SHARE MODE")  # inserts wait; reads do not
+                sleeping = await client_a.post(f"/session/{frozen_sid}/prompt", json={"text": "sleep 60"})
+                assert sleeping.status_code == 202, sleeping.text
+                await until(lambda: backend_state(pg_url, a_id) == ("active", "Lock"),
+                            what="A's commit waits")
+                a.proc.send_signal(signal.SIGSTOP)  # frozen inside its commit transaction
+                locker.commit()
+            await until(lambda: backend_state(pg_url, a_id)[0] == "idle in transaction", what="A idle in it")
+            await until(lambda: not lease_of(pg_url, frozen_sid)[1], what="A's lease expired")
+
+            # B answers: its status, its own session's prompt, while A's transaction holds the row.
+            assert (await client_b.get("/daemon/status")).status_code == 200
+            stream_b = Stream(b, healthy_sid)
+            try:
+                mine = await client_b.post(f"/session/{healthy_sid}/prompt", json={"text": "hello"})
+                assert mine.status_code == 202, mine.text
+                await stream_b.wait_for(ends(mine.json()["promptId"]))
+            finally:
+                await stream_b.close()
+
+            # A write to A's session: skipped row, 503 + Retry-After while A's transaction lives.
+            first = await client_b.post(f"/session/{frozen_sid}/prompt", json={"text": "after freeze"})
+            still_held = backend_state(pg_url, a_id)[0] == "idle in transaction"
+            if still_held:  # the row was locked throughout this request: it could not adopt
+                assert assert_json_503(first)["type"] == "store_busy"
+            answers = [first]
+            while answers[-1].status_code != 202:
+                assert_json_503(answers[-1])
+                await until(lambda: backend_state(pg_url, a_id)[0] != "idle in transaction",
+                            timeout=IDLE_TRANSACTION_SECONDS + 30, what="PostgreSQL ends A's transaction")
+                async with b.client(timeout=60) as adopting:  # an adoption starts and loads a child
+                    answers.append(await adopting.post(f"/session/{frozen_sid}/prompt",
+                                                       json={"text": "after freeze"}))
+            adopted_prompt = answers[-1].json()["promptId"]
+            assert lease_of(pg_url, frozen_sid)[0] == b_id
+            everything = Stream(b, frozen_sid, last_event_id=0)
+            try:
+                await everything.wait_for(ends(adopted_prompt))
+                cut = await everything.wait_for(ends(sleeping.json()["promptId"], "turn_error"))
+                assert cut.data["reason"] == "owner_lost"
+            finally:
+                await everything.close()
+
+            # B kept its own session all along: lease live and its, nothing lost.
+            assert lease_of(pg_url, healthy_sid) == (b_id, True)
+            cluster_b = (await client_b.get("/daemon/status")).json()["cluster"]
+            assert cluster_b["leasesLost"] == 0 and cluster_b["store"] == "ok"
+
+            a.proc.send_signal(signal.SIGCONT)  # woken: its heartbeat finds the lease taken
+            await until(lambda: not psutil.pid_exists(old_child)
+                        or psutil.Process(old_child).status() == psutil.STATUS_ZOMBIE, what="old child gone")
+            final = Stream(b, frozen_sid, last_event_id=0)
+            try:
+                await final.wait_for(ends(adopted_prompt))
+                assert final.ids == list(range(1, final.ids[-1] + 1))  # gap-free, once each
+                # The frozen commit (the old child's "sleeping") was never written.
+                assert not any("sleeping" in json.dumps(e.data) for e in final.events)
+            finally:
+                await final.close()
