@@ -12,6 +12,7 @@ commit is never written; woken, it stops its child."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import signal
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import psutil
 import psycopg
 import pytest
 
-from services import S3Server
+from services import PostgresCluster, S3Server
 
 from .test_cluster import CLUSTER_TOKEN, LEASE_SECONDS, Stream, ends, two_daemons
 
@@ -70,6 +71,7 @@ def lease_of(pg_url: str, session_id: str) -> tuple[str, bool]:
 
 def assert_json_503(answer: httpx.Response) -> dict[str, Any]:
     assert answer.status_code == 503, answer.text
+    assert "retry-after" in answer.headers, answer.text
     assert answer.headers["content-type"].startswith("application/json")
     assert int(answer.headers["retry-after"]) >= 1
     error: dict[str, Any] = answer.json()["error"]
@@ -148,3 +150,57 @@ async def test_an_owner_frozen_mid_commit_freezes_no_other_daemon(
                 assert not any("sleeping" in json.dumps(e.data) for e in final.events)
             finally:
                 await final.close()
+
+
+async def sidecar_of(stream: Stream, prompt_id: str) -> dict[str, Any]:
+    await stream.wait_for(ends(prompt_id))
+    update = next(e.data["update"] for e in stream.events if e.type == "session_update"
+                  and e.data.get("promptId") == prompt_id
+                  and (e.data["update"].get("_meta") or {}).get("hopline.sidecar"))
+    entry: dict[str, Any] = update["_meta"]["hopline.sidecar"][0]
+    return entry
+
+
+async def assert_sidecar_served(client: httpx.AsyncClient, session_id: str, entry: dict[str, Any]) -> None:
+    body = await client.get(f"/session/{session_id}/sidecars/{entry['id']}")
+    assert body.status_code == 200, body.text
+    assert len(body.content) == entry["bytes"] and hashlib.sha256(body.content).hexdigest() == entry["sha256"]
+
+
+async def post_until_accepted(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
+    """A write right after a store restart: JSON 503 + Retry-After while a connection is replaced."""
+    for _ in range(20):
+        answer = await client.post(path, json=body)
+        if answer.status_code != 503:
+            return answer
+        assert_json_503(answer)
+        await asyncio.sleep(0.2)
+    raise AssertionError("never accepted")
+
+
+async def test_the_sidecar_index_survives_a_store_restart_on_both_daemons(
+        tmp_path: Path, fault_env: dict[str, str], postgres_cluster: PostgresCluster) -> None:
+    with two_daemons(tmp_path, fault_env) as (a, b):
+        async with a.client() as client_a, b.client() as client_b:
+            session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            stream = Stream(b, session_id)
+            try:
+                before = await client_b.post(f"/session/{session_id}/prompt", json={"text": "big 300000 b"})
+                assert before.status_code == 202, before.text
+                old = await sidecar_of(stream, before.json()["promptId"])
+                postgres_cluster.restart()  # every connection of both daemons dropped
+                # The index's pool checks a connection before use: the first read after it works.
+                for client in (client_a, client_b):
+                    await assert_sidecar_served(client, session_id, old)
+                after = await post_until_accepted(client_b, f"/session/{session_id}/prompt",
+                                                  {"text": "big 300000 c"})
+                assert after.status_code == 202, after.text
+                new = await sidecar_of(stream, after.json()["promptId"])
+                assert new["id"] != old["id"]
+                for client in (client_a, client_b):
+                    await assert_sidecar_served(client, session_id, new)
+                truncated = [e for e in stream.events if e.type == "session_update"
+                             and "disk_error" in json.dumps(e.data)]
+                assert not truncated  # stored whole, not cut for a "disk error"
+            finally:
+                await stream.close()

@@ -286,8 +286,9 @@ class Cluster:
         finally:
             if not sent.done():
                 sent.cancel()
+        kept = {name: answer.headers[name] for name in ("retry-after",) if name in answer.headers}
         return Response(answer.content, status_code=answer.status_code,
-                        media_type=answer.headers.get("content-type"))
+                        media_type=answer.headers.get("content-type"), headers=kept)
 
 
 def _cluster_error(status: int, kind: str, message: str,

@@ -86,8 +86,10 @@ class PgJournal(StagedIds, EventJournal):
         from psycopg_pool import AsyncConnectionPool
 
         self._conn = await self._connect_writer()
+        # check: a connection the store dropped (a restart) is replaced before a read uses it
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
-                                         kwargs={"autocommit": True}, open=False)
+                                         kwargs={"autocommit": True}, open=False,
+                                         check=AsyncConnectionPool.check_connection)
         await self._pool.open()
         self._writer = asyncio.create_task(self._run_writer())
         return self

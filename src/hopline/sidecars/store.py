@@ -31,6 +31,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -190,9 +191,10 @@ class SidecarStore:
         else:
             import psycopg
 
-            from hopline.store.postgres import connect
+            from hopline.store.index import PgIndex
 
-            self._db = connect(dsn)  # the schema is the store's migrations (hopline.store.postgres)
+            # The schema is the store's migrations (hopline.store.postgres); a pool that reconnects.
+            self._db = PgIndex(dsn, statement_timeout=budget.store_statement_timeout_seconds)
             self._db_errors = (psycopg.Error,)
         # Counters the index could not record (a failing disk): still reported by stats().
         self._unrecorded: dict[str, int] = {}
@@ -208,18 +210,10 @@ class SidecarStore:
         with self._lock:
             if self._dsn is None:
                 return self._db.execute(sql, params)
-            if self._db.broken and not self._in_transaction():  # the server went away: once more
-                from hopline.store.postgres import connect
-
-                self._db = connect(self._dsn)
             return self._db.execute(sql.replace("?", "%s"), params)
 
     def _in_transaction(self) -> bool:
-        if self._dsn is None:
-            return bool(self._db.in_transaction)
-        from psycopg.pq import TransactionStatus
-
-        return bool(self._db.info.transaction_status != TransactionStatus.IDLE)
+        return bool(self._db.in_transaction)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self)
@@ -509,6 +503,7 @@ class _Transaction:
 
     def __init__(self, store: SidecarStore) -> None:
         self.store = store
+        self._pg: contextlib.ExitStack | None = None
 
     def __enter__(self) -> None:
         self.store._lock.acquire()
@@ -518,15 +513,25 @@ class _Transaction:
             else:
                 from hopline.store.postgres import SIDECAR_WRITE_LOCK_KEY
 
-                self.store._execute("BEGIN")
-                self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(self.store._db.transaction())
+                    self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
+                    self._pg = stack.pop_all()
         except BaseException:
-            if self.store._in_transaction():
+            if self.store._dsn is None and self.store._in_transaction():
                 self.store._execute("ROLLBACK")
             self.store._lock.release()
             raise
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        if self._pg is not None:  # PostgreSQL: the index's transaction commits or rolls back itself
+            pg, self._pg = self._pg, None
+            try:
+                pg.__exit__(exc_type, exc, tb)
+            finally:
+                self.store._lock.release()
+            return
         try:
             if exc_type is not None:
                 if self.store._in_transaction():
