@@ -204,3 +204,48 @@ async def test_the_sidecar_index_survives_a_store_restart_on_both_daemons(
                 assert not truncated  # stored whole, not cut for a "disk error"
             finally:
                 await stream.close()
+
+
+async def test_a_write_forwarded_to_a_frozen_owner_runs_once(
+        tmp_path: Path, fault_env: dict[str, str], pg_url: str) -> None:
+    actions = tmp_path / "actions.log"
+    env = {**fault_env, "BIG_AGENT_ACTION_LOG": str(actions)}
+    with two_daemons(tmp_path, env, args=("--agent-env", "BIG_AGENT_ACTION_LOG")) as (a, b):
+        async with a.client() as client_a, b.client(timeout=60) as client_b:
+            session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            status_a = (await client_a.get("/daemon/status")).json()
+            old_child = next(s["childPid"] for s in status_a["sessions"] if s["sessionId"] == session_id)
+            a.proc.send_signal(signal.SIGSTOP)  # frozen: B's forward reaches A's socket, unanswered
+            stream = Stream(b, session_id)
+            try:
+                # B forwards to A, waits out A's lease, adopts and runs the prompt itself.
+                accepted = await client_b.post(f"/session/{session_id}/prompt", json={"text": "once-only 1"})
+                assert accepted.status_code == 202, accepted.text
+                await stream.wait_for(ends(accepted.json()["promptId"]))
+            finally:
+                await stream.close()
+            b_id = (await client_b.get("/daemon/status")).json()["cluster"]["daemon"]
+            assert lease_of(pg_url, session_id)[0] == b_id
+            a.proc.send_signal(signal.SIGCONT)  # A now reads the stale forwarded write
+            await until(lambda: not psutil.pid_exists(old_child)
+                        or psutil.Process(old_child).status() == psutil.STATUS_ZOMBIE,
+                        timeout=2 * LEASE_SECONDS + 30, what="the old owner's child gone")
+
+            async def refused() -> bool:
+                cluster_a = (await client_a.get("/daemon/status")).json()["cluster"]
+                return bool(cluster_a["staleWritesRefused"] >= 1)
+
+            for _ in range(600):  # A answered the stale write (refused) before we count executions
+                if await refused():
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("A never handled the stale forwarded write")
+            runs = [line for line in actions.read_text().splitlines() if line.endswith(" once-only 1")]
+            assert len(runs) == 1, runs  # one execution, by one agent process
+            assert runs[0].split()[0] != str(old_child)  # the adopter's child ran it, never the old one
+            with psycopg.connect(pg_url, autocommit=True) as conn:  # no phantom open prompt left
+                assert conn.execute("SELECT COUNT(*) FROM prompts").fetchone() == (0,)
+            # A forwards a new write to the owner B; it runs once more, on B.
+            again = await client_a.post(f"/session/{session_id}/prompt", json={"text": "once-only 2"})
+            assert again.status_code == 202, again.text

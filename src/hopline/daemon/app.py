@@ -346,6 +346,7 @@ def create_daemon_app(
         journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=on_fenced)
         cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
                           token=settings.cluster_token)
+        journal.epochs = cluster.epochs
     else:
         journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
@@ -437,9 +438,10 @@ def create_daemon_app(
             owner = await manager.ensure_owner(session, spawn=spawn)
             if owner is None:
                 return None
-            if request.scope.get(FORWARDED_SCOPE_KEY):
+            if request.scope.get(FORWARDED_SCOPE_KEY):  # a stale forward: never served here
+                cluster.stale_refused += 1
                 raise SessionError(409, "owner_changed", "the session's owner changed while this write was "
-                                   "forwarded; retry it", hop=HOP_CLUSTER)
+                                   "forwarded; retry it", hop=HOP_CLUSTER, owner=owner.daemon_id)
             answer = await cluster.forward(owner, request)
             if answer is not None:
                 return answer

@@ -88,6 +88,10 @@ class Cluster:
         self.forwarded = 0
         self.adopted = 0
         self.leases_lost = 0
+        self.stale_refused = 0  # writes refused because the lease they came under was gone
+        # The fencing token (the lease's epoch) this daemon took each session's lease with: a prompt
+        # opens only while the store still holds the lease at that epoch (PgJournal.open_prompt).
+        self.epochs: dict[str, int] = {}
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -176,11 +180,23 @@ class Cluster:
         await self._fetch("INSERT INTO leases (session_id, owner, epoch, expires_at) "
                           "VALUES (%s, %s, 1, now() + make_interval(secs => %s))",
                           (session_id, self.daemon_id, self.lease_seconds))
+        self.epochs[session_id] = 1
 
     async def release(self, session_id: str) -> None:
         """Give up this daemon's lease of a stream it has finished writing (a gate run's)."""
         await self._fetch("DELETE FROM leases WHERE session_id = %s AND owner = %s",
                           (session_id, self.daemon_id))
+        self.epochs.pop(session_id, None)
+
+    async def still_holds(self, session_id: str) -> bool:
+        """The store still holds this session's lease for this daemon, live, at the epoch taken
+        (checked again just before a prompt is written to the child)."""
+        epoch = self.epochs.get(session_id)
+        if epoch is None:
+            return False
+        rows = await self._fetch("SELECT 1 FROM leases WHERE session_id = %s AND owner = %s AND epoch = %s "
+                                 "AND expires_at > now()", (session_id, self.daemon_id, epoch))
+        return bool(rows)
 
     async def try_adopt(self, session_id: str) -> bool:
         """Take the session's lease when it is free, expired or already ours: True for the one
@@ -200,17 +216,21 @@ class Cluster:
                         "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
                         "ON CONFLICT (session_id) DO NOTHING RETURNING epoch",
                         (session_id, self.daemon_id, self.lease_seconds))
-                    if await cursor.fetchone() is not None:
+                    inserted = await cursor.fetchone()
+                    if inserted is not None:
+                        self.epochs[session_id] = int(inserted[0])
                         return True
                     raise StoreBusy("the session's lease is held by another daemon's transaction (its "
                                     "owner may be frozen inside a commit)",
                                     self.budget.store_idle_transaction_seconds)
                 if not row[0]:
                     return False  # live, another daemon's
-                await conn.execute(
+                cursor = await conn.execute(
                     "UPDATE leases SET owner = %s, epoch = epoch + 1, "
-                    "expires_at = now() + make_interval(secs => %s) WHERE session_id = %s",
+                    "expires_at = now() + make_interval(secs => %s) WHERE session_id = %s RETURNING epoch",
                     (self.daemon_id, self.lease_seconds, session_id))
+                taken = await cursor.fetchone()
+                self.epochs[session_id] = int(taken[0])
                 return True
 
         return await self._leases.run(work)
@@ -238,7 +258,7 @@ class Cluster:
         return {
             "daemon": self.daemon_id, "advertiseUrl": self.advertise_url, "leaseSeconds": self.lease_seconds,
             "forwardedWrites": self.forwarded, "adoptedSessions": self.adopted,
-            "leasesLost": self.leases_lost,
+            "leasesLost": self.leases_lost, "staleWritesRefused": self.stale_refused,
             "expiredLeases": int(expired[0][0]) if expired else 0,
             "daemons": [{"id": d[0], "advertiseUrl": d[1], "self": d[0] == self.daemon_id,
                          "live": not d[2] and float(d[3]) < self.lease_seconds,

@@ -23,7 +23,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -72,6 +72,8 @@ class PgJournal(StagedIds, EventJournal):
         self.budget = budget
         self.owner = owner
         self.on_fenced = on_fenced
+        # Several daemons: the epoch of each lease this daemon holds (the cluster's fencing tokens).
+        self.epochs: Mapping[str, int] | None = None
         self._open: dict[str, int] = {}  # open session -> last committed id (as this daemon knows it)
         self._allocated: dict[str, int] = {}
         self._staged: list[StagedRow] = []
@@ -273,7 +275,17 @@ class PgJournal(StagedIds, EventJournal):
     # --- prompts --------------------------------------------------------------------------------
 
     async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        """With several daemons the prompt opens only in a transaction that finds this daemon's
+        lease live at the epoch it took it (compare-and-set on the fencing token; the row is read
+        ``FOR SHARE``, so no adoption lands in between): else :class:`LeaseLost` and no row."""
         async def apply(conn: Any) -> None:
+            if self.owner is not None and self.epochs is not None:
+                epoch = self.epochs.get(session_id, -1)
+                cursor = await conn.execute(
+                    "SELECT 1 FROM leases WHERE session_id = %s AND owner = %s AND epoch = %s "
+                    "AND expires_at > now() FOR SHARE", (session_id, self.owner, epoch))
+                if await cursor.fetchone() is None:
+                    raise LeaseLost([session_id])
             await conn.execute(
                 "INSERT INTO prompts (session_id, prompt_id, after_seq) "
                 "SELECT %s, %s, COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s "

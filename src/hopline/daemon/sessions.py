@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_CLUSTER, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import (
     JSONRPC_METHOD_NOT_FOUND,
@@ -47,13 +47,14 @@ from hopline.daemon.cluster import Cluster, Owner
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
 from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
-from hopline.daemon.pg_journal import PgJournal
+from hopline.daemon.pg_journal import LeaseLost, PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
+from hopline.store.postgres import StoreUnavailable
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
@@ -401,6 +402,9 @@ class SessionManager:
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
             await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
+            task.cancel()
+            raise await self._stale_write(session) from None
         except BaseException:
             task.cancel()
             raise
@@ -420,6 +424,8 @@ class SessionManager:
             if child is None or not child.alive or session.agent_session_id is None:
                 await self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
+            if not await self._still_owner(session, prompt_id):
+                return  # not written to the child; the adopter ends the open prompt (owner_lost)
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
             try:
@@ -700,6 +706,34 @@ class SessionManager:
                         "the agent cannot load sessions: it started a new one, so its own memory of "
                         "this session was not restored (the journal still holds the history)")})
 
+    async def _stale_write(self, session: DaemonSession) -> SessionError:
+        """The 409 for a write that came under a lease this daemon no longer holds (it names the
+        current owner); its children stop here."""
+        assert self.cluster is not None
+        self.cluster.stale_refused += 1
+        self._spawn_task(self.lose({session.id}))
+        owner = await self.cluster.owner_of(session.id)
+        return SessionError(409, "not_owner", "this daemon no longer holds the session's lease (another "
+                            "daemon adopted it); the write was not run: retry it", hop=HOP_CLUSTER,
+                            owner=owner.daemon_id if owner is not None else None)
+
+    async def _still_owner(self, session: DaemonSession, prompt_id: str) -> bool:
+        """Checked again just before the prompt reaches the child: the lease is still this daemon's
+        (at its epoch). A store that cannot tell ends the turn; a lost lease stops the session."""
+        if self.cluster is None:
+            return True
+        try:
+            if await self.cluster.still_holds(session.id):
+                return True
+        except StoreUnavailable as exc:
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "store_unavailable",
+                "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
+            return False
+        self.cluster.stale_refused += 1
+        self._spawn_task(self.lose({session.id}))
+        return False
+
     def held(self) -> set[str]:
         """The sessions this daemon runs (or is starting) a child for under its lease."""
         return {sid for sid in self.owned if sid in self.sessions and self.sessions[sid].state in LIVE_STATES}
@@ -709,6 +743,8 @@ class SessionManager:
         is journaled from here (the journal fences it); their readers reconnect, to any daemon."""
         for session_id in session_ids:
             self.owned.discard(session_id)
+            if self.cluster is not None:
+                self.cluster.epochs.pop(session_id, None)
             session = self.sessions.get(session_id)
             if session is None:
                 continue
