@@ -437,6 +437,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS",
             "one lease or heartbeat statement (PostgreSQL statement_timeout, and the daemon's own deadline "
             "on the answer; then 503 and Retry-After)", minimum=0.05, maximum=600),
+    Ceiling("store_outage_retry_seconds", HOP_CLUSTER, Unit.SECONDS, 30.0,
+            "HOPLINE_STORE_OUTAGE_RETRY_SECONDS",
+            "a journal commit that failed on a lost connection is retried this long once reconnected "
+            "(its events wait in the journal queue, which holds the child back); then it is lost, said",
+            minimum=0, maximum=3600),
     Ceiling("store_idle_transaction_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
             "HOPLINE_STORE_IDLE_TRANSACTION_SECONDS",
             "a journal transaction left idle by its daemon (frozen mid-commit): PostgreSQL ends it "
@@ -556,6 +561,7 @@ class Budget:
     store_lock_timeout_seconds: float
     store_statement_timeout_seconds: float
     store_idle_transaction_seconds: float
+    store_outage_retry_seconds: float
     warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)

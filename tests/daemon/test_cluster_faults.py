@@ -249,3 +249,44 @@ async def test_a_write_forwarded_to_a_frozen_owner_runs_once(
             # A forwards a new write to the owner B; it runs once more, on B.
             again = await client_a.post(f"/session/{session_id}/prompt", json={"text": "once-only 2"})
             assert again.status_code == 202, again.text
+
+
+def chunk_numbers(stream: Stream, prompt_id: str) -> list[int]:
+    numbers = []
+    for event in stream.events:
+        if event.type != "session_update" or event.data.get("promptId") != prompt_id:
+            continue
+        text = ((event.data["update"].get("content") or {}).get("text") or "")
+        if text.startswith("chunk "):
+            numbers.append(int(text.split()[1]))
+    return numbers
+
+
+async def test_a_store_restart_mid_stream_loses_no_chunk_on_any_daemon(
+        tmp_path: Path, fault_env: dict[str, str], postgres_cluster: PostgresCluster) -> None:
+    count = 300
+    with two_daemons(tmp_path, fault_env) as (a, b):
+        async with a.client() as client_a:
+            session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            readers = [Stream(a, session_id), Stream(b, session_id)]  # the owner's and another daemon's
+            try:
+                accepted = await client_a.post(f"/session/{session_id}/prompt",
+                                               json={"text": f"paced {count} 200 10"})
+                assert accepted.status_code == 202, accepted.text
+                prompt_id = accepted.json()["promptId"]
+                for reader in readers:  # mid-stream on both daemons
+                    await reader.wait_for(lambda e: e.type == "session_update"
+                                          and "chunk 20 " in json.dumps(e.data))
+                await asyncio.to_thread(postgres_cluster.restart)  # every connection dropped
+                for reader in readers:
+                    end = await reader.wait_for(ends(prompt_id), timeout=120)
+                    dropped = [e for e in reader.events if e.type == "frame_dropped"]
+                    assert not dropped, dropped  # nothing lost, so nothing to report
+                    assert end.data["lostBytes"] == 0 and end.data["degraded"] is False
+                    assert chunk_numbers(reader, prompt_id) == list(range(count))  # each once, in order
+                    assert reader.ids == list(range(reader.ids[0], reader.ids[-1] + 1))  # gap-free
+                status = (await client_a.get("/daemon/status")).json()
+                assert status["journal"]["failedEvents"] == 0
+            finally:
+                for reader in readers:
+                    await reader.close()

@@ -4,6 +4,7 @@
 Prompt commands (one per prompt):
   ``big N [FILL]``     a tool_call, then a tool_call_update whose content text is N bytes (of FILL)
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
+  ``paced N SIZE MS``  the same, one chunk every MS milliseconds (a stream that lasts)
   ``sleep S``          one chunk, then sleeps S seconds (to be killed or cancelled mid-turn)
   ``permission``       asks session/request_permission and reports the outcome
   ``env [NAME...]``    reports which of these variables it can see (default: the daemon's secrets and
@@ -212,6 +213,12 @@ class BigUpdateAgent(Agent):
             for i in range(count):
                 head = f"chunk {i} "
                 await self._say(session_id, head + "y" * max(0, size - len(head)))
+        elif command == "paced":  # chunks N SIZE, one every MS milliseconds
+            count, size, pause = int(words[1]), int(words[2]), float(words[3]) / 1000
+            for i in range(count):
+                head = f"chunk {i} "
+                await self._say(session_id, head + "y" * max(0, size - len(head)))
+                await asyncio.sleep(pause)
         elif command == "sleep":
             cancelled = self.cancelled[session_id] = asyncio.Event()
             await self._say(session_id, "sleeping")
