@@ -290,3 +290,28 @@ async def test_a_store_restart_mid_stream_loses_no_chunk_on_any_daemon(
             finally:
                 for reader in readers:
                     await reader.close()
+
+
+async def test_routes_answer_json_503_while_the_store_is_away(
+        tmp_path: Path, fault_env: dict[str, str], postgres_cluster: PostgresCluster) -> None:
+    with two_daemons(tmp_path, fault_env) as (a, b):
+        async with a.client() as client_a, b.client() as client_b:
+            session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            await asyncio.to_thread(postgres_cluster.stop_server)
+            try:
+                for client in (client_a, client_b):  # the owner and the other daemon
+                    assert_json_503(await client.post(f"/session/{session_id}/prompt", json={"text": "hi"}))
+                    status = await client.get("/daemon/status")
+                    assert status.status_code == 200 and status.json()["cluster"]["store"] == "unavailable"
+                answer = await client_b.get(f"/session/{session_id}/events")
+                assert_json_503(answer)
+            finally:
+                await asyncio.to_thread(postgres_cluster.start_server)
+            stream = Stream(b, session_id)
+            try:
+                accepted = await post_until_accepted(client_b, f"/session/{session_id}/prompt",
+                                                     {"text": "back"})
+                assert accepted.status_code == 202, accepted.text
+                await stream.wait_for(ends(accepted.json()["promptId"]))
+            finally:
+                await stream.close()

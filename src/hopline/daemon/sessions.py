@@ -54,6 +54,7 @@ from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
+from hopline.store.bounded import store_errors
 from hopline.store.postgres import StoreUnavailable
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
@@ -795,9 +796,16 @@ class SessionManager:
 
     async def status(self) -> list[dict[str, Any]]:
         out = []
+        store_away = False  # the store failed once: the status answers without it (lastEventId None)
         # A snapshot: the awaits below let other tasks create and delete sessions (T-5).
         for session in list(self.sessions.values()):
             child = session.child
+            last_id: int | None = None
+            if not store_away:
+                try:
+                    last_id = await self.journal.last_id(session.id)
+                except store_errors():
+                    store_away = True
             out.append({
                 "sessionId": session.id, "state": session.state,
                 "childPid": child.pid if child is not None else None,
@@ -805,7 +813,7 @@ class SessionManager:
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
                 "subscribers": self.bus.subscriber_count(session.id),
-                "lastEventId": await self.journal.last_id(session.id),
+                "lastEventId": last_id,
                 "framesDropped": session.frames_dropped,
                 **({"owned": session.id in self.owned} if self.cluster is not None else {}),
                 "lostBytes": session.lost_bytes,

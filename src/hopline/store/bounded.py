@@ -60,10 +60,11 @@ def session_options(*, name: str, lock_timeout: float | None = None, statement_t
     return " ".join(parts)
 
 
-def is_lock_timeout(exc: BaseException) -> bool:
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What a store that is away raises: ours, psycopg's (its pool's ``PoolTimeout`` among them)."""
     import psycopg
 
-    return isinstance(exc, psycopg.errors.LockNotAvailable)
+    return (StoreUnavailable, psycopg.Error)
 
 
 class BoundedConnection:
