@@ -315,3 +315,34 @@ async def test_routes_answer_json_503_while_the_store_is_away(
                 await stream.wait_for(ends(accepted.json()["promptId"]))
             finally:
                 await stream.close()
+
+
+async def test_a_killed_owner_is_adopted_on_lease_expiry_without_a_write(
+        tmp_path: Path, fault_env: dict[str, str], pg_url: str) -> None:
+    with two_daemons(tmp_path, fault_env) as (a, b):
+        async with a.client() as client_a, b.client() as client_b:
+            session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            stream = Stream(b, session_id)  # a reader on B; nobody writes after the kill
+            try:
+                running = await client_a.post(f"/session/{session_id}/prompt", json={"text": "sleep 60"})
+                assert running.status_code == 202, running.text
+                prompt_id = running.json()["promptId"]
+                await stream.wait_for(lambda e: e.type == "session_update"
+                                      and e.data.get("promptId") == prompt_id)
+                a.proc.send_signal(signal.SIGKILL)
+                a.proc.wait(10)
+                cut = await stream.wait_for(ends(prompt_id, "turn_error"))
+                assert cut.data["reason"] == "owner_lost"
+                adopted = await stream.wait_for(lambda e: e.type == "session_adopted")
+                assert adopted.data["endedPrompts"] == 1 and cut.id is not None and adopted.id is not None
+                assert cut.id < adopted.id
+                b_id = (await client_b.get("/daemon/status")).json()["cluster"]["daemon"]
+                assert lease_of(pg_url, session_id) == (b_id, True)
+                nxt = await client_b.post(f"/session/{session_id}/prompt", json={"text": "next"})
+                assert nxt.status_code == 202, nxt.text  # served by the adopter, not forwarded
+                await stream.wait_for(ends(nxt.json()["promptId"]))
+                assert stream.ids == list(range(stream.ids[0], stream.ids[-1] + 1))
+            finally:
+                await stream.close()
+            cluster_b = (await client_b.get("/daemon/status")).json()["cluster"]
+            assert cluster_b["adoptedSessions"] == 1 and cluster_b["forwardedWrites"] == 0

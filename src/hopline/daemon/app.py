@@ -44,6 +44,7 @@ from hopline.budget import (
     limits_json,
     require_coherent,
 )
+from hopline.daemon.adoption import run_sweeps
 from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
 from hopline.daemon.cluster import (
     FORWARDED_SCOPE_KEY,
@@ -389,11 +390,15 @@ def create_daemon_app(
             if cluster is not None:
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
                                     on_listen=bus.catch_up_all)
+                sweeps = asyncio.create_task(run_sweeps(manager, cluster, bus))  # adopt on expiry
             try:
                 yield
             finally:
                 if cluster is not None:
-                    await cluster.stop()  # its leases expire now: the others adopt at the next write
+                    sweeps.cancel()
+                    with contextlib.suppress(BaseException):
+                        await sweeps
+                    await cluster.stop()  # its leases expire now: the others adopt them
                 if reaper is not None:
                     reaper.cancel()
                     with contextlib.suppress(BaseException):

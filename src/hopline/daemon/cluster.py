@@ -125,8 +125,11 @@ class Cluster:
         await self._beat.close()
         await self._leases.close()
 
-    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """One statement on the lease connection (bounded: :class:`BoundedConnection`)."""
         return await self._leases.fetch(sql, params)
+
+    _fetch = fetch
 
     async def _heartbeat(self, held: Callable[[], set[str]],
                          on_lost: Callable[[set[str]], Awaitable[None]]) -> None:
