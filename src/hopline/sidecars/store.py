@@ -166,11 +166,10 @@ class SidecarStore:
     first).
     """
 
-    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] = time.time,
+    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] | None = None,
                  blobs: BlobStore | None = None, dsn: str | None = None) -> None:
         self.root = Path(root)
         self.budget = budget
-        self.clock = clock
         self.blobs: BlobStore = blobs if blobs is not None else FileBlobs(self.root, shared=dsn is not None)
         # Several daemons write here: a body without a row may be in flight (orphans wait a grace).
         self.shared = dsn is not None or self.blobs.shared
@@ -196,6 +195,12 @@ class SidecarStore:
             # The schema is the store's migrations (hopline.store.postgres); a pool that reconnects.
             self._db = PgIndex(dsn, statement_timeout=budget.store_statement_timeout_seconds)
             self._db_errors = (psycopg.Error,)
+        # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
+        # shared index's is the store's now(), whatever ``clock`` (this daemon's wall clock) says:
+        # a daemon 24 h ahead would reap every daemon's sidecars. Alone, ``clock`` (tests fake it).
+        self.clock: Callable[[], float] = self._db.now if dsn is not None else (clock or time.time)
+        # bodies' ages (the orphans' grace) are against real time, the store's when shared
+        self._real_clock: Callable[[], float] = self._db.now if dsn is not None else time.time
         # Counters the index could not record (a failing disk): still reported by stats().
         self._unrecorded: dict[str, int] = {}
 
@@ -448,7 +453,7 @@ class SidecarStore:
         with self._transaction():
             rows = {r[0]: int(r[1]) for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
             intact: set[str] = set()
-            for item in self.blobs.listing():
+            for item in self.blobs.listing(self._real_clock()):
                 expected = rows.get(item.name) if is_valid_sidecar_id(item.name) else None
                 if expected is not None and item.size == expected:
                     intact.add(item.name)
@@ -548,7 +553,7 @@ class _Transaction:
 
 
 def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: Budget, *,
-                       index_dir: Path, clock: Callable[[], float] = time.time) -> SidecarStore:
+                       index_dir: Path, clock: Callable[[], float] | None = None) -> SidecarStore:
     """The sidecar store the settings name (SPEC X): the index in the PostgreSQL store when there is
     one (else SQLite: beside the files, or in ``index_dir`` for S3 bodies), the bodies in files or in
     the bucket."""

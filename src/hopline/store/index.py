@@ -67,6 +67,12 @@ class PgIndex:
             self._local.conn = None
             conn.execute("COMMIT")
 
+    def now(self) -> float:
+        """The store's clock (``now()``, seconds since the epoch): the one clock of a shared index,
+        whatever each daemon's own says."""
+        row = self.execute("SELECT EXTRACT(EPOCH FROM now())::float8").fetchone()
+        return float(row[0])
+
     @property
     def in_transaction(self) -> bool:
         return getattr(self._local, "conn", None) is not None
