@@ -21,7 +21,7 @@ from hopline.store.bounded import store_errors
 if TYPE_CHECKING:
     from hopline.daemon.bus import EventBus
     from hopline.daemon.cluster import Cluster
-    from hopline.daemon.sessions import SessionManager
+    from hopline.daemon.sessions.manager import SessionManager
 
 log = logging.getLogger("hopline.daemon.cluster")
 
@@ -29,7 +29,7 @@ log = logging.getLogger("hopline.daemon.cluster")
 async def sweep_expired(manager: SessionManager, cluster: Cluster, bus: EventBus) -> int:
     """Adopt the expired leases that matter (see the module); the number adopted here."""
     subscribed = [sid for sid in list(manager.sessions) if bus.subscriber_count(sid) > 0
-                  and sid not in manager.owned]
+                  and not manager.ownership.owns(sid)]
     rows = await cluster.fetch(
         "SELECT l.session_id FROM leases l WHERE l.expires_at <= now() AND l.owner <> %s "
         "AND (l.session_id = ANY(%s) OR EXISTS (SELECT 1 FROM prompts p WHERE p.session_id = l.session_id)) "
@@ -38,7 +38,7 @@ async def sweep_expired(manager: SessionManager, cluster: Cluster, bus: EventBus
     for (session_id,) in rows:
         try:
             session = await manager.get(str(session_id))
-            if await manager.ensure_owner(session) is None and session.id in manager.owned:
+            if await manager.ensure_owner(session) is None and manager.ownership.owns(session.id):
                 adopted += 1
         except SessionError:  # deleted meanwhile, or not a session (a gate run's stream)
             continue
