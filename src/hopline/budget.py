@@ -409,6 +409,24 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("store_max_connections", HOP_CLUSTER, Unit.COUNT, 4, "HOPLINE_STORE_MAX_CONNECTIONS",
             "PostgreSQL connections of one daemon's journal reads (beside its writer, its sidecar index "
             "and its LISTEN connection)", minimum=1, maximum=64),
+    Ceiling("store_lock_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 1.0,
+            "HOPLINE_STORE_LOCK_TIMEOUT_SECONDS",
+            "a lease operation waiting on a row lock (PostgreSQL lock_timeout; then 503 and Retry-After: "
+            "one frozen daemon never freezes another)", minimum=0.01, maximum=600),
+    Ceiling("store_statement_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
+            "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS",
+            "one lease or heartbeat statement (PostgreSQL statement_timeout, and the daemon's own deadline "
+            "on the answer; then 503 and Retry-After)", minimum=0.05, maximum=600),
+    Ceiling("store_outage_retry_seconds", HOP_CLUSTER, Unit.SECONDS, 30.0,
+            "HOPLINE_STORE_OUTAGE_RETRY_SECONDS",
+            "a journal commit that failed on a lost connection is retried this long once reconnected "
+            "(its events wait in the journal queue, which holds the child back); then it is lost, said",
+            minimum=0, maximum=3600),
+    Ceiling("store_idle_transaction_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
+            "HOPLINE_STORE_IDLE_TRANSACTION_SECONDS",
+            "a journal transaction left idle by its daemon (frozen mid-commit): PostgreSQL ends it "
+            "(idle_in_transaction_session_timeout), its locks go, another daemon can adopt",
+            minimum=0.05, maximum=3600),
 )
 
 CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
@@ -526,6 +544,10 @@ class Budget:
     owner_lease_seconds: float
     cluster_forward_timeout_seconds: float
     store_max_connections: int
+    store_lock_timeout_seconds: float
+    store_statement_timeout_seconds: float
+    store_idle_transaction_seconds: float
+    store_outage_retry_seconds: float
     warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)

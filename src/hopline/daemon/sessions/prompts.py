@@ -14,9 +14,12 @@ from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.errors import SessionError
+from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import cancel_permissions
 from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.store.journal import EventJournal
+from hopline.store.pg_journal import LeaseLost
+from hopline.store.postgres import StoreUnavailable
 from hopline.vocabulary import META_TURN, TURN_COMPLETE, TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -50,10 +53,12 @@ def require_ready(session: DaemonSession) -> AcpChild:
 
 
 class Prompts:
-    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus) -> None:
+    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus,
+                 ownership: Ownership | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
+        self.ownership = ownership if ownership is not None else Ownership(None)
 
     async def prompt(self, session: DaemonSession, text: str) -> str:
         require_ready(session)
@@ -72,6 +77,9 @@ class Prompts:
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
             await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
+            task.cancel()
+            raise await self.ownership.stale_write(session.id) from None
         except BaseException:
             task.cancel()
             raise
@@ -91,6 +99,8 @@ class Prompts:
             if child is None or not child.alive or session.agent_session_id is None:
                 await self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
+            if not await self._still_owner(session, prompt_id):
+                return  # not written to the child; the adopter ends the open prompt (owner_lost)
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
             try:
@@ -107,6 +117,17 @@ class Prompts:
                 await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
                 session.current_prompt = None
+
+    async def _still_owner(self, session: DaemonSession, prompt_id: str) -> bool:
+        """The lease is still this daemon's just before the prompt reaches the child (exactly-once
+        starts). A store that cannot tell ends the turn; a lost lease stops the session."""
+        try:
+            return await self.ownership.still_holds(session.id)
+        except StoreUnavailable as exc:
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "store_unavailable",
+                "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
+            return False
 
     async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
         await self._end_turn(session, prompt_id, TURN_ERROR, {
