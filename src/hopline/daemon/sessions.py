@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
+from hopline.daemon.agent_requests import AgentRequests
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import (
-    JSONRPC_METHOD_NOT_FOUND,
     AcpChild,
     AgentExited,
     AgentRpcError,
@@ -50,7 +50,7 @@ from hopline.daemon.load import SessionLoader
 from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
-from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
+from hopline.daemon.session import LIVE_STATES, DaemonSession, SessionState
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
@@ -62,8 +62,6 @@ from hopline.vocabulary import (
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
-    PERMISSION_METHOD,
-    PERMISSION_REQUEST,
     PROGRESS_METHOD,
     REASON_OWNER_LOST,
     SESSION_ADOPTED,
@@ -115,9 +113,17 @@ class _ChildEvents:
             self.manager._drop_frame(None, frame.size, DROP_FOREIGN_SESSION)
         return None
 
-    def on_request(self, message: dict[str, Any]) -> None:
+    def on_request(self, frame: Frame) -> Awaitable[None] | None:
+        if self.child is None:
+            return None
+        return self.manager.agent_requests.on_request(self._current(), self.child, frame)
+
+    def on_not_reading(self) -> None:
+        session = self._current()
+        if session is not None:
+            self.manager._on_not_reading(session)
         if self.child is not None:
-            self.manager._on_request(self._current(), self.child, message)
+            self.manager._spawn_task(self.child.stop())  # a child that does not read is ended
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
         self.manager._on_frame_error(self.session, error, size, reason)
@@ -162,6 +168,7 @@ class SessionManager:
         self.owned: set[str] = set()  # sessions whose lease this daemon holds (several daemons)
         self.sessions: dict[str, DaemonSession] = {}
         self.loader = SessionLoader(self)
+        self.agent_requests = AgentRequests(self)
         self._background: set[asyncio.Task[Any]] = set()
         # One warm pool per agent command (D-9); this daemon runs one command.
         self.pools: dict[tuple[str, ...], WarmPool] = {}
@@ -448,21 +455,36 @@ class SessionManager:
                 session.current_prompt = None
 
     async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        if session.not_reading:  # the write deadline passed: the agent did not fail, it did not read
+            timeout = self.budget.pipe_write_timeout_seconds
+            setting = CEILINGS_BY_KEY["pipe_write_timeout_seconds"].name
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "agent_not_reading", "hop": HOP_PIPE,
+                "timeoutSeconds": timeout, "setting": setting,
+                "message": f"the agent did not read its stdin for {timeout} s ({setting}); the turn ended "
+                           "and the agent was stopped (POST /session/{id}/load restores the session)"})
+            return
         await self._end_turn(session, prompt_id, TURN_ERROR, {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
     async def cancel(self, session: DaemonSession) -> bool:
+        """Answered at once: the writes (the pending permissions' answers, ``session/cancel``) go in
+        the background, so a cancel never waits behind a write the child does not read (each has
+        the write deadline)."""
         child = self._require_ready(session)
         running = session.current_prompt is not None
-        for request_id in list(session.permissions):
-            pending = session.permissions.pop(request_id)
-            await pending.child.respond(pending.child_request_id,
-                                        result={"outcome": {"outcome": "cancelled"}})
+        pending = [p for p in (AgentRequests.release(session, r) for r in list(session.permissions)) if p]
+        self._spawn_task(self._send_cancel(session, child, pending))
+        return running
+
+    async def _send_cancel(self, session: DaemonSession, child: AcpChild, pending: list[Any]) -> None:
+        for permission in pending:
+            await permission.child.respond(permission.child_request_id,
+                                           result={"outcome": {"outcome": "cancelled"}})
         if session.agent_session_id is not None:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
-        return running
 
     async def answer_permission(self, session: DaemonSession, request_id: str, *,
                                 option_id: str | None, reject: bool) -> dict[str, Any]:
@@ -482,7 +504,7 @@ class SessionManager:
                 raise SessionError(422, "unknown_option", "optionId is not one of the request's options",
                                    options=[i for i in ids if isinstance(i, str)])
             outcome = {"outcome": "selected", "optionId": option_id}
-        session.permissions.pop(request_id, None)
+        AgentRequests.release(session, request_id)
         await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
         return outcome
 
@@ -608,21 +630,6 @@ class SessionManager:
         if reason != DROP_FOREIGN_SESSION:  # another session's bytes are not this session's loss
             self._count_lost(session, session.current_prompt, size, [reason], "other")
 
-    def _on_request(self, session: DaemonSession | None, child: AcpChild, message: dict[str, Any]) -> None:
-        method = message.get("method")
-        params = _dict(message.get("params"))
-        if method == PERMISSION_METHOD and session is not None and session.child is child:
-            request_id = "perm_" + secrets.token_hex(8)
-            options = _list(params.get("options"))
-            session.permissions[request_id] = PendingPermission(message["id"], options, child)
-            self.bus.publish(session.id, PERMISSION_REQUEST, {
-                "requestId": request_id, "promptId": session.current_prompt,
-                "toolCall": params.get("toolCall"), "options": options})
-            return
-        error = {"code": JSONRPC_METHOD_NOT_FOUND,
-                 "message": f"method not found: the hopline daemon does not serve {str(method)[:64]}"}
-        self._spawn_task(child.respond(message["id"], error=error))
-
     def _on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                         reason: str) -> None:
         limit = error.limit if isinstance(error, FrameTooLarge) else None
@@ -641,13 +648,25 @@ class SessionManager:
         session.exit_code = returncode
         if session.state in (SessionState.READY, SessionState.LOADING):
             session.move(SessionState.DETACHED)
-        session.permissions.clear()
+        session.clear_permissions()
         log.info("agent exited", extra={"exitCode": returncode})
+
+    def _on_not_reading(self, session: DaemonSession) -> None:
+        """Its child passed a write deadline: the prompt in flight fails (its request's future),
+        the queued ones end as they start (:meth:`_publish_exit_error`); the child is stopped."""
+        session.not_reading = True
 
     def _spawn_task(self, awaitable: Any) -> None:
         task = asyncio.ensure_future(awaitable)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        """Every background task's end is retrieved: a failure is logged (by kind), never left as a
+        "Task exception was never retrieved"."""
+        self._background.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background task failed", extra={"error": type(task.exception()).__name__})
 
     # --- several daemons (SPEC X): ownership, adoption, a lease lost ---------------------------------
 
@@ -714,7 +733,7 @@ class SessionManager:
                 continue
             for task in list(session.prompts.values()):
                 task.cancel()
-            session.permissions.clear()
+            session.clear_permissions()
             child = session.child
             if child is not None:
                 await self.discard_child(session, child)
@@ -767,6 +786,9 @@ class SessionManager:
                 "exitCode": session.exit_code,
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
+                "pendingPermissionBytes": session.permission_bytes,
+                "refusedRequests": session.refused_requests,
+                "agentNotReading": session.not_reading,
                 "subscribers": self.bus.subscriber_count(session.id),
                 "lastEventId": await self.journal.last_id(session.id),
                 "framesDropped": session.frames_dropped,
