@@ -11,6 +11,8 @@ misbehave), one thread reading stdin and one per prompt. A prompt's text is a co
   ``grandchild DIR``      forks a grandchild that calls ``setsid()`` and one more (forked by a
                           process that then exits) that does too; both write their pid to DIR and sleep
   ``flood N``             sends N tiny ``agent_message_chunk`` updates as fast as it can, then ends
+  ``malformed``           sends updates of every kind in shapes the schema does not allow
+                          (:data:`MALFORMED`) and a permission request of one, then ``malformed done``
   anything else           echoed back as one chunk (``echo: TEXT``)
 """
 
@@ -105,6 +107,36 @@ def grandchildren(directory: str) -> str:
     return "grandchildren started"
 
 
+MARKUP = "<img src=x data-injected=1>"
+# Every update kind, each in shapes a renderer does not expect (ACP's schema allows none of them).
+MALFORMED: list[dict[str, Any]] = [
+    {"sessionUpdate": "agent_message_chunk", "content": 42},
+    {"sessionUpdate": "agent_message_chunk", "content": [MARKUP]},
+    {"sessionUpdate": "agent_thought_chunk", "content": None},
+    {"sessionUpdate": "user_message_chunk", "content": {"type": "text", "text": {"nested": MARKUP}}},
+    {"sessionUpdate": "tool_call", "toolCallId": {"id": 1}, "title": ["t"], "status": 7, "content": MARKUP},
+    {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": [None, 5, {"type": "content"}],
+     "_meta": {"hopline.sidecar": "not a list"}},
+    {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": {"type": "content"},
+     "_meta": {"hopline.dropped": {"bytes": "many", "limitBytes": None}}},
+    {"sessionUpdate": "plan", "entries": "not a list"},
+    {"sessionUpdate": "plan", "entries": [None, 3, {"content": {"x": 1}, "status": [], "priority": {}}]},
+    {"sessionUpdate": "available_commands_update", "availableCommands": "not a list"},
+    {"sessionUpdate": "available_commands_update", "availableCommands": [None, {"name": {"n": 1}}]},
+    {"sessionUpdate": "current_mode_update", "currentModeId": {"mode": MARKUP}},
+    {"sessionUpdate": {"kind": "object"}, "content": "x"},
+    {"sessionUpdate": MARKUP},
+]
+
+
+def malformed(session_id: str) -> None:
+    for update in MALFORMED:
+        send({"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session_id,
+                                                                         "update": update}})
+    request("session/request_permission", {"sessionId": session_id, "toolCall": MARKUP, "options": [1, None]})
+    say(session_id, "malformed done")
+
+
 def run_prompt(request_id: Any, session_id: str, text: str) -> None:
     words = text.split()
     command = words[0] if words else ""
@@ -114,6 +146,8 @@ def run_prompt(request_id: Any, session_id: str, text: str) -> None:
         say(session_id, asks(session_id, int(words[1])))
     elif command == "grandchild":
         say(session_id, grandchildren(words[1]))
+    elif command == "malformed":
+        malformed(session_id)
     elif command == "flood":
         for i in range(int(words[1])):
             say(session_id, f"f{i}")
