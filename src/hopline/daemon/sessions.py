@@ -139,7 +139,7 @@ class _ChildEvents:
         return self.manager.bus.batch()
 
     def backpressure(self) -> Awaitable[Any] | None:
-        held = self.manager.bus.backpressure()
+        held = self.manager.bus.backpressure(self.session.id if self.session is not None else None)
         if held is not None or self.session is None:
             return held
         return self.manager.bus.catch_up(self.session.id)
