@@ -513,7 +513,8 @@ class EventBus:
             held = self.queued_events > max_events or self.queued_bytes > max_bytes
         else:
             share = self._queued_by.get(session_id)
-            active = max(len(self._queued_by), sum(1 for s in self._subscribers.values() if s), 1)
+            competing = {sid for sid, subscribers in self._subscribers.items() if subscribers}
+            active = len(competing.union(self._queued_by)) or 1
             held = share is not None and (share[0] > max_events // active or share[1] > max_bytes // active)
         if not held:
             return None
