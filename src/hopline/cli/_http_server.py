@@ -57,7 +57,8 @@ def too_many_connections_response(hop: str, limit: int, observed: int) -> bytes:
     return _response(503, "Service Unavailable", error_body(
         hop, "too_many_connections",
         f"this would be connection {observed} open at once on {hop}, over the limit of {limit} "
-        f"({setting}); retry when fewer are open", limit=limit, observed=observed, setting=setting))
+        f"({setting}); retry when fewer are open",
+        **CEILINGS_BY_KEY["max_connections"].exceeded(limit, observed).limit_fields()))
 
 
 def head_too_large_response(hop: str, *, limit: int, observed: int, headers: bool) -> bytes:
@@ -187,6 +188,38 @@ def h11_guarded_protocol(budget: Budget, hop: str) -> type[Any]:
     return GuardedH11Protocol
 
 
+class _HeadDeadline(_HeadLimits):
+    """The head deadline over uvicorn's httptools protocol: armed at the connection's start and
+    after each response, cancelled once the head is parsed; at it, 408 (when a byte came) and
+    closed."""
+
+    loop: asyncio.AbstractEventLoop
+    _head_deadline: asyncio.TimerHandle | None = None
+    _head_bytes = 0  # bytes of the current head received so far
+    _head_timeout = 0.0
+
+    def _arm_head_deadline(self) -> None:
+        self._cancel_head_deadline()
+        self._head_bytes = 0
+        self._head_deadline = self.loop.call_later(self._head_timeout, self._head_timed_out)
+
+    def _cancel_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._head_deadline = None
+        if self.transport.is_closing():
+            return
+        hop, timeout = self._hop, self._head_timeout
+        log.warning("connection closed: request head incomplete at its deadline",
+                    extra={"hop": hop, "timeoutSeconds": timeout, "bytes": self._head_bytes})
+        if self._head_bytes:
+            self.transport.write(head_timeout_response(hop, timeout, self._head_bytes))
+        self.transport.close()
+
+
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
     """uvicorn's httptools protocol with the head deadline and the connection ceiling of ``budget``;
     None without httptools."""
@@ -197,10 +230,9 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
     head_timeout = budget.request_head_timeout_seconds
     max_connections = budget.max_connections
 
-    class GuardedHttpToolsProtocol(_HeadLimits, HttpToolsProtocol):
-        _head_deadline: asyncio.TimerHandle | None = None
-        _head_bytes = 0  # bytes of the current head received so far
+    class GuardedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         _hop = hop
+        _head_timeout = head_timeout
         _head_max_bytes = budget.request_head_max_bytes
         _head_max_headers = budget.request_head_max_headers
         _head_open = True  # from the connection's start, and again after each message
@@ -255,26 +287,6 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
             self._head_open, self._head_len = True, 0  # the next request's head starts
             if not self._refused:
                 super().on_message_complete()
-
-        def _arm_head_deadline(self) -> None:
-            self._cancel_head_deadline()
-            self._head_bytes = 0
-            self._head_deadline = self.loop.call_later(head_timeout, self._head_timed_out)
-
-        def _cancel_head_deadline(self) -> None:
-            if self._head_deadline is not None:
-                self._head_deadline.cancel()
-                self._head_deadline = None
-
-        def _head_timed_out(self) -> None:
-            self._head_deadline = None
-            if self.transport.is_closing():
-                return
-            log.warning("connection closed: request head incomplete at its deadline",
-                        extra={"hop": hop, "timeoutSeconds": head_timeout, "bytes": self._head_bytes})
-            if self._head_bytes:
-                self.transport.write(head_timeout_response(hop, head_timeout, self._head_bytes))
-            self.transport.close()
 
     return GuardedHttpToolsProtocol
 
