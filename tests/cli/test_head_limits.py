@@ -103,6 +103,7 @@ def test_a_head_at_the_byte_ceiling_is_served_and_one_byte_more_is_a_431(server:
     error = body_of(exchange(server, head_of(HEAD_MAX + 1)))
     assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limitBytes"] == HEAD_MAX
     assert error["receivedBytes"] == HEAD_MAX + 1
+    assert (error["limit"], error["observed"], error["unit"]) == (HEAD_MAX, HEAD_MAX + 1, "bytes")
 
 
 def test_a_body_after_a_head_within_the_ceiling_is_no_head(server: tuple[str, int]) -> None:
@@ -128,6 +129,7 @@ def test_header_fields_at_the_ceiling_are_served_and_one_more_is_a_431(server: t
     error = body_of(exchange(server, head_of(600, fields=HEADERS_MAX + 1)))
     assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_HEADERS"
     assert error["limit"] == HEADERS_MAX and error["observed"] == HEADERS_MAX + 1
+    assert error["unit"] == "count"  # the one limit shape
 
 
 def test_each_request_on_a_kept_alive_connection_has_its_own_ceiling(server: tuple[str, int]) -> None:

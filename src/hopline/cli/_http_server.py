@@ -62,18 +62,20 @@ def too_many_connections_response(hop: str, limit: int, observed: int) -> bytes:
 
 
 def head_too_large_response(hop: str, *, limit: int, observed: int, headers: bool) -> bytes:
-    key = "request_head_max_headers" if headers else "request_head_max_bytes"
-    setting = CEILINGS_BY_KEY[key].name
+    """The one limit shape (hop, setting, limit, observed, unit); a byte head also says
+    ``receivedBytes`` (what came before the connection closed, as the 408 does)."""
+    ceiling = CEILINGS_BY_KEY["request_head_max_headers" if headers else "request_head_max_bytes"]
+    setting = ceiling.name
+    fields: dict[str, Any] = ceiling.exceeded(limit, observed).limit_fields()
     if headers:
         message = (f"the request head has over {limit} header fields ({observed} seen) on {hop} ({setting}); "
                    "the connection is closed")
-        fields: dict[str, Any] = {"limit": limit, "observed": observed}
     else:
         message = (f"the request head (request line and headers) is over {limit} bytes ({observed} received) "
                    f"on {hop} ({setting}); the connection is closed")
-        fields = {"limitBytes": limit, "receivedBytes": observed}
+        fields["receivedBytes"] = observed
     return _response(431, "Request Header Fields Too Large", error_body(
-        hop, "request_header_fields_too_large", message, **fields, setting=setting))
+        hop, "request_header_fields_too_large", message, **fields))
 
 
 class _HeadLimits:
