@@ -251,6 +251,16 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("child_stop_grace_seconds", HOP_PIPE, Unit.SECONDS, 2.0, "HOPLINE_CHILD_STOP_GRACE_SECONDS",
             "a stopped child's time to exit after its stdin closes, then again after SIGTERM (then SIGKILL)",
             minimum=0.01),
+    Ceiling("pipe_write_timeout_seconds", HOP_PIPE, Unit.SECONDS, 30.0, "HOPLINE_PIPE_WRITE_TIMEOUT",
+            "one write to a child's stdin (then the child is not reading: its session's prompts end "
+            "with turn_error agent_not_reading and the child is stopped)", minimum=0.01),
+    Ceiling("max_pending_permissions", HOP_PIPE, Unit.COUNT, 32, "HOPLINE_MAX_PENDING_PERMISSIONS",
+            "agent-initiated requests (permission requests) pending in one session "
+            "(more: a JSON-RPC error to the child, counted)"),
+    Ceiling("max_pending_permission_bytes", HOP_PIPE, Unit.BYTES, 4 * MiB,
+            "HOPLINE_MAX_PENDING_PERMISSION_BYTES",
+            "bytes the pending agent-initiated requests of one session hold, after projection "
+            "(more: a JSON-RPC error to the child, counted)"),
     Ceiling("large_frame_threshold_bytes", HOP_OBSERVE, Unit.BYTES, 256 * KiB, None,
             "large-frame attribution threshold (inclusive)"),
     Ceiling("large_frame_log_quota", HOP_OBSERVE, Unit.COUNT, 50, None,
@@ -336,6 +346,12 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_REQUEST_HEAD_TIMEOUT",
             "one request's line and headers, from the connection's start or the previous response "
             "(daemon and gateway; then 408 and closed)", minimum=0.01),
+    Ceiling("request_head_max_bytes", HOP_DAEMON_API, Unit.BYTES, 64 * KiB, "HOPLINE_REQUEST_HEAD_MAX_BYTES",
+            "one request's line and headers, before authentication (daemon and gateway; more: 431 and "
+            "closed)", minimum=1 * KiB),
+    Ceiling("request_head_max_headers", HOP_DAEMON_API, Unit.COUNT, 100, "HOPLINE_REQUEST_HEAD_MAX_HEADERS",
+            "header fields of one request, before authentication (daemon and gateway; more: 431 and "
+            "closed)", minimum=8),
     Ceiling("max_connections", HOP_DAEMON_API, Unit.COUNT, 1024, "HOPLINE_MAX_CONNECTIONS",
             "HTTP connections open at once, SSE streams among them "
             "(daemon and gateway; more: 503 and closed)"),
@@ -481,6 +497,9 @@ class Budget:
     agent_max_frame_bytes: int
     child_stderr_line_max_bytes: int
     child_stop_grace_seconds: float
+    pipe_write_timeout_seconds: float
+    max_pending_permissions: int
+    max_pending_permission_bytes: int
     large_frame_threshold_bytes: int
     large_frame_log_quota: int
     large_frame_log_window_seconds: float
@@ -515,6 +534,8 @@ class Budget:
     body_read_timeout_seconds: float
     keep_alive_timeout_seconds: float
     request_head_timeout_seconds: float
+    request_head_max_bytes: int
+    request_head_max_headers: int
     max_connections: int
     max_pending_prompts: int
     max_live_sessions: int

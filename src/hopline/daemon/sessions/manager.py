@@ -67,7 +67,7 @@ class SessionManager:
         self.agents = AgentChildren(budget, relay=self.relay, journal=journal, instruments=instruments,
                                     agent_cmd=agent_cmd, data_dir=data_dir, child_env=child_env,
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
-        self.prompts = Prompts(budget, journal, bus, self.ownership)
+        self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership)
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
         self.ownership.on_lost(lambda session_ids: self.tasks.spawn(self.lose(set(session_ids))))
@@ -235,7 +235,7 @@ class SessionManager:
                 continue
             for task in list(session.prompts.values()):
                 task.cancel()
-            session.permissions.clear()
+            session.clear_permissions()
             child = session.child
             if child is not None:
                 await self.agents.discard_child(session, child)
@@ -277,6 +277,9 @@ class SessionManager:
                 "exitCode": session.exit_code,
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
+                "pendingPermissionBytes": session.permission_bytes,
+                "refusedRequests": session.refused_requests,
+                "agentNotReading": session.not_reading,
                 "subscribers": self.bus.subscriber_count(session.id),
                 "lastEventId": last_id,
                 "framesDropped": session.frames_dropped,

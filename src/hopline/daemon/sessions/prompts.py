@@ -10,13 +10,14 @@ import logging
 import secrets
 from typing import Any
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.ownership import Ownership
-from hopline.daemon.sessions.permissions import cancel_permissions
-from hopline.daemon.sessions.state import DaemonSession, SessionState
+from hopline.daemon.sessions.permissions import answer_cancelled, release_all
+from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
+from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import LeaseLost
 from hopline.store.postgres import StoreUnavailable
@@ -53,11 +54,12 @@ def require_ready(session: DaemonSession) -> AcpChild:
 
 
 class Prompts:
-    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus,
+    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus, tasks: BackgroundTasks,
                  ownership: Ownership | None = None) -> None:
         self.budget = budget
         self.journal = journal
         self.bus = bus
+        self.tasks = tasks
         self.ownership = ownership if ownership is not None else Ownership(None)
 
     async def prompt(self, session: DaemonSession, text: str) -> str:
@@ -130,18 +132,34 @@ class Prompts:
             return False
 
     async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        if session.not_reading:  # the write deadline passed: the agent did not fail, it did not read
+            timeout = self.budget.pipe_write_timeout_seconds
+            setting = CEILINGS_BY_KEY["pipe_write_timeout_seconds"].name
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "agent_not_reading", "hop": HOP_PIPE,
+                "timeoutSeconds": timeout, "setting": setting,
+                "message": f"the agent did not read its stdin for {timeout} s ({setting}); the turn ended "
+                           "and the agent was stopped (POST /session/{id}/load restores the session)"})
+            return
         await self._end_turn(session, prompt_id, TURN_ERROR, {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
     async def cancel(self, session: DaemonSession) -> bool:
+        """Answered at once: the writes (the pending permissions' answers, ``session/cancel``) go in
+        the background, so a cancel never waits behind a write the child does not read (each has
+        the write deadline)."""
         child = require_ready(session)
         running = session.current_prompt is not None
-        await cancel_permissions(session)
+        self.tasks.spawn(self._send_cancel(session, child, release_all(session)))
+        return running
+
+    async def _send_cancel(self, session: DaemonSession, child: AcpChild,
+                           pending: list[PendingPermission]) -> None:
+        await answer_cancelled(pending)
         if session.agent_session_id is not None:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
-        return running
 
 
 def _rpc_error_data(prompt_id: str, exc: AgentRpcError) -> dict[str, Any]:
