@@ -87,7 +87,9 @@ class Ownership:
         ``adopt``, when its owner's lease expired: one daemon wins the compare-and-set), else the
         live owner to forward it to."""
         cluster = self.cluster
-        if cluster is None or session.id in self._owned:
+        # Owned and not being adopted right now: a write during an adoption's restore (the sweep's,
+        # or another write's) waits for it below, instead of finding the session still loading.
+        if cluster is None or (session.id in self._owned and not session.adopt_lock.locked()):
             return None
         async with session.adopt_lock:
             if session.id in self._owned:
