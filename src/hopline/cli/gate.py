@@ -331,15 +331,17 @@ def check_gate_arguments(budget: Budget, *, agents: list[str], rounds: int | Non
                          dev_session: str | None) -> None:
     """What the daemon would refuse with a 422 or 400, refused here first, as the CLI's own usage error,
     before any stack starts."""
-    from hopline.harness.profiles import GATE_PROFILES
+    from hopline.budget import CEILINGS_BY_KEY
+    from hopline.vocabulary import GATE_AGENTS
 
     for name in agents:
-        if name not in GATE_PROFILES:
-            raise typer.BadParameter(f"{name!r} is not a gate agent; choose from {', '.join(GATE_PROFILES)}",
+        if name not in GATE_AGENTS:
+            raise typer.BadParameter(f"{name!r} is not a gate agent; choose from {', '.join(GATE_AGENTS)}",
                                      param_hint="--agent")
     if rounds is not None and not 1 <= rounds <= budget.gate_max_rounds:
-        raise typer.BadParameter(f"{rounds} is not between 1 and {budget.gate_max_rounds} "
-                                 "(HOPLINE_GATE_MAX_ROUNDS)", param_hint="--rounds")
+        setting = CEILINGS_BY_KEY["gate_max_rounds"].name
+        raise typer.BadParameter(f"{rounds} is not between 1 and {budget.gate_max_rounds} ({setting})",
+                                 param_hint="--rounds")
     if fix and dev_session is not None:
         raise typer.BadParameter("--fix makes its own dev session; --dev-session attaches one that waits: "
                                  "give one of them", param_hint="--dev-session")
