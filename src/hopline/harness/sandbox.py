@@ -134,12 +134,12 @@ def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits) -> list[str]:
     namespace unshared, every capability dropped."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", *_system_binds()]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_bytes), "--tmpfs", SANDBOX_TMP,
+             "--dir", SANDBOX_HOME]
+    # After the tmpfs, so that a Python (a venv) or a checkout under /tmp is bound over it, not hidden
     for path in _runtime_dirs():
         args += ["--ro-bind", path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_bytes), "--tmpfs", SANDBOX_TMP,
-             "--dir", SANDBOX_HOME, "--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir",
-             str(root),
-             "--", *argv]
+    args += ["--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir", str(root), "--", *argv]
     return args
 
 
