@@ -53,6 +53,7 @@ from hopline.daemon.cluster import (
     new_daemon_id,
     with_daemon_label,
 )
+from hopline.daemon.content import prompt_blocks
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
@@ -104,7 +105,16 @@ class CreateSessionBody(_Body):
 
 
 class PromptBody(_Body):
-    text: Annotated[str, Field(min_length=1)]
+    """``text`` (one text block), or ``prompt``: ACP content blocks (:mod:`hopline.daemon.content`)."""
+
+    text: Annotated[str, Field(min_length=1)] | None = None
+    prompt: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PromptBody:
+        if (self.text is None) == (self.prompt is None):
+            raise ValueError("give exactly one of text or prompt (a list of ACP content blocks)")
+        return self
 
 
 class PermissionBody(_Body):
@@ -467,7 +477,8 @@ def create_daemon_app(
         forwarded = await at_owner(request, session)
         if forwarded is not None:
             return forwarded
-        return {"promptId": await manager.prompt(session, body.text)}
+        blocks = prompt_blocks(body.text, body.prompt, budget)
+        return {"promptId": await manager.prompt(session, blocks)}
 
     @app.post("/session/{session_id}/cancel", responses=errors)
     async def cancel(session_id: str, request: Request) -> Any:

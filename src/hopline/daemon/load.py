@@ -20,7 +20,6 @@ from hopline.daemon.session import DaemonSession, LoadState, SessionState
 from hopline.vocabulary import (
     LOAD_REPLAY_META_KEYS,
     LOAD_UPDATES_METHOD,
-    META_CREDENTIALS,
     META_LOAD_REPLAY_MODE,
     SESSION_UPDATE,
 )
@@ -83,7 +82,7 @@ class SessionLoader:
         params: dict[str, Any] = {"sessionId": session.agent_session_id,
                                   "cwd": session.cwd or str(manager.data_dir),
                                   "mcpServers": [], "_meta": {META_LOAD_REPLAY_MODE: "bulk",
-                                                              META_CREDENTIALS: manager.credentials(session)}}
+                                                              **manager.credentials_meta(session, child)}}
         result, size = await self._request(child, loading, "session/load", params)
         updates: list[Any] = []
         replay = replay_of(result)

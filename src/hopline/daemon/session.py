@@ -53,6 +53,7 @@ class PendingPermission:
     child_request_id: Any
     options: list[dict[str, Any]]
     child: AcpChild
+    prompt_id: str | None = None
 
 
 @dataclasses.dataclass

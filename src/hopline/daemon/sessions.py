@@ -44,6 +44,8 @@ from hopline.daemon.child import (
     child_environment,
 )
 from hopline.daemon.cluster import Cluster, Owner
+from hopline.daemon.content import check_capabilities
+from hopline.daemon.credentials import takes_credentials
 from hopline.daemon.errors import SessionError, agent_failure, agent_timeout
 from hopline.daemon.journal import EventJournal
 from hopline.daemon.load import SessionLoader
@@ -51,8 +53,10 @@ from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
+from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
+from hopline.sidecars.projection import StoreSink
 from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
@@ -64,8 +68,12 @@ from hopline.vocabulary import (
     META_SCRIPTED,
     PERMISSION_METHOD,
     PERMISSION_REQUEST,
+    PERMISSION_RESOLVED,
     PROGRESS_METHOD,
     REASON_OWNER_LOST,
+    RESOLVED_BY_AGENT_EXIT,
+    RESOLVED_BY_CANCEL,
+    RESOLVED_BY_CLIENT,
     SESSION_ADOPTED,
     SESSION_UPDATE,
     SIDECAR_DIR_ENV,
@@ -236,6 +244,13 @@ class SessionManager:
                                f"({setting}); delete one or retry later", limit=limit, observed=live + 1,
                                setting=setting)
 
+    def credentials_meta(self, session: DaemonSession, child: AcpChild) -> dict[str, Any]:
+        """The ``_meta`` entry of a session/new or session/load that carries credentials: none for a
+        child that did not claim them in its initialize answer (:mod:`.credentials`, T-8)."""
+        if not takes_credentials(child.initialized):
+            return {}
+        return {META_CREDENTIALS: self.credentials(session)}
+
     def credentials(self, session: DaemonSession) -> dict[str, str]:
         """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only,
         minted for the child about to get them (the write token and the gateway token are scoped to
@@ -290,7 +305,8 @@ class SessionManager:
         except BaseException:
             await self.discard_child(session, child)
             raise
-        return child, init if isinstance(init, dict) else {}
+        child.initialized = init if isinstance(init, dict) else {}
+        return child, child.initialized
 
     async def discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:
         if session is not None and session.child is child:
@@ -344,7 +360,7 @@ class SessionManager:
         """``session/new`` on ``child`` with the session's options and credentials: the agent's
         session id (a create's, or an adoption's by an agent that cannot load)."""
         options = session.options
-        meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
+        meta: dict[str, Any] = self.credentials_meta(session, child)
         for key, meta_key in (("profile", META_PROFILE), ("permissionMode", META_PERMISSION_MODE),
                               ("scripted", META_SCRIPTED)):
             if options.get(key) is not None:
@@ -384,8 +400,11 @@ class SessionManager:
             raise SessionError(409, "session_not_ready", message, state=state)
         return child
 
-    async def prompt(self, session: DaemonSession, text: str) -> str:
-        self._require_ready(session)
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
+        """Accept a prompt of ACP content blocks (checked by :mod:`.content` against the budget and
+        the agent's promptCapabilities first); its turn runs after the turns before it."""
+        child = self._require_ready(session)
+        check_capabilities(blocks, child.initialized)
         pending, limit = len(session.prompts), self.budget.max_pending_prompts
         if pending >= limit:
             setting = CEILINGS_BY_KEY["max_pending_prompts"].name
@@ -396,7 +415,7 @@ class SessionManager:
         prompt_id = "p_" + secrets.token_hex(8)
         # Registered at once (it counts toward the limit while the prompt is stored); the task
         # starts after open_prompt is queued, so its events follow it in the journal's write order.
-        task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
+        task = asyncio.create_task(self._run_prompt(session, prompt_id, blocks))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
@@ -406,15 +425,19 @@ class SessionManager:
             raise
         return prompt_id
 
+    def _sink(self, session: DaemonSession) -> StoreSink | None:
+        return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
+
     async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
-                        data: dict[str, Any]) -> None:
-        """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
-        then no longer open (a turn cut before this point is ended by the next daemon start)."""
-        lost = session.turn_lost.pop(prompt_id, 0)
+                        data: dict[str, Any], lost_here: int = 0) -> None:
+        """Publish the turn's end with the D-8 fields (the bytes it could not deliver, ``lost_here``
+        of them in this very event); the prompt is then no longer open (a turn cut before this point
+        is ended by the next daemon start)."""
+        lost = session.turn_lost.pop(prompt_id, 0) + lost_here
         self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
         await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
 
-    async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str) -> None:
+    async def _run_prompt(self, session: DaemonSession, prompt_id: str, blocks: list[dict[str, Any]]) -> None:
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
@@ -424,24 +447,13 @@ class SessionManager:
             session.turn_lost[prompt_id] = 0
             try:
                 result, _ = await child.request("session/prompt", {
-                    "sessionId": session.agent_session_id, "prompt": [{"type": "text", "text": text}]})
-                result = _dict(result)
-                turn = _dict(result.get("_meta")).get("hopline.turn")
-                turn = turn if isinstance(turn, dict) else None
-                await self._end_turn(session, prompt_id, TURN_COMPLETE, {
-                    "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
+                    "sessionId": session.agent_session_id, "prompt": blocks})
+                end = await asyncio.to_thread(turn_complete_of, prompt_id, result, self.budget,
+                                              self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_COMPLETE, end.payload, end.lost_bytes)
             except AgentRpcError as exc:
-                data = _dict(exc.data)
-                payload: dict[str, Any] = {
-                    "promptId": prompt_id,
-                    "origin": data.get("origin") if isinstance(data.get("origin"), str) else "agent",
-                    "message": data.get("message") if isinstance(data.get("message"), str) else exc.message,
-                    "code": exc.code,
-                }
-                for key in ("status", "hop", "limitBytes", "observedBytes"):
-                    if key in data:
-                        payload[key] = data[key]
-                await self._end_turn(session, prompt_id, TURN_ERROR, payload)
+                end = await asyncio.to_thread(turn_error_of, prompt_id, exc, self.budget, self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_ERROR, end.payload, end.lost_bytes)
             except AgentExited as exc:
                 await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
@@ -457,8 +469,9 @@ class SessionManager:
         running = session.current_prompt is not None
         for request_id in list(session.permissions):
             pending = session.permissions.pop(request_id)
-            await pending.child.respond(pending.child_request_id,
-                                        result={"outcome": {"outcome": "cancelled"}})
+            outcome = {"outcome": "cancelled"}
+            self.permission_resolved(session, request_id, pending, outcome, RESOLVED_BY_CANCEL)
+            await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
         if session.agent_session_id is not None:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
@@ -483,8 +496,23 @@ class SessionManager:
                                    options=[i for i in ids if isinstance(i, str)])
             outcome = {"outcome": "selected", "optionId": option_id}
         session.permissions.pop(request_id, None)
+        self.permission_resolved(session, request_id, pending, outcome, RESOLVED_BY_CLIENT)
         await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
+        await self.bus.flushed()  # acknowledged once journaled (T-1)
         return outcome
+
+    def permission_resolved(self, session: DaemonSession, request_id: str, pending: PendingPermission,
+                            outcome: dict[str, Any], by: str) -> None:
+        """``permission_resolved``: every subscriber, and every replay, sees the request answered,
+        with the outcome and who answered it (client, cancel, timeout, or the agent's exit)."""
+        self.bus.publish(session.id, PERMISSION_RESOLVED, {
+            "requestId": request_id, "promptId": pending.prompt_id, "outcome": outcome, "resolvedBy": by})
+
+    def _end_permissions(self, session: DaemonSession, by: str) -> None:
+        """The open permission requests of a child that is gone: resolved (cancelled) for every reader."""
+        for request_id, pending in list(session.permissions.items()):
+            self.permission_resolved(session, request_id, pending, {"outcome": "cancelled"}, by)
+        session.permissions.clear()
 
     # --- the child's traffic ------------------------------------------------------------------------
 
@@ -614,7 +642,8 @@ class SessionManager:
         if method == PERMISSION_METHOD and session is not None and session.child is child:
             request_id = "perm_" + secrets.token_hex(8)
             options = _list(params.get("options"))
-            session.permissions[request_id] = PendingPermission(message["id"], options, child)
+            session.permissions[request_id] = PendingPermission(message["id"], options, child,
+                                                                session.current_prompt)
             self.bus.publish(session.id, PERMISSION_REQUEST, {
                 "requestId": request_id, "promptId": session.current_prompt,
                 "toolCall": params.get("toolCall"), "options": options})
@@ -641,7 +670,7 @@ class SessionManager:
         session.exit_code = returncode
         if session.state in (SessionState.READY, SessionState.LOADING):
             session.move(SessionState.DETACHED)
-        session.permissions.clear()
+        self._end_permissions(session, RESOLVED_BY_AGENT_EXIT)
         log.info("agent exited", extra={"exitCode": returncode})
 
     def _spawn_task(self, awaitable: Any) -> None:

@@ -83,6 +83,7 @@ from hopline.vocabulary import (
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
+    META_TAKES_CREDENTIALS,
     META_TOOL,
     META_TURN,
     PERMISSION_MODE_ENV,
@@ -262,6 +263,8 @@ class HoplineAgent:
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(load_session=True),
             agent_info=Implementation(name="hopline", title="hopline agent", version=__version__),
+            # hopline's own agent: the daemon sends this one its per-session credentials (T-8)
+            field_meta={META_TAKES_CREDENTIALS: True},
         )
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
