@@ -214,8 +214,10 @@ async def test_updates_before_session_new_are_held_within_the_ring_bounds(tmp_pa
 async def test_the_write_token_travels_in_the_request_never_in_the_env(tmp_path: Path) -> None:
     canaries = tmp_path / "canaries"
     canaries.mkdir()
-    with running_daemon(tmp_path, env={"BIG_AGENT_CANARY_DIR": str(canaries)},
-                        args=("--agent-env", "BIG_AGENT_CANARY_DIR")) as daemon:
+    # the agent claims hopline's credentials in its initialize answer, as hopline's own does (T-8)
+    env = {"BIG_AGENT_CANARY_DIR": str(canaries), "BIG_AGENT_TAKES_CREDENTIALS": "1"}
+    with running_daemon(tmp_path, env=env,
+                        args=("--agent-env", "BIG_AGENT_CANARY_DIR,BIG_AGENT_TAKES_CREDENTIALS")) as daemon:
         async with sdk(daemon) as client:
             sid = await client.create_session(cwd=str(tmp_path))
             _, events = await turn(client, sid, "creds")
