@@ -406,10 +406,8 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
             "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
     Ceiling("sidecar_preview_bytes", HOP_SIDECARS, Unit.BYTES, 2 * KiB,
-            "HOPLINE_SIDECAR_PREVIEW_BYTES", "preview kept on the wire (head and tail)"),
-    Ceiling("sidecar_field_min_bytes", HOP_SIDECARS, Unit.BYTES, 1 * KiB, "HOPLINE_SIDECAR_FIELD_MIN_BYTES",
-            "a field of a projected update moves to a sidecar only when larger than this; smaller "
-            "fields and every number, boolean and null stay in place"),
+            "HOPLINE_SIDECAR_PREVIEW_BYTES",
+            "preview kept on the wire (head and tail); no field this size or smaller moves to a sidecar"),
     Ceiling("sidecar_max_object_bytes", HOP_SIDECARS, Unit.BYTES, 64 * MiB,
             "HOPLINE_SIDECAR_MAX_OBJECT_BYTES", "one sidecar object"),
     Ceiling("sidecar_max_session_bytes", HOP_SIDECARS, Unit.BYTES, 256 * MiB,
@@ -540,7 +538,6 @@ class Budget:
     gate_git_output_max_bytes: int
     sidecar_threshold_bytes: int
     sidecar_preview_bytes: int
-    sidecar_field_min_bytes: int
     sidecar_max_object_bytes: int
     sidecar_max_session_bytes: int
     sidecar_max_store_bytes: int
