@@ -272,7 +272,7 @@ class SessionManager:
     async def spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
         """A child for ``session``: a warm one from the pool when one is ready, else a new one."""
         pool = self.pool
-        taken = pool.take() if pool is not None else None
+        taken = await pool.take_waiting(self.handshake_timeout) if pool is not None else None
         if taken is None:
             return await self._start_child(session)
         child, init = taken
