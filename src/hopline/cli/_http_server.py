@@ -126,9 +126,11 @@ def freeze_startup_heap() -> None:
 
 def uvicorn_config(app: Any, budget: Budget, hop: str, **options: Any) -> Any:
     """The ``uvicorn.Config`` both servers run: no access log (request lines carry session ids,
-    SPEC O-5), the budget's keep-alive timeout, and the guarded protocol."""
+    SPEC O-5), the budget's keep-alive timeout, and the guarded protocol. uvicorn's own records go
+    through hopline's JSON formatter (``log_config=None``: uvicorn installs no handler of its own)."""
     import uvicorn
 
+    options.setdefault("log_config", None)
     protocol = guarded_protocol(budget, hop)
     if protocol is None:
         log.warning("httptools is not installed: no request head deadline and no connection ceiling")

@@ -46,7 +46,8 @@ class DaemonError(HoplineError):
         detail = fields.get("message") or fields.get("detail") or (fields or body)
         sizes = "".join(f", {key} {fields[key]}" for key in ("limitBytes", "observedBytes") if key in fields)
         # Named, not super(): a subclass may also be a CeilingExceeded (RequestTooLarge).
-        HoplineError.__init__(self, f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
+        answered = f" -> {status}" if status else ""  # 0: no answer at all (a transport failure)
+        HoplineError.__init__(self, f"hop {self.hop}: {method} {route}{answered}: {detail}{sizes}")
 
 
 class RequestTooLarge(DaemonError, CeilingExceeded):
@@ -153,6 +154,10 @@ class DaemonClient:
         try:
             return await self._http.request(method, self.base_url + route, content=content, params=params,
                                             headers=headers if headers is not None else self._headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            message = f"nothing answers at {self.base_url} (is a hopline daemon running there?)"
+            raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "daemon_unreachable",
+                                            "message": message}}, method, _route_shape(route)) from exc
         except httpx.TransportError as exc:
             raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "connection_failed",
                                             "message": f"{type(exc).__name__}: {exc}"[:256]}},

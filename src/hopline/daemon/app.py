@@ -66,6 +66,7 @@ from hopline.daemon.transcript import transcript_page
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route, install_error_handlers
+from hopline.gateway.incidents import LastResort
 from hopline.harness.scripted import scripted_hints
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
@@ -592,4 +593,5 @@ def create_daemon_app(
     if cluster is not None:  # another daemon's forwarded write: the cluster credential
         authed = ClusterAuth(authed, guarded, token=settings.cluster_token)
     # The console's static files (/ui/) need no token: the page asks for it, then sends it as a header.
-    return InternalDispatcher(ConsoleDispatcher(authed), gateway, app)
+    # Outermost but for the /internal dispatch (the gateway app has its own last resort).
+    return InternalDispatcher(LastResort(ConsoleDispatcher(authed), HOP_DAEMON_API), gateway, app)

@@ -788,7 +788,8 @@ class SessionManager:
 
     async def status(self) -> list[dict[str, Any]]:
         out = []
-        for session in self.sessions.values():
+        # A snapshot: the awaits below let other tasks create and delete sessions (T-5).
+        for session in list(self.sessions.values()):
             child = session.child
             out.append({
                 "sessionId": session.id, "state": session.state,

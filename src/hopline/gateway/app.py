@@ -32,6 +32,7 @@ from hopline.budget import HOP_GATEWAY, Budget
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
 from hopline.gateway.errors import error_response, install_error_handlers
+from hopline.gateway.incidents import LastResort
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
@@ -171,4 +172,5 @@ def create_gateway_app(
     app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY, session_tokens=session_tokens,
                        session_of_path=llm_turn_session(route_prefix))
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(LastResort, hop=HOP_GATEWAY)  # outermost: added last
     return app

@@ -85,6 +85,9 @@ def install_error_handlers(app: FastAPI, hop: str) -> None:
     for error in (RequestValidationError, RefusedBody, InputRefused):
         app.add_exception_handler(error, refused)
     app.add_exception_handler(StarletteHTTPException, http_error)
+    from hopline.gateway.incidents import answer_incident_for
+
+    app.add_exception_handler(Exception, answer_incident_for(hop))
 
 
 def bounded_json_route(max_depth: int, hop: str | None = None) -> type[APIRoute]:
