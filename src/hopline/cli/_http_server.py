@@ -50,7 +50,8 @@ def too_many_connections_response(hop: str, limit: int, observed: int) -> bytes:
     return _response(503, "Service Unavailable", error_body(
         hop, "too_many_connections",
         f"this would be connection {observed} open at once on {hop}, over the limit of {limit} "
-        f"({setting}); retry when fewer are open", limit=limit, observed=observed, setting=setting))
+        f"({setting}); retry when fewer are open",
+        **CEILINGS_BY_KEY["max_connections"].exceeded(limit, observed).limit_fields()))
 
 
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:

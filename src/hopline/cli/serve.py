@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
-from hopline.vocabulary import AGENT_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
+from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 
 def event_loop_kind() -> dict[str, str]:
@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
         argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
         if data_dir:
             root = Path(data_dir)
-        elif os.environ.get("HOPLINE_DATA_DIR"):
-            root = Path(os.environ["HOPLINE_DATA_DIR"])
+        elif os.environ.get(DATA_DIR_ENV):
+            root = Path(os.environ[DATA_DIR_ENV])
         else:
             root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
         sock = bind_or_exit(host, port, "serve")  # a busy port is said before a token is printed

@@ -24,7 +24,7 @@ from acp.schema import (
 )
 from pydantic import Field, TypeAdapter, ValidationError
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget, CeilingExceeded
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.daemon.errors import SessionError
 
 # The capability of ACP's promptCapabilities each optional block kind needs (text and
@@ -37,32 +37,27 @@ _BLOCKS: TypeAdapter[list[ContentBlock]] = TypeAdapter(list[ContentBlock])
 _ERRORS_SHOWN = 4  # validation errors named in a 422 (the first ones; shape, not a payload bound)
 
 
-def _refuse_size(index: int, kind: str, size: int, budget: Budget) -> CeilingExceeded:
-    setting = CEILINGS_BY_KEY["prompt_block_max_bytes"].name
-    limit = budget.prompt_block_max_bytes
-    return CeilingExceeded(HOP_DAEMON_API, setting, limit, size,
-                           f"{HOP_DAEMON_API}: prompt block {index} ({kind}) is {size} bytes, over the "
-                           f"limit of {limit} bytes ({setting})", kind="prompt_block_too_large",
-                           block=index, blockType=kind)
-
-
 def prompt_blocks(text: str | None, blocks: list[Any] | None, budget: Budget) -> list[dict[str, Any]]:
     """The prompt's content blocks, checked (schema, count, bytes per block), as posted."""
     if blocks is None:
         blocks = [{"type": "text", "text": text or ""}]
     limit = budget.prompt_max_blocks
-    if not blocks or len(blocks) > limit:
-        setting = CEILINGS_BY_KEY["prompt_max_blocks"].name
-        raise SessionError(422, "invalid_prompt",
-                           f"a prompt has 1 to {limit} content blocks ({setting}); "
-                           f"this one has {len(blocks)}",
-                           limit=limit, observed=len(blocks), setting=setting)
+    setting = CEILINGS_BY_KEY["prompt_max_blocks"].name
+    message = f"a prompt has 1 to {limit} content blocks ({setting}); this one has {len(blocks)}"
+    if not blocks:
+        raise SessionError(422, "invalid_prompt", message)
+    if len(blocks) > limit:
+        raise SessionError.over_limit(422, "invalid_prompt", "prompt_max_blocks", limit, len(blocks), message,
+                                      hop=HOP_DAEMON_API)
     for index, block in enumerate(blocks):
         kind = str(block.get("type"))[:32] if isinstance(block, dict) else type(block).__name__
-        size = len(orjson.dumps(block))
-        if size > budget.prompt_block_max_bytes:
-            exceeded = _refuse_size(index, kind, size, budget)
-            raise SessionError.from_ceiling(413, exceeded, "prompt_block_too_large")
+        size, limit = len(orjson.dumps(block)), budget.prompt_block_max_bytes
+        if size > limit:
+            setting = CEILINGS_BY_KEY["prompt_block_max_bytes"].name
+            raise SessionError.over_limit(
+                413, "prompt_block_too_large", "prompt_block_max_bytes", limit, size,
+                f"{HOP_DAEMON_API}: prompt block {index} ({kind}) is {size} bytes, over the limit of "
+                f"{limit} bytes ({setting})", hop=HOP_DAEMON_API, block=index, blockType=kind)
     try:
         _BLOCKS.validate_python(blocks)
     except ValidationError as exc:

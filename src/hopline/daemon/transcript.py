@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import orjson
 
-from hopline.daemon.journal import EventJournal
+from hopline.store.journal import EventJournal
 
 
 async def transcript_page(journal: EventJournal, session_id: str, after: int, *, page_max_bytes: int,

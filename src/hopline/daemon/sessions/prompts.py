@@ -1,0 +1,136 @@
+"""Prompts, one turn at a time per session (ACP agents run one turn at a time); a turn's end event
+carries what it could not deliver (D-8). Accepted prompts are journaled until their turn ends, so
+whoever finds them open later (the next start, an adoption) ends them: :func:`end_open_prompts`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from typing import Any
+
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
+from hopline.daemon.bus import EventBus
+from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
+from hopline.daemon.content import check_capabilities
+from hopline.daemon.errors import SessionError
+from hopline.daemon.sessions.permissions import cancel_permissions
+from hopline.daemon.sessions.state import DaemonSession, SessionState
+from hopline.daemon.turn_end import turn_complete_of, turn_error_of
+from hopline.sidecars.projection import StoreSink
+from hopline.sidecars.store import SidecarStore
+from hopline.store.journal import EventJournal
+from hopline.vocabulary import TURN_COMPLETE, TURN_ERROR
+
+log = logging.getLogger("hopline.daemon.sessions")
+
+
+async def end_open_prompts(journal: EventJournal, bus: EventBus, unended: list[tuple[str, str]], *,
+                           reason: str, message: str) -> int:
+    """End each (session id, prompt id) with a ``turn_error`` from the daemon, then close it (after
+    its end event, in write order); a session no longer in the store is skipped. How many ended."""
+    ended = 0
+    for session_id, prompt_id in unended:
+        if await journal.get_session(session_id) is None:  # opens it for its event
+            continue
+        bus.publish(session_id, TURN_ERROR, {"promptId": prompt_id, "origin": "daemon", "reason": reason,
+                                             "message": message})
+        await journal.close_prompt(session_id, prompt_id)
+        log.warning("open prompt ended", extra={"reason": reason})
+        ended += 1
+    return ended
+
+
+def require_ready(session: DaemonSession) -> AcpChild:
+    child = session.child
+    if child is None or not child.alive or session.state is not SessionState.READY:
+        state = "loading" if session.state is SessionState.LOADING else "detached"
+        message = ("the session is being loaded" if state == "loading" else
+                   f"the session has no running agent (last exit code {session.exit_code}); "
+                   "POST /session/{id}/load restores it")
+        raise SessionError(409, "session_not_ready", message, state=state)
+    return child
+
+
+class Prompts:
+    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus,
+                 sidecars: SidecarStore | None = None) -> None:
+        self.budget = budget
+        self.journal = journal
+        self.bus = bus
+        self.sidecars = sidecars
+
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
+        """Accept a prompt of ACP content blocks (checked by :mod:`hopline.daemon.content` against the
+        budget and the agent's promptCapabilities first); its turn runs after the turns before it."""
+        child = require_ready(session)
+        check_capabilities(blocks, child.initialized)
+        pending, limit = len(session.prompts), self.budget.max_pending_prompts
+        if pending >= limit:
+            setting = CEILINGS_BY_KEY["max_pending_prompts"].name
+            message = (f"this would be prompt {pending + 1} running or queued in this session, over the "
+                       f"limit of {limit} ({setting}); wait for a turn to end")
+            raise SessionError.over_limit(429, "too_many_pending_prompts", "max_pending_prompts", limit,
+                                          pending + 1, message, hop=HOP_DAEMON_API)
+        prompt_id = "p_" + secrets.token_hex(8)
+        # Registered at once (it counts toward the limit while the prompt is stored); the task
+        # starts after open_prompt is queued, so its events follow it in the journal's write order.
+        task = asyncio.create_task(self._run(session, prompt_id, blocks))
+        session.prompts[prompt_id] = task
+        task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except BaseException:
+            task.cancel()
+            raise
+        return prompt_id
+
+    def _sink(self, session: DaemonSession) -> StoreSink | None:
+        return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
+
+    async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
+                        data: dict[str, Any], lost_here: int = 0) -> None:
+        """Publish the turn's end with the D-8 fields (the bytes it could not deliver, ``lost_here``
+        of them in this very event); the prompt is then no longer open (a turn cut before this point
+        is ended by the next daemon start)."""
+        lost = session.turn_lost.pop(prompt_id, 0) + lost_here
+        self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
+        await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
+
+    async def _run(self, session: DaemonSession, prompt_id: str, blocks: list[dict[str, Any]]) -> None:
+        async with session.turn_lock:
+            child = session.child
+            if child is None or not child.alive or session.agent_session_id is None:
+                await self._publish_exit_error(session, prompt_id, session.exit_code)
+                return
+            session.current_prompt = prompt_id
+            session.turn_lost[prompt_id] = 0
+            try:
+                result, _ = await child.request("session/prompt", {
+                    "sessionId": session.agent_session_id, "prompt": blocks})
+                end = await asyncio.to_thread(turn_complete_of, prompt_id, result, self.budget,
+                                              self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_COMPLETE, end.payload, end.lost_bytes)
+            except AgentRpcError as exc:
+                end = await asyncio.to_thread(turn_error_of, prompt_id, exc, self.budget, self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_ERROR, end.payload, end.lost_bytes)
+            except AgentExited as exc:
+                await self._publish_exit_error(session, prompt_id, exc.returncode)
+            finally:
+                session.current_prompt = None
+
+    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        await self._end_turn(session, prompt_id, TURN_ERROR, {
+            "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
+            "message": f"the agent process exited (code {code}) before the turn finished"})
+
+    async def cancel(self, session: DaemonSession) -> bool:
+        child = require_ready(session)
+        running = session.current_prompt is not None
+        await cancel_permissions(self.bus, session)
+        if session.agent_session_id is not None:
+            with contextlib.suppress(AgentExited):
+                await child.notify("session/cancel", {"sessionId": session.agent_session_id})
+        return running
+
