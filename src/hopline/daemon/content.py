@@ -38,9 +38,12 @@ _ERRORS_SHOWN = 4  # validation errors named in a 422 (the first ones; shape, no
 
 
 def prompt_blocks(text: str | None, blocks: list[Any] | None, budget: Budget) -> list[dict[str, Any]]:
-    """The prompt's content blocks, checked (schema, count, bytes per block), as posted."""
+    """The prompt's content blocks, checked (schema, count, bytes per block), as posted; ``text``
+    as its one text block."""
     if blocks is None:
-        blocks = [{"type": "text", "text": text or ""}]
+        # The ``text`` form is one text block, bounded by the body limit alone: a body of exactly
+        # daemon_json_body_limit bytes passes, though its block's JSON is a few bytes longer.
+        return [{"type": "text", "text": text or ""}]
     limit = budget.prompt_max_blocks
     setting = CEILINGS_BY_KEY["prompt_max_blocks"].name
     message = f"a prompt has 1 to {limit} content blocks ({setting}); this one has {len(blocks)}"
