@@ -13,6 +13,8 @@
   daemon's peak RSS growth over the run must stay under the bounds that hold the stream in memory:
   the journal writer's queue, the session's ring and one subscriber queue (their budget values) -
   not grow with the 64 MiB stream.
+* Fair shares (SPEC T-6, issue #26): another session's prompt round trip while one floods,
+  ``bench/fair_share.py``; target p50 under 50 ms.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import httpx
 
 from bench import daemon_driver
 from bench.common import HOST, BenchResult, Settings, Verdict, say
+from bench.fair_share import FAIR_P50_TARGET_MS, fair_share
 from bench.frames import frame_count, write_stream
 from bench.gateway import RssSampler
 from bench.sse_client import SseCounter, stream_body
@@ -148,6 +151,17 @@ def run(settings: Settings) -> BenchResult:
         f"(baseline {scale['rssBaselineBytes'] / MiB:.0f} MiB)")
     result.notes.append(f"{SESSIONS} sessions at once against one: events/s ratio {scale['scaling']:.2f} "
                         "(no target; the SSE readers are one Python process too)")
+    fair = fair_share(settings)
+    result.figures["fairShare"] = fair
+    during, quiet = fair["duringFlood"], fair["quiet"]
+    say(f"  fair shares: another session's prompt round trip while one floods {fair['floodUpdates']:,} tiny "
+        f"updates: p50 {during['p50Ms']:.1f} ms, p99 {during['p99Ms']:.1f} ms "
+        f"over {during['prompts']} prompts "
+        f"(no flood: p50 {quiet['p50Ms']:.1f} ms, p99 {quiet['p99Ms']:.1f} ms)")
+    result.verdicts.append(Verdict("another session's prompt round trip p50 during a 300,000-update flood",
+                                   during["p50Ms"], FAIR_P50_TARGET_MS, False, unit="ms",
+                                   note=f"p99 {during['p99Ms']:.0f} ms; without the flood p50 "
+                                        f"{quiet['p50Ms']:.1f} ms"))
     # 64 MiB is the issue's stream; 256 MiB shows whether the growth follows the stream's length.
     totals = settings.pick((16 * MiB, 64 * MiB, 256 * MiB), (16 * MiB,))
     runs = [slow_client(settings, total) for total in totals]

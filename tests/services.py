@@ -88,10 +88,22 @@ class PostgresCluster:
                   "--auth=scram-sha-256", f"--pwfile={password_file}", "-E", "UTF8", "--no-sync")
         password_file.unlink()
         # fsync off: a throwaway cluster; the tests kill daemons, never the database.
-        options = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=200"
-        self._run(str(self.bin_dir / "pg_ctl"), "start", "-D", str(self.data), "-w", "-l",
-                  str(self.dir / "server.log"), "-o", options)
+        self._options = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=200"
+        self.start_server()
         return self
+
+    def start_server(self) -> None:
+        self._run(str(self.bin_dir / "pg_ctl"), "start", "-D", str(self.data), "-w", "-l",
+                  str(self.dir / "server.log"), "-o", self._options)
+
+    def stop_server(self) -> None:
+        """``pg_ctl stop -m fast``: the store is away until :meth:`start_server`."""
+        self._run(str(self.bin_dir / "pg_ctl"), "stop", "-D", str(self.data), "-m", "fast", "-w")
+
+    def restart(self) -> None:
+        """``pg_ctl restart -m fast``: every connection is dropped, the server is back when this returns."""
+        self._run(str(self.bin_dir / "pg_ctl"), "restart", "-D", str(self.data), "-m", "fast", "-w", "-l",
+                  str(self.dir / "server.log"))
 
     def url(self, database: str) -> str:
         return f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{self.port}/{database}"

@@ -251,6 +251,16 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("child_stop_grace_seconds", HOP_PIPE, Unit.SECONDS, 2.0, "HOPLINE_CHILD_STOP_GRACE_SECONDS",
             "a stopped child's time to exit after its stdin closes, then again after SIGTERM (then SIGKILL)",
             minimum=0.01),
+    Ceiling("pipe_write_timeout_seconds", HOP_PIPE, Unit.SECONDS, 30.0, "HOPLINE_PIPE_WRITE_TIMEOUT",
+            "one write to a child's stdin (then the child is not reading: its session's prompts end "
+            "with turn_error agent_not_reading and the child is stopped)", minimum=0.01),
+    Ceiling("max_pending_permissions", HOP_PIPE, Unit.COUNT, 32, "HOPLINE_MAX_PENDING_PERMISSIONS",
+            "agent-initiated requests (permission requests) pending in one session "
+            "(more: a JSON-RPC error to the child, counted)"),
+    Ceiling("max_pending_permission_bytes", HOP_PIPE, Unit.BYTES, 4 * MiB,
+            "HOPLINE_MAX_PENDING_PERMISSION_BYTES",
+            "bytes the pending agent-initiated requests of one session hold, after projection "
+            "(more: a JSON-RPC error to the child, counted)"),
     Ceiling("large_frame_threshold_bytes", HOP_OBSERVE, Unit.BYTES, 256 * KiB, None,
             "large-frame attribution threshold (inclusive)"),
     Ceiling("large_frame_log_quota", HOP_OBSERVE, Unit.COUNT, 50, None,
@@ -336,6 +346,12 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_REQUEST_HEAD_TIMEOUT",
             "one request's line and headers, from the connection's start or the previous response "
             "(daemon and gateway; then 408 and closed)", minimum=0.01),
+    Ceiling("request_head_max_bytes", HOP_DAEMON_API, Unit.BYTES, 64 * KiB, "HOPLINE_REQUEST_HEAD_MAX_BYTES",
+            "one request's line and headers, before authentication (daemon and gateway; more: 431 and "
+            "closed)", minimum=1 * KiB),
+    Ceiling("request_head_max_headers", HOP_DAEMON_API, Unit.COUNT, 100, "HOPLINE_REQUEST_HEAD_MAX_HEADERS",
+            "header fields of one request, before authentication (daemon and gateway; more: 431 and "
+            "closed)", minimum=8),
     Ceiling("max_connections", HOP_DAEMON_API, Unit.COUNT, 1024, "HOPLINE_MAX_CONNECTIONS",
             "HTTP connections open at once, SSE streams among them "
             "(daemon and gateway; more: 503 and closed)"),
@@ -415,6 +431,24 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("store_max_connections", HOP_CLUSTER, Unit.COUNT, 4, "HOPLINE_STORE_MAX_CONNECTIONS",
             "PostgreSQL connections of one daemon's journal reads (beside its writer, its sidecar index "
             "and its LISTEN connection)", minimum=1, maximum=64),
+    Ceiling("store_lock_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 1.0,
+            "HOPLINE_STORE_LOCK_TIMEOUT_SECONDS",
+            "a lease operation waiting on a row lock (PostgreSQL lock_timeout; then 503 and Retry-After: "
+            "one frozen daemon never freezes another)", minimum=0.01, maximum=600),
+    Ceiling("store_statement_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
+            "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS",
+            "one lease or heartbeat statement (PostgreSQL statement_timeout, and the daemon's own deadline "
+            "on the answer; then 503 and Retry-After)", minimum=0.05, maximum=600),
+    Ceiling("store_outage_retry_seconds", HOP_CLUSTER, Unit.SECONDS, 30.0,
+            "HOPLINE_STORE_OUTAGE_RETRY_SECONDS",
+            "a journal commit that failed on a lost connection is retried this long once reconnected "
+            "(its events wait in the journal queue, which holds the child back); then it is lost, said",
+            minimum=0, maximum=3600),
+    Ceiling("store_idle_transaction_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
+            "HOPLINE_STORE_IDLE_TRANSACTION_SECONDS",
+            "a journal transaction left idle by its daemon (frozen mid-commit): PostgreSQL ends it "
+            "(idle_in_transaction_session_timeout), its locks go, another daemon can adopt",
+            minimum=0.05, maximum=3600),
 )
 
 CEILINGS_BY_KEY: Mapping[str, Ceiling] = {c.key: c for c in CEILINGS}
@@ -469,6 +503,9 @@ class Budget:
     agent_max_frame_bytes: int
     child_stderr_line_max_bytes: int
     child_stop_grace_seconds: float
+    pipe_write_timeout_seconds: float
+    max_pending_permissions: int
+    max_pending_permission_bytes: int
     large_frame_threshold_bytes: int
     large_frame_log_quota: int
     large_frame_log_window_seconds: float
@@ -503,6 +540,8 @@ class Budget:
     body_read_timeout_seconds: float
     keep_alive_timeout_seconds: float
     request_head_timeout_seconds: float
+    request_head_max_bytes: int
+    request_head_max_headers: int
     max_connections: int
     max_pending_prompts: int
     prompt_block_max_bytes: int
@@ -534,6 +573,10 @@ class Budget:
     owner_lease_seconds: float
     cluster_forward_timeout_seconds: float
     store_max_connections: int
+    store_lock_timeout_seconds: float
+    store_statement_timeout_seconds: float
+    store_idle_transaction_seconds: float
+    store_outage_retry_seconds: float
     warm_children: int
     # key -> "default" or the env var that set it
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)

@@ -13,7 +13,6 @@ import sys
 import threading
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
@@ -53,8 +52,11 @@ class _Relay:
         self.bus.publish_encoded("s1", "session_update", frame.raw)
         return None
 
-    def on_request(self, message: dict[str, Any]) -> None:
+    def on_request(self, frame: Frame) -> Awaitable[None] | None:
         raise AssertionError("no requests expected")
+
+    def on_not_reading(self) -> None:
+        raise AssertionError("the daemon writes nothing here")
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
         raise AssertionError(f"frame error {reason}")

@@ -217,3 +217,26 @@ async def test_a_subscriber_that_does_not_catch_up_is_waited_for_a_bounded_time(
     assert waiting is not None
     await asyncio.wait_for(waiting, 5)  # done although nothing was read
     assert sub.half_full and not sub.evicted
+
+
+# --- fair shares (SPEC T-6, issue #26) ------------------------------------------------------------
+
+async def test_a_flooding_session_is_held_at_its_share_of_the_queue_and_another_is_not(
+        make_bus: MakeBus) -> None:
+    bus = await make_bus(journal_queue_max_events=8)
+    await bus.journal.create_session("s2", {})
+    await bus.subscribe("s1", 64)
+    await bus.subscribe("s2", 64)  # two sessions compete: a share is 8 // 2 = 4 events
+    with bus.batch():
+        for i in range(5):
+            bus.publish("s1", "e", {"i": i})
+    held = bus.backpressure("s1")
+    assert held is not None  # 5 queued: over its share of 4
+    assert bus.backpressure() is None  # while the queue as a whole is within its 8
+    with bus.batch():
+        for i in range(4):
+            bus.publish("s2", "e", {"i": i})
+    assert bus.backpressure("s2") is None  # 4: at its share, read on (the queue holds 9 now)
+    await bus.flushed()
+    assert held.done() and bus.backpressure("s1") is None  # committed and delivered: room again
+

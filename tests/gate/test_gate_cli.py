@@ -91,7 +91,7 @@ def test_a_failed_summarizer_reaches_the_gate_and_demo_summaries_and_json(tmp_pa
     assert agent["summarizers"] == {"extractive": agent["compactions"]}
     assert agent["summarizerErrors"] == [{"origin": "code", "status": 400, "hop": "gateway.provider"}] * (
         agent["compactions"])
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=200, force_terminal=True)  # the table (off a TTY: plain lines)
     print_result(console, result)
     assert f"{agent['compactions']} (summarizer extractive x{agent['compactions']} (origin code HTTP 400))" \
         in console.export_text()

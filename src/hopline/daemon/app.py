@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response
 
 from hopline import __version__
 from hopline.budget import HOP_DAEMON_API, SETTINGS_BY_KEY, Budget, Settings, require_coherent
+from hopline.daemon.adoption import run_sweeps
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster, ClusterAuth, new_daemon_id
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
@@ -43,6 +44,7 @@ from hopline.daemon.routes.sessions import session_router
 from hopline.daemon.routes.status import status_router
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
+from hopline.daemon.store_errors import install_store_error_handlers
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route
@@ -86,6 +88,7 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
                       token=settings.cluster_token)
     ownership = Ownership(cluster)
     journal = PgJournal(location.dsn, budget, owner=daemon_id, on_fenced=ownership.fenced)
+    journal.epochs = cluster.epochs  # the fencing token open_prompt checks (exactly-once starts)
     return journal, cluster, ownership
 
 
@@ -106,11 +109,15 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
             if cluster is not None:
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
                                     on_listen=bus.catch_up_all)
+                sweeps = asyncio.create_task(run_sweeps(manager, cluster, bus))  # adopt on expiry
             try:
                 yield
             finally:
                 if cluster is not None:
-                    await cluster.stop()  # its leases expire now: the others adopt at the next write
+                    sweeps.cancel()
+                    with contextlib.suppress(BaseException):
+                        await sweeps
+                    await cluster.stop()  # its leases expire now: the others adopt them
                 if reaper is not None:
                     reaper.cancel()
                     with contextlib.suppress(BaseException):
@@ -214,6 +221,8 @@ def _routes(parts: DaemonParts) -> FastAPI:
     route_class = bounded_json_route(budget.json_max_depth)
     app.router.route_class = route_class
     install_error_handlers(app, HOP_DAEMON_API)
+    if parts.cluster is not None:
+        install_store_error_handlers(app)
     app.state.budget = budget
     app.state.manager = parts.manager
     app.state.bus = parts.bus

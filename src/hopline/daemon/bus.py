@@ -39,6 +39,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -284,6 +285,9 @@ class _Commit:
     next_index: int = 0  # the first event not yet delivered (a commit may take several turns)
 
 
+_AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
+
+
 def _ready(commit: _Commit) -> bool:
     return commit.committed is None or commit.committed.done()
 
@@ -302,6 +306,8 @@ class EventBus:
         self.queued_events = 0  # handed to the journal, not yet committed
         self.queued_bytes = 0
         self._room: asyncio.Future[None] | None = None
+        # The queue's share of each session with events in it: [events, bytes] (SPEC T-6, fair shares)
+        self._queued_by: dict[str, list[int]] = {}
         self._delivering = False  # a _deliver_next is running or scheduled
         # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
         # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
@@ -384,6 +390,14 @@ class EventBus:
             return
         commit = _Commit(events, self.journal.commit() if journaled else None, len(journaled),
                          sum(len(event.data) for event in journaled))
+        queued_by = self._queued_by
+        for session_id, event in events:
+            if event.id is not None:
+                share = queued_by.get(session_id)
+                if share is None:
+                    share = queued_by[session_id] = [0, 0]
+                share[0] += 1
+                share[1] += len(event.data)
         self._commits.append(commit)
         self.queued_events += commit.journaled
         self.queued_bytes += commit.nbytes
@@ -416,19 +430,49 @@ class EventBus:
                     self._journal_failed(session_id, event, error)
                 elif self._deliver(session_id, event) and commit.next_index < len(events):
                     asyncio.get_running_loop().call_soon(self._deliver_next)
+                    self._deliver_around(commit)
                     return
             commits.popleft()
             self.queued_events -= commit.journaled
             self.queued_bytes -= commit.nbytes
+            self._unqueue(commit)
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
             room = self._room
-            if room is not None and not room.done() and self.backpressure() is None:
-                room.set_result(None)
+            if room is not None and not room.done():
+                room.set_result(None)  # each held reader checks its own share again
             if commits and _ready(commits[0]):
                 asyncio.get_running_loop().call_soon(self._deliver_next)
                 return
         self._delivering = False
+
+    def _deliver_around(self, held: _Commit) -> None:
+        """While ``held`` waits for a subscriber to drain, the ready commits behind it of other
+        sessions are delivered (SPEC T-6, fair shares): one session's flood to a slow stream does
+        not hold back another session's events. A session's own events keep their order: a commit
+        is passed over while any commit before it that is still waiting holds one of its sessions.
+        The scan is bounded (``_AROUND_SCAN`` commits)."""
+        blocked = {session_id for session_id, _ in held.events}
+        for commit in list(itertools.islice(self._commits, 1, _AROUND_SCAN)):
+            sessions = {session_id for session_id, _ in commit.events}
+            if not _ready(commit) or commit.next_index or sessions & blocked:
+                blocked |= sessions
+                continue
+            error = None
+            if commit.committed is not None and not commit.committed.cancelled():
+                error = commit.committed.exception()
+            for session_id, event in commit.events:
+                if error is not None and event.id is not None:
+                    self._journal_failed(session_id, event, error)
+                else:
+                    self._deliver(session_id, event)
+            commit.next_index = len(commit.events)
+            self._commits.remove(commit)
+            self.queued_events -= commit.journaled
+            self.queued_bytes -= commit.nbytes
+            self._unqueue(commit)
+            if commit.delivered is not None and not commit.delivered.done():
+                commit.delivered.set_result(None)
 
     def _journal_failed(self, session_id: str, event: Event, error: BaseException) -> None:
         self.journal_failed += 1
@@ -439,13 +483,35 @@ class EventBus:
             "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
             "hop": HOP_JOURNAL, "eventType": event.type}))
 
-    def backpressure(self) -> asyncio.Future[None] | None:
+    def _unqueue(self, commit: _Commit) -> None:
+        queued_by = self._queued_by
+        for session_id, event in commit.events:
+            if event.id is not None and (share := queued_by.get(session_id)) is not None:
+                share[0] -= 1
+                share[1] -= len(event.data)
+                if share[0] <= 0:
+                    del queued_by[session_id]
+
+    def backpressure(self, session_id: str | None = None) -> asyncio.Future[None] | None:
         """None while the journal's queue is within both bounds (at most ``journal_queue_max_events``
         events and ``journal_queue_max_bytes`` bytes handed over and not committed); past either,
-        a future resolved once it is within them again: a pipe reader awaits it before its next
-        read, so a child that outruns the disk is held back instead of the daemon's memory growing."""
-        if (self.queued_events <= self.budget.journal_queue_max_events
-                and self.queued_bytes <= self.budget.journal_queue_max_bytes):
+        a future resolved once a commit was delivered: a pipe reader awaits it before its next
+        read, so a child that outruns the disk is held back instead of the daemon's memory growing.
+
+        With ``session_id``, the bounds are that session's fair share (SPEC T-6): the queue's bounds
+        divided by the sessions that compete (events queued, or a client streaming). A flooding
+        session is held at its share, and another is never held while within its own (the queue
+        then passes its bounds by at most one pipe read per session): the other's events wait in
+        the journal's writer behind a share of the flood, not the whole queue."""
+        max_events, max_bytes = self.budget.journal_queue_max_events, self.budget.journal_queue_max_bytes
+        if session_id is None:
+            held = self.queued_events > max_events or self.queued_bytes > max_bytes
+        else:
+            share = self._queued_by.get(session_id)
+            competing = {sid for sid, subscribers in self._subscribers.items() if subscribers}
+            active = len(competing.union(self._queued_by)) or 1
+            held = share is not None and (share[0] > max_events // active or share[1] > max_bytes // active)
+        if not held:
             return None
         if self._room is None or self._room.done():
             self._room = asyncio.get_running_loop().create_future()

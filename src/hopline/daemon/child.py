@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
+from hopline.daemon.reaper import end_escaped, subreaper_preexec
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.wire.jsonrpc import message_kind
@@ -59,6 +60,17 @@ class AgentExited(HoplineError):
         self.returncode = returncode
 
 
+class AgentNotReading(AgentExited):
+    """A write to the child did not finish within ``HOPLINE_PIPE_WRITE_TIMEOUT``: the child does not
+    read its stdin. Every later write fails at once with this (the child is then stopped)."""
+
+    def __init__(self, timeout: float) -> None:
+        HoplineError.__init__(self, f"the agent read none of a write to its stdin for {timeout} s "
+                              "(HOPLINE_PIPE_WRITE_TIMEOUT): it is not reading")
+        self.returncode = None
+        self.timeout = timeout
+
+
 class AgentRpcError(HoplineError):
     """The child answered a request with a JSON-RPC error."""
 
@@ -74,9 +86,12 @@ class ChildHandler(Protocol):
     # May return an awaitable (work moved off the event loop): the reader awaits it before the next
     # frame, so the order of the child's messages is kept.
     def on_notification(self, frame: Frame) -> Awaitable[None] | None: ...
-    def on_request(self, message: dict[str, Any]) -> None: ...
+    # May return an awaitable, as on_notification (a refusal written back, a projection).
+    def on_request(self, frame: Frame) -> Awaitable[None] | None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
+    # A write did not finish within the write deadline (the child is not reading its stdin).
+    def on_not_reading(self) -> None: ...
     # Wraps the synchronous handling of the frames of one pipe read: what they publish is journaled
     # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
@@ -138,6 +153,7 @@ class AcpChild:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[tuple[Any, int]]] = {}
         self._write_lock = asyncio.Lock()
+        self.not_reading = False  # a write passed its deadline: no write is tried again
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.exited = asyncio.Event()
@@ -150,33 +166,66 @@ class AcpChild:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and not self.exited.is_set()
+        return self._proc is not None and not self.exited.is_set() and not self.not_reading
 
     async def start(self) -> None:
         # The stream-reader limit is the largest read: we only ever call read(n).
         self._proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
-            limit=LARGE_READ_BYTES)
+            limit=LARGE_READ_BYTES, preexec_fn=subreaper_preexec())
         self._tasks = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._drain_stderr())]
 
     # --- writing ----------------------------------------------------------------------------------
 
     async def _write(self, message: dict[str, Any]) -> None:
+        """Write one frame; its wait for the pipe is bounded by ``HOPLINE_PIPE_WRITE_TIMEOUT``
+        (a write queued behind another waits at most for that one's deadline)."""
         proc = self._proc
         if proc is None or proc.stdin is None or self.exited.is_set():
             raise AgentExited(self.returncode)
         stdin = proc.stdin
+        timeout = self.budget.pipe_write_timeout_seconds
 
         async def write(line: bytes) -> None:
             stdin.write(line)
-            await stdin.drain()
+            try:
+                await asyncio.wait_for(stdin.drain(), timeout)
+            except TimeoutError:
+                self._not_reading()
+                raise AgentNotReading(timeout) from None
 
         async with self._write_lock:
+            if self.not_reading:
+                raise AgentNotReading(timeout)
+            if self.exited.is_set():
+                raise AgentExited(self.returncode)
             try:
                 await self.outbound.write_observed(write, message)
-            except (ConnectionError, BrokenPipeError) as exc:
+            except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
+                # RuntimeError: a write to a transport closed meanwhile (the child being stopped)
                 raise AgentExited(self.returncode) from exc
+
+    def _not_reading(self) -> None:
+        """A write passed its deadline: what is buffered for the child is dropped (its stdin is
+        closed), every request waiting for an answer fails, and the handler stops the child."""
+        if self.not_reading:
+            return
+        self.not_reading = True
+        proc = self._proc
+        if proc is not None and proc.stdin is not None:
+            transport = proc.stdin.transport
+            with contextlib.suppress(Exception):
+                transport.abort()
+        for future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(AgentNotReading(self.budget.pipe_write_timeout_seconds))
+        log.warning("agent not reading its stdin: write deadline passed",
+                    extra={"timeoutSeconds": self.budget.pipe_write_timeout_seconds})
+        try:
+            self.handler.on_not_reading()
+        except Exception:
+            log.exception("not-reading handler failed")
 
     async def request(self, method: str, params: dict[str, Any]) -> tuple[Any, int]:
         """Send a request; return ``(result, response frame bytes)``. Raises :class:`AgentRpcError`
@@ -287,7 +336,7 @@ class AcpChild:
                 else:
                     future.set_result((message["result"], item.size))
             elif kind == "request":
-                self.handler.on_request(message)
+                return self.handler.on_request(item)
             elif kind == "notification":
                 return self.handler.on_notification(item)
             else:
@@ -326,6 +375,7 @@ class AcpChild:
         if proc is None:
             return
         if not self.exited.is_set():
+            await asyncio.to_thread(end_escaped, proc.pid)  # descendants that left its group
             if proc.stdin is not None:
                 with contextlib.suppress(Exception):
                     proc.stdin.close()
@@ -339,6 +389,8 @@ class AcpChild:
                     break
                 except TimeoutError:
                     continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group once it exited
         for task in self._tasks:
             if not task.done():
                 task.cancel()

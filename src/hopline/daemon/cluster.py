@@ -5,10 +5,17 @@
   and its last heartbeat.
 * **Leases.** A session's agent child lives on one daemon, which holds the session's lease
   (``HOPLINE_OWNER_LEASE_SECONDS``, store time, renewed every third of it by the heartbeat). A
-  lease is taken by one compare-and-set statement (:meth:`Cluster.try_adopt`: an upsert whose
-  update applies only to an expired lease, or to one's own), so of two daemons racing for a session
-  exactly one wins. The heartbeat tells which leases this daemon still holds: a daemon that finds
-  a lease taken (it was paused or partitioned away) stops its children for those sessions.
+  lease is taken by one compare-and-set transaction (:meth:`Cluster.try_adopt`: it locks the
+  lease row ``SKIP LOCKED`` and takes it only when expired, or one's own), so of two daemons racing
+  for a session exactly one wins. The heartbeat tells which leases this daemon still holds: a daemon
+  that finds a lease taken (it was paused or partitioned away) stops its children for those sessions.
+* **No cascades.** The lease operations and the heartbeat each run on their own connection
+  (:class:`~hopline.store.bounded.BoundedConnection`: ``lock_timeout``, ``statement_timeout`` and a
+  deadline of its own on every answer), never behind the journal's. A lease row a commit holds
+  (the old owner's fencing read, perhaps frozen mid-transaction) is never waited on: the adoption
+  answers :class:`~hopline.store.bounded.StoreBusy` (503 and ``Retry-After``) until PostgreSQL ends
+  that idle transaction (``HOPLINE_STORE_IDLE_TRANSACTION_SECONDS``). So a frozen daemon stalls
+  only its own sessions: the others keep their heartbeat, their leases and their status.
 * **Writes go to the owner**: forwarded over HTTP to its URL with the cluster credential
   (``HOPLINE_CLUSTER_TOKEN``) and the header ``x-hopline-forwarded-by``; the owner's answer is the
   client's answer, status and body.
@@ -37,6 +44,7 @@ from hopline.budget import CEILINGS_BY_KEY, HOP_CLUSTER, SETTINGS_BY_KEY, Budget
 from hopline.gateway.auth import bearer_token
 from hopline.gateway.body_limit import send_json
 from hopline.gateway.errors import error_body, error_response
+from hopline.store.bounded import BoundedConnection, StoreBusy, session_options
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import FORWARDED_BY_HEADER
 
@@ -69,13 +77,21 @@ class Cluster:
         self.advertise_url = advertise_url.rstrip("/")
         self._token = token
         self.lease_seconds = budget.owner_lease_seconds
-        self._conn: Any = None
-        self._lock = asyncio.Lock()  # one statement at a time on the lease connection
+        timeouts = {"lock_timeout": budget.store_lock_timeout_seconds,
+                    "statement_timeout": budget.store_statement_timeout_seconds}
+        # The request path's lease statements and the heartbeat: two connections, so a slow
+        # adoption never delays a renewal (a missed renewal would lose this daemon's sessions).
+        self._leases = BoundedConnection(dsn, name=f"hopline {daemon_id} leases", **timeouts)
+        self._beat = BoundedConnection(dsn, name=f"hopline {daemon_id} heartbeat", **timeouts)
         self._tasks: list[asyncio.Task[None]] = []
         self._http: httpx.AsyncClient | None = None
         self.forwarded = 0
         self.adopted = 0
         self.leases_lost = 0
+        self.stale_refused = 0  # writes refused because the lease they came under was gone
+        # The fencing token (the lease's epoch) this daemon took each session's lease with: a prompt
+        # opens only while the store still holds the lease at that epoch (PgJournal.open_prompt).
+        self.epochs: dict[str, int] = {}
 
     # --- lifecycle --------------------------------------------------------------------------------
 
@@ -84,8 +100,7 @@ class Cluster:
         """Register this daemon, then heartbeat (``held``: the sessions this daemon runs a child
         for; ``on_lost`` gets those whose lease it no longer holds) and listen (``on_commit`` per
         notification; ``on_listen`` once listening, again after a reconnect: catch up)."""
-        self._conn = await aconnect(self._dsn)
-        await self._conn.execute(
+        await self._beat.fetch(
             "INSERT INTO daemons (id, advertise_url) VALUES (%s, %s)", (self.daemon_id, self.advertise_url))
         self._http = httpx.AsyncClient(timeout=self.budget.cluster_forward_timeout_seconds)
         self._tasks = [asyncio.create_task(self._heartbeat(held, on_lost)),
@@ -99,33 +114,33 @@ class Cluster:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
-        if self._conn is not None:
-            with contextlib.suppress(Exception):
-                async with self._lock:
-                    await self._conn.execute("UPDATE leases SET expires_at = now() WHERE owner = %s",
-                                             (self.daemon_id,))
-                    await self._conn.execute("UPDATE daemons SET stopped = TRUE WHERE id = %s",
-                                             (self.daemon_id,))
-            await self._conn.close()
+        with contextlib.suppress(Exception):
+            await self._beat.fetch("UPDATE leases SET expires_at = now() WHERE owner = %s", (self.daemon_id,))
+            await self._beat.fetch("UPDATE daemons SET stopped = TRUE WHERE id = %s", (self.daemon_id,))
+        await self.close_connections()
         if self._http is not None:
             await self._http.aclose()
 
-    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        async with self._lock:
-            if self._conn.broken or self._conn.closed:
-                self._conn = await aconnect(self._dsn)
-            cursor = await self._conn.execute(sql, params)
-            return list(await cursor.fetchall()) if cursor.description is not None else []
+    async def close_connections(self) -> None:
+        await self._beat.close()
+        await self._leases.close()
+
+    async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """One statement on the lease connection (bounded: :class:`BoundedConnection`)."""
+        return await self._leases.fetch(sql, params)
+
+    _fetch = fetch
 
     async def _heartbeat(self, held: Callable[[], set[str]],
                          on_lost: Callable[[set[str]], Awaitable[None]]) -> None:
         period = self.lease_seconds / 3
         while True:
             try:
-                await self._fetch("UPDATE daemons SET heartbeat_at = now(), stopped = FALSE WHERE id = %s",
-                                  (self.daemon_id,))
+                await self._beat.fetch(
+                    "UPDATE daemons SET heartbeat_at = now(), stopped = FALSE WHERE id = %s",
+                    (self.daemon_id,))
                 running = held()  # read before the renewal: a lease taken after it is not "lost"
-                rows = await self._fetch(
+                rows = await self._beat.fetch(
                     "UPDATE leases SET expires_at = now() + make_interval(secs => %s) WHERE owner = %s "
                     "RETURNING session_id", (self.lease_seconds, self.daemon_id))
                 lost = running - {row[0] for row in rows}
@@ -143,7 +158,8 @@ class Cluster:
     async def _listen(self, on_commit: Callable[[str, int], None], on_listen: Callable[[], None]) -> None:
         while True:
             try:
-                conn = await aconnect(self._dsn)
+                name = f"hopline {self.daemon_id} listen"
+                conn = await aconnect(self._dsn, options=session_options(name=name))
                 try:
                     await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     on_listen()
@@ -167,23 +183,60 @@ class Cluster:
         await self._fetch("INSERT INTO leases (session_id, owner, epoch, expires_at) "
                           "VALUES (%s, %s, 1, now() + make_interval(secs => %s))",
                           (session_id, self.daemon_id, self.lease_seconds))
+        self.epochs[session_id] = 1
 
     async def release(self, session_id: str) -> None:
         """Give up this daemon's lease of a stream it has finished writing (a gate run's)."""
         await self._fetch("DELETE FROM leases WHERE session_id = %s AND owner = %s",
                           (session_id, self.daemon_id))
+        self.epochs.pop(session_id, None)
+
+    async def still_holds(self, session_id: str) -> bool:
+        """The store still holds this session's lease for this daemon, live, at the epoch taken
+        (checked again just before a prompt is written to the child)."""
+        epoch = self.epochs.get(session_id)
+        if epoch is None:
+            return False
+        rows = await self._fetch("SELECT 1 FROM leases WHERE session_id = %s AND owner = %s AND epoch = %s "
+                                 "AND expires_at > now()", (session_id, self.daemon_id, epoch))
+        return bool(rows)
 
     async def try_adopt(self, session_id: str) -> bool:
         """Take the session's lease when it is free, expired or already ours: True for the one
-        daemon that gets it (a compare-and-set in one statement)."""
-        rows = await self._fetch(
-            "INSERT INTO leases (session_id, owner, epoch, expires_at) "
-            "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
-            "ON CONFLICT (session_id) DO UPDATE SET owner = excluded.owner, epoch = leases.epoch + 1, "
-            "expires_at = excluded.expires_at "
-            "WHERE leases.expires_at <= now() OR leases.owner = excluded.owner RETURNING epoch",
-            (session_id, self.daemon_id, self.lease_seconds))
-        return bool(rows)
+        daemon that gets it (a compare-and-set under the row's lock). A lease row another
+        transaction holds (an old owner's commit, perhaps frozen in it) is skipped, not waited on:
+        :class:`StoreBusy`, to retry once that transaction ends."""
+
+        async def work(conn: Any) -> bool:
+            async with conn.transaction():
+                cursor = await conn.execute(
+                    "SELECT expires_at <= now() OR owner = %s FROM leases WHERE session_id = %s "
+                    "FOR UPDATE SKIP LOCKED", (self.daemon_id, session_id))
+                row = await cursor.fetchone()
+                if row is None:
+                    cursor = await conn.execute(
+                        "INSERT INTO leases (session_id, owner, epoch, expires_at) "
+                        "VALUES (%s, %s, 1, now() + make_interval(secs => %s)) "
+                        "ON CONFLICT (session_id) DO NOTHING RETURNING epoch",
+                        (session_id, self.daemon_id, self.lease_seconds))
+                    inserted = await cursor.fetchone()
+                    if inserted is not None:
+                        self.epochs[session_id] = int(inserted[0])
+                        return True
+                    raise StoreBusy("the session's lease is held by another daemon's transaction (its "
+                                    "owner may be frozen inside a commit)",
+                                    self.budget.store_idle_transaction_seconds)
+                if not row[0]:
+                    return False  # live, another daemon's
+                cursor = await conn.execute(
+                    "UPDATE leases SET owner = %s, epoch = epoch + 1, "
+                    "expires_at = now() + make_interval(secs => %s) WHERE session_id = %s RETURNING epoch",
+                    (self.daemon_id, self.lease_seconds, session_id))
+                taken = await cursor.fetchone()
+                self.epochs[session_id] = int(taken[0])
+                return True
+
+        return await self._leases.run(work)
 
     async def owner_of(self, session_id: str) -> Owner | None:
         rows = await self._fetch(
@@ -208,7 +261,7 @@ class Cluster:
         return {
             "daemon": self.daemon_id, "advertiseUrl": self.advertise_url, "leaseSeconds": self.lease_seconds,
             "forwardedWrites": self.forwarded, "adoptedSessions": self.adopted,
-            "leasesLost": self.leases_lost,
+            "leasesLost": self.leases_lost, "staleWritesRefused": self.stale_refused,
             "expiredLeases": int(expired[0][0]) if expired else 0,
             "daemons": [{"id": d[0], "advertiseUrl": d[1], "self": d[0] == self.daemon_id,
                          "live": not d[2] and float(d[3]) < self.lease_seconds,
@@ -256,8 +309,9 @@ class Cluster:
         finally:
             if not sent.done():
                 sent.cancel()
+        kept = {name: answer.headers[name] for name in ("retry-after",) if name in answer.headers}
         return Response(answer.content, status_code=answer.status_code,
-                        media_type=answer.headers.get("content-type"))
+                        media_type=answer.headers.get("content-type"), headers=kept)
 
 
 def _cluster_error(status: int, kind: str, message: str,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -112,14 +113,23 @@ def _fold_part(agent: str, notes: dict[str, Any], result: Result) -> None:
     _keep_cut(notes, result, part["file"])
 
 
+_EXIT_CODE_LINE = re.compile(r"\[exit code (-?\d+)\]\s*$")
+
+
 def _fold_run(notes: dict[str, Any], result: Result) -> None:
     command_line = str(result.args.get("command") or "")
     at_base = result.args.get("at") == "base"
     which = "compile" if "py_compile" in command_line else ("base" if at_base else "head")
     found = result.meta.get(META_COMMAND)
     command: dict[str, Any] = found if isinstance(found, dict) else {}
+    exit_code = command.get("exitCode")
+    if exit_code is None and "exitCode" not in command:
+        # A model behind an OpenAI-compatible provider sees the tool's text, not its _meta: the
+        # text's last line says the exit code (``[exit code N]``, tools/commands.py).
+        said = _EXIT_CODE_LINE.search(result.text[-200:])
+        exit_code = int(said.group(1)) if said else None
     notes["runs"][which] = {"text": result.text[-24_000:], "failed": result.failed,
-                            "exitCode": command.get("exitCode"), "timedOut": command.get("timedOut"),
+                            "exitCode": exit_code, "timedOut": command.get("timedOut"),
                             "sandbox": command.get("sandbox")}
 
 

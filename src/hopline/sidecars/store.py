@@ -31,6 +31,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -165,11 +166,10 @@ class SidecarStore:
     first).
     """
 
-    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] = time.time,
+    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] | None = None,
                  blobs: BlobStore | None = None, dsn: str | None = None) -> None:
         self.root = Path(root)
         self.budget = budget
-        self.clock = clock
         self.blobs: BlobStore = blobs if blobs is not None else FileBlobs(self.root, shared=dsn is not None)
         # Several daemons write here: a body without a row may be in flight (orphans wait a grace).
         self.shared = dsn is not None or self.blobs.shared
@@ -190,10 +190,17 @@ class SidecarStore:
         else:
             import psycopg
 
-            from hopline.store.postgres import connect
+            from hopline.store.index import PgIndex
 
-            self._db = connect(dsn)  # the schema is the store's migrations (hopline.store.postgres)
+            # The schema is the store's migrations (hopline.store.postgres); a pool that reconnects.
+            self._db = PgIndex(dsn, statement_timeout=budget.store_statement_timeout_seconds)
             self._db_errors = (psycopg.Error,)
+        # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
+        # shared index's is the store's now(), whatever ``clock`` (this daemon's wall clock) says:
+        # a daemon 24 h ahead would reap every daemon's sidecars. Alone, ``clock`` (tests fake it).
+        self.clock: Callable[[], float] = self._db.now if dsn is not None else (clock or time.time)
+        # bodies' ages (the orphans' grace) are against real time, the store's when shared
+        self._real_clock: Callable[[], float] = self._db.now if dsn is not None else time.time
         # Counters the index could not record (a failing disk): still reported by stats().
         self._unrecorded: dict[str, int] = {}
 
@@ -208,18 +215,10 @@ class SidecarStore:
         with self._lock:
             if self._dsn is None:
                 return self._db.execute(sql, params)
-            if self._db.broken and not self._in_transaction():  # the server went away: once more
-                from hopline.store.postgres import connect
-
-                self._db = connect(self._dsn)
             return self._db.execute(sql.replace("?", "%s"), params)
 
     def _in_transaction(self) -> bool:
-        if self._dsn is None:
-            return bool(self._db.in_transaction)
-        from psycopg.pq import TransactionStatus
-
-        return bool(self._db.info.transaction_status != TransactionStatus.IDLE)
+        return bool(self._db.in_transaction)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self)
@@ -454,7 +453,7 @@ class SidecarStore:
         with self._transaction():
             rows = {r[0]: int(r[1]) for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
             intact: set[str] = set()
-            for item in self.blobs.listing():
+            for item in self.blobs.listing(self._real_clock()):
                 expected = rows.get(item.name) if is_valid_sidecar_id(item.name) else None
                 if expected is not None and item.size == expected:
                     intact.add(item.name)
@@ -509,6 +508,7 @@ class _Transaction:
 
     def __init__(self, store: SidecarStore) -> None:
         self.store = store
+        self._pg: contextlib.ExitStack | None = None
 
     def __enter__(self) -> None:
         self.store._lock.acquire()
@@ -518,15 +518,25 @@ class _Transaction:
             else:
                 from hopline.store.postgres import SIDECAR_WRITE_LOCK_KEY
 
-                self.store._execute("BEGIN")
-                self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(self.store._db.transaction())
+                    self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
+                    self._pg = stack.pop_all()
         except BaseException:
-            if self.store._in_transaction():
+            if self.store._dsn is None and self.store._in_transaction():
                 self.store._execute("ROLLBACK")
             self.store._lock.release()
             raise
 
-    def __exit__(self, exc_type: object, *_: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: types.TracebackType | None) -> None:
+        if self._pg is not None:  # PostgreSQL: the index's transaction commits or rolls back itself
+            pg, self._pg = self._pg, None
+            try:
+                pg.__exit__(exc_type, exc, tb)
+            finally:
+                self.store._lock.release()
+            return
         try:
             if exc_type is not None:
                 if self.store._in_transaction():
@@ -543,7 +553,7 @@ class _Transaction:
 
 
 def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: Budget, *,
-                       index_dir: Path, clock: Callable[[], float] = time.time) -> SidecarStore:
+                       index_dir: Path, clock: Callable[[], float] | None = None) -> SidecarStore:
     """The sidecar store the settings name (SPEC X): the index in the PostgreSQL store when there is
     one (else SQLite: beside the files, or in ``index_dir`` for S3 bodies), the bodies in files or in
     the bucket."""

@@ -68,8 +68,9 @@ class BlobStore(Protocol):
         """Remove ``key`` (absent is fine); raises ``OSError``."""
         ...
 
-    def listing(self) -> Iterator[BlobInfo]:
-        """Every stored body (for the orphan collection)."""
+    def listing(self, now: float | None = None) -> Iterator[BlobInfo]:
+        """Every stored body (for the orphan collection); ages against ``now`` (the store's clock
+        when several daemons share it, never one daemon's; default: this machine's)."""
         ...
 
     def remove_listed(self, name: str) -> bool:
@@ -147,8 +148,8 @@ class FileBlobs:
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
 
-    def listing(self) -> Iterator[BlobInfo]:
-        now = time.time()
+    def listing(self, now: float | None = None) -> Iterator[BlobInfo]:
+        now = time.time() if now is None else now
         for path in self.blobs_dir.iterdir():
             try:
                 if path.is_dir() and not path.is_symlink():
@@ -283,10 +284,10 @@ class S3Blobs:
         except Exception as exc:
             raise self._os_error(exc) from None
 
-    def listing(self) -> Iterator[BlobInfo]:
+    def listing(self, now: float | None = None) -> Iterator[BlobInfo]:
         import obstore
 
-        now = time.time()
+        now = time.time() if now is None else now
         try:
             for batch in obstore.list(self._store, prefix=BLOBS_PREFIX + "/"):
                 for meta in batch:

@@ -23,12 +23,13 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from hopline.budget import Budget, HoplineError
+from hopline.store.bounded import is_broken, session_options
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -44,6 +45,13 @@ log = logging.getLogger("hopline.store.journal")
 
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
+_RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)
 
 
 class LeaseLost(HoplineError):
@@ -71,6 +79,8 @@ class PgJournal(StagedIds, EventJournal):
         self.budget = budget
         self.owner = owner
         self.on_fenced = on_fenced
+        # Several daemons: the epoch of each lease this daemon holds (the cluster's fencing tokens).
+        self.epochs: Mapping[str, int] | None = None
         self._open: dict[str, int] = {}  # open session -> last committed id (as this daemon knows it)
         self._allocated: dict[str, int] = {}
         self._staged: list[StagedRow] = []
@@ -84,9 +94,12 @@ class PgJournal(StagedIds, EventJournal):
     async def open(self) -> PgJournal:
         from psycopg_pool import AsyncConnectionPool
 
-        self._conn = await aconnect(self._dsn)
+        self._conn = await self._connect_writer()
+        # check: a connection the store dropped (a restart) is replaced before a read uses it
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
-                                         kwargs={"autocommit": True}, open=False)
+                                         kwargs={"autocommit": True}, open=False,
+                                         check=AsyncConnectionPool.check_connection,
+                                         timeout=self.budget.store_statement_timeout_seconds + 1.0)
         await self._pool.open()
         self._writer = asyncio.create_task(self._run_writer())
         return self
@@ -120,10 +133,18 @@ class PgJournal(StagedIds, EventJournal):
                 group.append(self._writes.popleft())
             await self._run_commits(group)
 
+    async def _connect_writer(self) -> Any:
+        """The writer's connection. PostgreSQL ends its transaction if this daemon leaves it idle
+        (frozen mid-commit) past ``store_idle_transaction_seconds``: its lease-row locks go, so
+        another daemon can adopt the sessions and its half-done commit is never written."""
+        options = session_options(name=f"hopline {self.owner or 'single'} journal",
+                                  idle_transaction=self.budget.store_idle_transaction_seconds)
+        return await aconnect(self._dsn, options=options)
+
     async def _reconnect_if_broken(self) -> None:
-        if self._conn is None or self._conn.broken or self._conn.closed:
+        if is_broken(self._conn):  # UNKNOWN (the server dropped it) counts as broken
             with contextlib.suppress(Exception):
-                self._conn = await aconnect(self._dsn)
+                self._conn = await self._connect_writer()
 
     async def _run_statement(self, write: _Write) -> None:
         assert write.apply is not None
@@ -138,35 +159,71 @@ class PgJournal(StagedIds, EventJournal):
             write.future.set_result(result)
 
     async def _run_commits(self, group: list[_Write]) -> None:
+        """Commit the group; a commit that failed because the connection broke (the store
+        restarted, or ended a transaction this daemon left idle) is retried on a new connection
+        until ``store_outage_retry_seconds`` pass: meanwhile its events wait in the journal queue
+        (full, it holds the pipe readers back) instead of being dropped. The retry runs the
+        fencing read again: a lease taken meanwhile refuses it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.budget.store_outage_retry_seconds
+        attempt = 0
+        while True:
+            try:
+                await self._commit_group(group)
+                return
+            except Exception as exc:
+                if not (_connection_lost(exc) and is_broken(self._conn)) or loop.time() >= deadline \
+                        or self._closed:
+                    self._fail_group(group, exc)
+                    await self._reconnect_if_broken()
+                    return
+                attempt += 1
+                if attempt == 1:
+                    log.warning("journal commit failed on a lost connection; retried once reconnected",
+                                extra={"error": type(exc).__name__,
+                                       "events": sum(len(w.rows or ()) for w in group)})
+                await self._reconnect_until(deadline)
+
+    async def _reconnect_until(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while is_broken(self._conn) and loop.time() < deadline and not self._closed:
+            with contextlib.suppress(Exception):
+                self._conn = await self._connect_writer()
+                return
+            await asyncio.sleep(min(_RECONNECT_PAUSE_SECONDS, max(0.0, deadline - loop.time())))
+
+    def _fail_group(self, group: list[_Write], exc: BaseException) -> None:
+        for write in reversed(group):
+            self._release(write.rows or [])
+            _fail(write.future, exc)
+        log.warning("journal commit failed", extra={"error": type(exc).__name__,
+                                                    "events": sum(len(w.rows or ()) for w in group)})
+
+    async def _commit_group(self, group: list[_Write]) -> None:
         sessions = sorted({row[0] for write in group for row in write.rows or ()})
-        try:
-            async with self._conn.transaction():
-                fenced: set[str] = set()
-                if self.owner is not None and sessions:
-                    cursor = await self._conn.execute(
-                        "SELECT session_id FROM leases WHERE session_id = ANY(%s) AND owner = %s FOR SHARE",
-                        (sessions, self.owner))
-                    fenced = set(sessions) - {row[0] for row in await cursor.fetchall()}
-                kept = [w for w in group if not fenced.intersection(row[0] for row in w.rows or ())]
-                rows = [row for write in kept for row in write.rows or ()]
-                if rows:
-                    async with self._conn.cursor() as cursor:
-                        await cursor.executemany(
-                            "INSERT INTO events (session_id, seq, type, data) VALUES (%s, %s, %s, %s)", rows)
-                    last: dict[str, int] = {}
-                    for session_id, seq, _, _ in rows:
-                        last[session_id] = max(seq, last.get(session_id, 0))
-                    await self._conn.execute(
-                        "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
-                        (EVENTS_CHANNEL, [f"{s} {seq}" for s, seq in last.items()]))
-        except Exception as exc:
-            for write in reversed(group):
-                self._release(write.rows or [])
-                _fail(write.future, exc)
-            log.warning("journal commit failed", extra={"error": type(exc).__name__,
-                                                        "events": sum(len(w.rows or ()) for w in group)})
-            await self._reconnect_if_broken()
-            return
+        async with self._conn.transaction():
+            fenced: set[str] = set()
+            if self.owner is not None and sessions:
+                cursor = await self._conn.execute(
+                    "SELECT session_id FROM leases WHERE session_id = ANY(%s) AND owner = %s FOR SHARE",
+                    (sessions, self.owner))
+                fenced = set(sessions) - {row[0] for row in await cursor.fetchall()}
+            kept = [w for w in group if not fenced.intersection(row[0] for row in w.rows or ())]
+            rows = [row for write in kept for row in write.rows or ()]
+            if rows:
+                # One statement, not a pipelined executemany: its end is a protocol sync, so a
+                # daemon frozen after it leaves a transaction PostgreSQL sees idle, and ends.
+                columns = list(zip(*rows, strict=True))
+                await self._conn.execute(
+                    "INSERT INTO events (session_id, seq, type, data) "
+                    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[])",
+                    [list(column) for column in columns])
+                last: dict[str, int] = {}
+                for session_id, seq, _, _ in rows:
+                    last[session_id] = max(seq, last.get(session_id, 0))
+                await self._conn.execute(
+                    "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
+                    (EVENTS_CHANNEL, [f"{s} {seq}" for s, seq in last.items()]))
         kept_ids = {id(write) for write in kept}
         for write in group:
             if id(write) in kept_ids:
@@ -252,7 +309,17 @@ class PgJournal(StagedIds, EventJournal):
     # --- prompts --------------------------------------------------------------------------------
 
     async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+        """With several daemons the prompt opens only in a transaction that finds this daemon's
+        lease live at the epoch it took it (compare-and-set on the fencing token; the row is read
+        ``FOR SHARE``, so no adoption lands in between): else :class:`LeaseLost` and no row."""
         async def apply(conn: Any) -> None:
+            if self.owner is not None and self.epochs is not None:
+                epoch = self.epochs.get(session_id, -1)
+                cursor = await conn.execute(
+                    "SELECT 1 FROM leases WHERE session_id = %s AND owner = %s AND epoch = %s "
+                    "AND expires_at > now() FOR SHARE", (session_id, self.owner, epoch))
+                if await cursor.fetchone() is None:
+                    raise LeaseLost([session_id])
             await conn.execute(
                 "INSERT INTO prompts (session_id, prompt_id, after_seq) "
                 "SELECT %s, %s, COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s "

@@ -4,6 +4,7 @@
 Prompt commands (one per prompt):
   ``big N [FILL]``     a tool_call, then a tool_call_update whose content text is N bytes (of FILL)
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
+  ``paced N SIZE MS``  the same, one chunk every MS milliseconds (a stream that lasts)
   ``sleep S``          one chunk, then sleeps S seconds (to be killed or cancelled mid-turn)
   ``permission``       asks session/request_permission and reports the outcome
   ``env [NAME...]``    reports which of these variables it can see (default: the daemon's secrets and
@@ -30,7 +31,8 @@ update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_STA
 (seconds) delays the start (a slow agent); ``BIG_AGENT_NO_LOAD=1`` leaves out the loadSession
 capability (an agent that cannot load); ``BIG_AGENT_PROMPT_CAPS=image,audio,embeddedContext`` the
 promptCapabilities it advertises (none by default); ``BIG_AGENT_TAKES_CREDENTIALS=1`` makes it claim
-hopline's credentials in its initialize ``_meta`` (as hopline's own agent does).
+hopline's credentials in its initialize ``_meta`` (as hopline's own agent does); ``BIG_AGENT_ACTION_LOG``
+names a file each prompt run is appended to, with the agent's process id.
 """
 
 from __future__ import annotations
@@ -171,6 +173,10 @@ class BigUpdateAgent(Agent):
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         assert self.conn is not None
         text = "".join(getattr(block, "text", "") for block in prompt).strip()
+        action_log = os.environ.get("BIG_AGENT_ACTION_LOG")
+        if action_log:  # every prompt run, with this process's id: a double execution shows
+            with open(action_log, "a") as handle:
+                handle.write(f"{os.getpid()} {text}\n")
         words = text.split()
         command = words[0] if words else ""
         if command == "big":
@@ -236,6 +242,12 @@ class BigUpdateAgent(Agent):
             for i in range(count):
                 head = f"chunk {i} "
                 await self._say(session_id, head + "y" * max(0, size - len(head)))
+        elif command == "paced":  # chunks N SIZE, one every MS milliseconds
+            count, size, pause = int(words[1]), int(words[2]), float(words[3]) / 1000
+            for i in range(count):
+                head = f"chunk {i} "
+                await self._say(session_id, head + "y" * max(0, size - len(head)))
+                await asyncio.sleep(pause)
         elif command == "sleep":
             cancelled = self.cancelled[session_id] = asyncio.Event()
             await self._say(session_id, "sleeping")

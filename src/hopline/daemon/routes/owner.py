@@ -41,9 +41,10 @@ class OwnerWrites:
             owner = await self.manager.ensure_owner(session, spawn=spawn)
             if owner is None:
                 return
-            if request.scope.get(FORWARDED_SCOPE_KEY):
+            if request.scope.get(FORWARDED_SCOPE_KEY):  # a stale forward: never served here
+                cluster.stale_refused += 1
                 raise SessionError(409, "owner_changed", "the session's owner changed while this write was "
-                                   "forwarded; retry it", hop=HOP_CLUSTER)
+                                   "forwarded; retry it", hop=HOP_CLUSTER, owner=owner.daemon_id)
             answer = await cluster.forward(owner, request)
             if answer is not None:
                 raise Forwarded(answer)

@@ -12,6 +12,7 @@ from hopline.budget import check_coherence, limits_json
 from hopline.daemon.cluster import cluster_metrics, with_daemon_label
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.routes.sessions import ERRORS
+from hopline.daemon.store_errors import cluster_status_or_unavailable
 
 
 def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
@@ -39,7 +40,7 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
             "sidecars": store.stats() if store is not None else None,
             "budget": limits_json(budget, check_coherence(budget), parts.settings),
-            "cluster": await cluster.status() if cluster is not None else None,
+            "cluster": await cluster_status_or_unavailable(cluster) if cluster is not None else None,
         }
 
     @router.get("/metrics", responses=ERRORS)
@@ -51,7 +52,7 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             body += gateway.state.metrics.render()
         if cluster is not None:  # every series above is this daemon's own: labelled with its id
             text = with_daemon_label(body.decode(), cluster.daemon_id)
-            text += cluster_metrics(await cluster.status())
+            text += cluster_metrics(await cluster_status_or_unavailable(cluster))
             body = text.encode()
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

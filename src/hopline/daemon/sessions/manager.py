@@ -36,6 +36,7 @@ from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
+from hopline.store.bounded import store_errors
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import REASON_OWNER_LOST, SESSION_ADOPTED, STREAM_KIND
 
@@ -66,7 +67,7 @@ class SessionManager:
         self.agents = AgentChildren(budget, relay=self.relay, journal=journal, instruments=instruments,
                                     agent_cmd=agent_cmd, data_dir=data_dir, child_env=child_env,
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
-        self.prompts = Prompts(budget, journal, bus, sidecars)
+        self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership, sidecars)
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
         self.ownership.on_lost(lambda session_ids: self.tasks.spawn(self.lose(set(session_ids))))
@@ -227,12 +228,14 @@ class SessionManager:
         is journaled from here (the journal fences it); their readers reconnect, to any daemon."""
         for session_id in list(session_ids):
             self.ownership.forget(session_id)
+            if self.cluster is not None:
+                self.cluster.epochs.pop(session_id, None)
             session = self.sessions.get(session_id)
             if session is None:
                 continue
             for task in list(session.prompts.values()):
                 task.cancel()
-            session.permissions.clear()
+            session.clear_permissions()
             child = session.child
             if child is not None:
                 await self.agents.discard_child(session, child)
@@ -258,17 +261,27 @@ class SessionManager:
 
     async def status(self) -> list[dict[str, Any]]:
         out = []
+        store_away = False  # the store failed once: the status answers without it (lastEventId None)
         # A snapshot: the awaits below let other tasks create and delete sessions (T-5).
         for session in list(self.sessions.values()):
             child = session.child
+            last_id: int | None = None
+            if not store_away:
+                try:
+                    last_id = await self.journal.last_id(session.id)
+                except store_errors():
+                    store_away = True
             out.append({
                 "sessionId": session.id, "state": session.state,
                 "childPid": child.pid if child is not None else None,
                 "exitCode": session.exit_code,
                 "pendingPrompts": len(session.prompts),
                 "pendingPermissions": len(session.permissions),
+                "pendingPermissionBytes": session.permission_bytes,
+                "refusedRequests": session.refused_requests,
+                "agentNotReading": session.not_reading,
                 "subscribers": self.bus.subscriber_count(session.id),
-                "lastEventId": await self.journal.last_id(session.id),
+                "lastEventId": last_id,
                 "framesDropped": session.frames_dropped,
                 **({"owned": self.ownership.owns(session.id)} if self.cluster is not None else {}),
                 "lostBytes": session.lost_bytes,

@@ -12,7 +12,9 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from hopline.budget import HOP_CLUSTER
 from hopline.daemon.cluster import Cluster, Owner
+from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.state import DaemonSession
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -58,6 +60,27 @@ class Ownership:
         """The journal refused events of these sessions (their lease is gone): stop them."""
         for stop in list(self._on_lost):
             stop(session_ids)
+
+    async def stale_write(self, session_id: str) -> SessionError:
+        """The 409 for a write that came under a lease this daemon no longer holds (it names the
+        current owner); the session's children stop here."""
+        assert self.cluster is not None
+        self.cluster.stale_refused += 1
+        self.fenced((session_id,))
+        owner = await self.cluster.owner_of(session_id)
+        return SessionError(409, "not_owner", "this daemon no longer holds the session's lease (another "
+                            "daemon adopted it); the write was not run: retry it", hop=HOP_CLUSTER,
+                            owner=owner.daemon_id if owner is not None else None)
+
+    async def still_holds(self, session_id: str) -> bool:
+        """Checked again just before a prompt reaches the child: the lease is still this daemon's
+        (at its epoch); a lost lease stops the session. A store that cannot tell raises
+        :class:`~hopline.store.postgres.StoreUnavailable`."""
+        if self.cluster is None or await self.cluster.still_holds(session_id):
+            return True
+        self.cluster.stale_refused += 1
+        self.fenced((session_id,))
+        return False
 
     async def ensure_owner(self, session: DaemonSession, adopt: Adopt) -> Owner | None:
         """Before a write: None when this daemon owns the session (adopting it first, with

@@ -10,17 +10,21 @@ import logging
 import secrets
 from typing import Any
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
-from hopline.daemon.sessions.permissions import cancel_permissions
-from hopline.daemon.sessions.state import DaemonSession, SessionState
+from hopline.daemon.sessions.ownership import Ownership
+from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
+from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
+from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.sidecars.projection import StoreSink
 from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal
+from hopline.store.pg_journal import LeaseLost
+from hopline.store.postgres import StoreUnavailable
 from hopline.vocabulary import TURN_COMPLETE, TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")
@@ -54,12 +58,14 @@ def require_ready(session: DaemonSession) -> AcpChild:
 
 
 class Prompts:
-    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus,
-                 sidecars: SidecarStore | None = None) -> None:
+    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus, tasks: BackgroundTasks,
+                 ownership: Ownership | None = None, sidecars: SidecarStore | None = None) -> None:
+        self.sidecars = sidecars
         self.budget = budget
         self.journal = journal
         self.bus = bus
-        self.sidecars = sidecars
+        self.tasks = tasks
+        self.ownership = ownership if ownership is not None else Ownership(None)
 
     async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
         """Accept a prompt of ACP content blocks (checked by :mod:`hopline.daemon.content` against the
@@ -81,6 +87,9 @@ class Prompts:
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
             await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
+            task.cancel()
+            raise await self.ownership.stale_write(session.id) from None
         except BaseException:
             task.cancel()
             raise
@@ -104,6 +113,8 @@ class Prompts:
             if child is None or not child.alive or session.agent_session_id is None:
                 await self._publish_exit_error(session, prompt_id, session.exit_code)
                 return
+            if not await self._still_owner(session, prompt_id):
+                return  # not written to the child; the adopter ends the open prompt (owner_lost)
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
             try:
@@ -120,17 +131,44 @@ class Prompts:
             finally:
                 session.current_prompt = None
 
+    async def _still_owner(self, session: DaemonSession, prompt_id: str) -> bool:
+        """The lease is still this daemon's just before the prompt reaches the child (exactly-once
+        starts). A store that cannot tell ends the turn; a lost lease stops the session."""
+        try:
+            return await self.ownership.still_holds(session.id)
+        except StoreUnavailable as exc:
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "store_unavailable",
+                "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
+            return False
+
     async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        if session.not_reading:  # the write deadline passed: the agent did not fail, it did not read
+            timeout = self.budget.pipe_write_timeout_seconds
+            setting = CEILINGS_BY_KEY["pipe_write_timeout_seconds"].name
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "agent_not_reading", "hop": HOP_PIPE,
+                "timeoutSeconds": timeout, "setting": setting,
+                "message": f"the agent did not read its stdin for {timeout} s ({setting}); the turn ended "
+                           "and the agent was stopped (POST /session/{id}/load restores the session)"})
+            return
         await self._end_turn(session, prompt_id, TURN_ERROR, {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
     async def cancel(self, session: DaemonSession) -> bool:
+        """Answered at once: the writes (the pending permissions' answers, ``session/cancel``) go in
+        the background, so a cancel never waits behind a write the child does not read (each has
+        the write deadline)."""
         child = require_ready(session)
         running = session.current_prompt is not None
-        await cancel_permissions(self.bus, session)
+        self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
+        return running
+
+    async def _send_cancel(self, session: DaemonSession, child: AcpChild,
+                           pending: list[PendingPermission]) -> None:
+        await answer_cancelled(pending)
         if session.agent_session_id is not None:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
-        return running
 

@@ -19,20 +19,14 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
-from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
+from hopline.daemon.child import AcpChild
 from hopline.daemon.projection import InboundProjector, losses
-from hopline.daemon.sessions.permissions import end_permissions, request_permission
+from hopline.daemon.sessions.permissions import AgentRequests, resolve_all
 from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import (
-    FRAME_DROPPED,
-    PERMISSION_METHOD,
-    PROGRESS_METHOD,
-    RESOLVED_BY_AGENT_EXIT,
-    SESSION_UPDATE,
-)
+from hopline.vocabulary import FRAME_DROPPED, PROGRESS_METHOD, RESOLVED_BY_AGENT_EXIT, SESSION_UPDATE
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
 
@@ -69,6 +63,9 @@ class Relay:
         self.lost_by_reason: dict[str, int] = {}
         self.dropped_by_reason: dict[str, int] = {}
         self.passed_through = 0  # session updates relayed as the agent's own bytes (not re-encoded)
+        self.requests = AgentRequests(budget, bus=bus, sessions=sessions,
+                                      project=lambda sid, update: self.projector(sid, update),
+                                      drop_frame=self.drop_frame, count_lost=self._count_lost)
 
     def on_notification(self, session: DaemonSession, frame: Frame) -> Awaitable[None] | None:
         message, size = frame.message, frame.size
@@ -190,14 +187,9 @@ class Relay:
         if reason != DROP_FOREIGN_SESSION:  # another session's bytes are not this session's loss
             self._count_lost(session, session.current_prompt, size, [reason], "other")
 
-    def on_request(self, session: DaemonSession | None, child: AcpChild, message: dict[str, Any]) -> None:
-        method = message.get("method")
-        if method == PERMISSION_METHOD and session is not None and session.child is child:
-            request_permission(self.bus, session, child, message, _dict(message.get("params")))
-            return
-        error = {"code": JSONRPC_METHOD_NOT_FOUND,
-                 "message": f"method not found: the hopline daemon does not serve {str(method)[:64]}"}
-        self.tasks.spawn(child.respond(message["id"], error=error))
+    def on_request(self, session: DaemonSession | None, child: AcpChild,
+                   frame: Frame) -> Awaitable[None] | None:
+        return self.requests.on_request(session, child, frame)
 
     def on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                        reason: str) -> None:
@@ -217,7 +209,8 @@ class Relay:
         session.exit_code = returncode
         if session.state in (SessionState.READY, SessionState.LOADING):
             session.move(SessionState.DETACHED)
-        end_permissions(self.bus, session, RESOLVED_BY_AGENT_EXIT)
+        resolve_all(self.bus, session, RESOLVED_BY_AGENT_EXIT)
+        session.clear_permissions()
         log.info("agent exited", extra={"exitCode": returncode})
 
     def delivery_status(self) -> dict[str, Any]:
@@ -252,9 +245,20 @@ class ChildEvents:
             self.relay.drop_frame(None, frame.size, DROP_FOREIGN_SESSION)
         return None
 
-    def on_request(self, message: dict[str, Any]) -> None:
+    def on_request(self, frame: Frame) -> Awaitable[None] | None:
+        if self.child is None:
+            return None
+        return self.relay.on_request(self._current(), self.child, frame)
+
+    def on_not_reading(self) -> None:
+        """Its child passed a write deadline: the prompt in flight fails (its request's future),
+        the queued ones end as they start (``agent_not_reading``); a child that does not read is
+        stopped."""
+        session = self._current()
+        if session is not None:
+            session.not_reading = True
         if self.child is not None:
-            self.relay.on_request(self._current(), self.child, message)
+            self.relay.tasks.spawn(self.child.stop())
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
         self.relay.on_frame_error(self.session, error, size, reason)
@@ -270,7 +274,7 @@ class ChildEvents:
         return self.relay.bus.batch()
 
     def backpressure(self) -> Awaitable[Any] | None:
-        held = self.relay.bus.backpressure()
+        held = self.relay.bus.backpressure(self.session.id if self.session is not None else None)
         if held is not None or self.session is None:
             return held
         return self.relay.bus.catch_up(self.session.id)

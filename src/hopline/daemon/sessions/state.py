@@ -53,6 +53,7 @@ class PendingPermission:
     child_request_id: Any
     options: list[dict[str, Any]]
     child: AcpChild
+    bytes: int = 0  # what it holds (its event's toolCall and options), toward the byte ceiling
     prompt_id: str | None = None
 
 
@@ -80,6 +81,9 @@ class DaemonSession:
         self.current_prompt: str | None = None
         self.prompts: dict[str, asyncio.Task[None]] = {}
         self.permissions: dict[str, PendingPermission] = {}
+        self.permission_bytes = 0  # held by the pending permissions (HOPLINE_MAX_PENDING_PERMISSION_BYTES)
+        self.refused_requests = 0  # agent-initiated requests refused by a ceiling
+        self.not_reading = False  # its child passed a write deadline (HOPLINE_PIPE_WRITE_TIMEOUT)
         self.loading: LoadState | None = None
         self.frames_dropped = 0
         # Updates received before session/new answered: (their sessionId, projected update), held
@@ -98,6 +102,10 @@ class DaemonSession:
         if target not in TRANSITIONS[self._state]:
             raise IllegalTransition(self._state, target)
         self._state = target
+
+    def clear_permissions(self) -> None:
+        self.permissions.clear()
+        self.permission_bytes = 0
 
     @property
     def cwd(self) -> str:

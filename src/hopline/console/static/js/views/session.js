@@ -8,6 +8,7 @@ import { bytes, count, exact, human, shortId, tokens } from '../format.js';
 import { fetchVerified, fileName, saveBytes, sidecarEntries } from '../sidecars.js';
 import { refreshEvery } from '../refresh.js';
 import { EventStream } from '../sse.js';
+import { rawEventItem } from '../raw.js';
 
 const OUTPUT_CHARS_SHOWN = 4000; // of a tool's inline output; the rest stays a click away
 const TEXT_KINDS = { agent_message_chunk: 'agent', agent_thought_chunk: 'thought', user_message_chunk: 'user' };
@@ -215,6 +216,19 @@ class SessionView {
 
   onEvent(event) {
     const stick = this.log.scrollHeight - this.log.scrollTop - this.log.clientHeight < 40;
+    try {
+      this.renderEvent(event);
+    } catch (error) {
+      // A malformed event (an agent's update of any shape) never stops the stream: it is shown as
+      // the daemon sent it, escaped (text, never markup), with a note, and the next event follows.
+      this.append(rawEventItem(event, error));
+      console.warn('event not rendered', event.type, error && error.name);
+    }
+    this.showLastId();
+    if (stick) this.log.scrollTop = this.log.scrollHeight;
+  }
+
+  renderEvent(event) {
     const data = event.data || {};
     switch (event.type) {
       case 'session_update': this.onUpdate(data.promptId ?? null, data.update || {}); break;
@@ -243,8 +257,6 @@ class SessionView {
       case 'stream_error': this.item('bad', data.message || 'The event stream failed.'); break;
       default: this.item('dim', `event ${event.type}`); break;
     }
-    this.showLastId();
-    if (stick) this.log.scrollTop = this.log.scrollHeight;
   }
 
   // --- timeline items --------------------------------------------------------------------------
