@@ -357,6 +357,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "(daemon and gateway; more: 503 and closed)"),
     Ceiling("max_pending_prompts", HOP_DAEMON_API, Unit.COUNT, 16, "HOPLINE_MAX_PENDING_PROMPTS",
             "prompts running or queued in one session (then 429)"),
+    Ceiling("prompt_block_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB, "HOPLINE_PROMPT_BLOCK_MAX_BYTES",
+            "one content block of a prompt, its compact JSON (an image's or audio's base64 data "
+            "included; then 413)"),
+    Ceiling("prompt_max_blocks", HOP_DAEMON_API, Unit.COUNT, 256, "HOPLINE_PROMPT_MAX_BLOCKS",
+            "content blocks of one prompt (then 422)"),
     Ceiling("max_live_sessions", HOP_DAEMON_API, Unit.COUNT, 64, "HOPLINE_MAX_LIVE_SESSIONS",
             "sessions with an agent child in one daemon (then 503)"),
     Ceiling("max_subscribers_per_session", HOP_DAEMON_SSE, Unit.COUNT, 32,
@@ -397,7 +402,8 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("sidecar_threshold_bytes", HOP_SIDECARS, Unit.BYTES, 64 * KiB,
             "HOPLINE_SIDECAR_THRESHOLD_BYTES", "a tool output field larger than this goes to a sidecar"),
     Ceiling("sidecar_preview_bytes", HOP_SIDECARS, Unit.BYTES, 2 * KiB,
-            "HOPLINE_SIDECAR_PREVIEW_BYTES", "preview kept on the wire (head and tail)"),
+            "HOPLINE_SIDECAR_PREVIEW_BYTES",
+            "preview kept on the wire (head and tail); no field this size or smaller moves to a sidecar"),
     Ceiling("sidecar_max_object_bytes", HOP_SIDECARS, Unit.BYTES, 64 * MiB,
             "HOPLINE_SIDECAR_MAX_OBJECT_BYTES", "one sidecar object"),
     Ceiling("sidecar_max_session_bytes", HOP_SIDECARS, Unit.BYTES, 256 * MiB,
@@ -538,6 +544,8 @@ class Budget:
     request_head_max_headers: int
     max_connections: int
     max_pending_prompts: int
+    prompt_block_max_bytes: int
+    prompt_max_blocks: int
     max_live_sessions: int
     max_subscribers_per_session: int
     scripted_max_tools_per_iteration: int

@@ -14,6 +14,12 @@ COMPACTION = "compaction"
 TURN_COMPLETE = "turn_complete"
 TURN_ERROR = "turn_error"
 PERMISSION_REQUEST = "permission_request"
+# A permission request answered: by the client, by a cancel, by its deadline, or ended by the agent's exit.
+PERMISSION_RESOLVED = "permission_resolved"
+RESOLVED_BY_CLIENT = "client"
+RESOLVED_BY_CANCEL = "cancel"
+RESOLVED_BY_TIMEOUT = "timeout"
+RESOLVED_BY_AGENT_EXIT = "agent_exited"
 TURN_END_TYPES = frozenset({TURN_COMPLETE, TURN_ERROR})
 # Without an id (synthetic: live subscribers only, never journaled):
 REPLAY_COMPLETE = "replay_complete"
@@ -33,6 +39,8 @@ META_PERMISSION_MODE = "hopline.permissionMode"
 META_SCRIPTED = "hopline.scripted"
 META_TURN = "hopline.turn"
 META_CREDENTIALS = "hopline.credentials"  # session/new, session/load: this session's secrets
+# initialize answer ``_meta``: true when the agent is hopline's own and takes META_CREDENTIALS (T-8).
+META_TAKES_CREDENTIALS = "hopline.takesCredentials"
 CREDENTIAL_GATEWAY_TOKEN = "gatewayToken"  # the per-session llm-turn credential (D-11)
 CREDENTIAL_SIDECAR_WRITE_TOKEN = "sidecarWriteToken"  # opens the session's sidecar store (S-3)
 META_LOAD_REPLAY_MODE = "hopline.session.loadReplayMode"

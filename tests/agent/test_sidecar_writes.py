@@ -336,9 +336,12 @@ def test_string_and_structured_raw_output_are_stubbed_like_the_projection(writer
     assert len(encoded) > threshold
     stubbed = offload_update(result_update("short", structured), writer, BUDGET)
     [entry] = stubbed["_meta"][META_SIDECAR]
-    assert entry["mediaType"] == "application/json" and entry["bytes"] == len(encoded)
-    preview = preview_text(encoded, BUDGET.sidecar_preview_bytes, entry["id"])
-    assert stubbed["rawOutput"] == {"hopline.sidecar": entry["id"], "bytes": len(encoded), "preview": preview}
+    # the object stays an object: its one large field (the array) moved, its leading items kept
+    lines = orjson.dumps(structured["lines"])
+    assert entry["path"] == ["rawOutput", "lines"] and entry["mediaType"] == "application/json"
+    assert entry["bytes"] == len(lines) and entry["items"] == 80
+    assert set(stubbed["rawOutput"]) == {"lines"}
+    assert stubbed["rawOutput"]["lines"] == structured["lines"][:entry["itemsShown"]]
 
 
 def test_message_and_plan_updates_are_projected_too(writer: SidecarWriter,

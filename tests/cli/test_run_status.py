@@ -228,3 +228,23 @@ def test_run_ask_puts_each_permission_to_the_terminal(daemon: EmbeddedStack, wor
     assert re.search(r"permission for Run [^(]+\(allow_once=Allow once, reject_once=Reject\)", text)
     assert re.search(r"✗ Run [^\n]+\[failed\]", text)  # the rejected command did not run
     assert "final answer · end_turn" in text
+
+
+def test_run_attach_sends_a_resource_link_and_an_image_is_refused_by_an_agent_without_images(
+        workspace: Path) -> None:
+    """`--attach FILE`: a resource_link the agent reads (echoed back as the user's block); an image
+    file becomes an image block, which hopline's agent does not take: the daemon's 422 names it."""
+    (workspace / "calc.py").write_text("ATTACHED-LINE 4411\n")
+    result = run_cli(["run", "look at", "--json", "--attach", str(workspace / "calc.py"), "--scripted",
+                      '{"iterations": 1, "toolsPerIteration": 1}'], cwd=workspace)
+    assert result.returncode == 0, result.stderr[-2000:]
+    events = [json.loads(line) for line in result.stdout.splitlines()][:-1]
+    echoed = [e["data"]["update"]["content"] for e in events if e["type"] == "session_update"
+              and e["data"]["update"]["sessionUpdate"] == "user_message_chunk"]
+    assert echoed[0] == {"type": "text", "text": "look at"}
+    assert echoed[1]["type"] == "resource_link" and echoed[1]["name"] == "calc.py"
+    assert echoed[1]["uri"] == (workspace / "calc.py").as_uri() and echoed[1]["size"] == 19
+    (workspace / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    refused = run_cli(["run", "see", "--json", "--attach", str(workspace / "shot.png")], cwd=workspace)
+    assert refused.returncode != 0
+    assert "422: prompt block 1 is image" in refused.stderr and "promptCapabilities.image" in refused.stderr

@@ -415,6 +415,31 @@ def test_a_gate_run_live_in_the_page(hopline_daemon: Daemon, tmp_path: Path, wat
     no_token_leaked(watched_page, daemon)
 
 
+def test_a_file_attached_in_the_page_reaches_the_agent(hopline_daemon: Daemon, tmp_path: Path,
+                                                       watched_page: PageWatch) -> None:
+    """Attach a text file to a prompt: it goes as an embedded resource block (hopline's agent takes
+    embedded context), which the agent echoes into the session's history with its text."""
+    page = watched_page.page
+    daemon = hopline_daemon
+    page.goto(daemon.console_url)
+    page.get_by_test_id("sessions").wait_for()
+    (tmp_path / "ws").mkdir()
+    note = tmp_path / "note.txt"
+    note.write_text("ATTACHED-IN-THE-PAGE 3141\n")
+    session_id = create_session(page, str(tmp_path / "ws"), mode="auto",
+                                scripted='{"iterations": 1, "toolsPerIteration": 1}')
+    expect(page.get_by_test_id("send")).to_be_enabled(timeout=WAIT_MS)
+    page.get_by_test_id("prompt-attach").set_input_files(str(note))
+    send(page, "read the note")
+    turn_ends(page, 1)
+    page_json = httpx.get(f"{daemon.url}/session/{session_id}/transcript", headers=daemon.headers).json()
+    echoed = [e["data"]["update"]["content"] for e in page_json["events"] if e["type"] == "session_update"
+              and e["data"]["update"]["sessionUpdate"] == "user_message_chunk"]
+    assert echoed[0] == {"type": "text", "text": "read the note"}
+    assert echoed[1]["type"] == "resource" and echoed[1]["resource"]["text"] == "ATTACHED-IN-THE-PAGE 3141\n"
+    assert page.get_by_test_id("prompt-attach").input_value() == ""  # cleared once sent
+
+
 def test_a_finished_fix_run_shows_every_round_and_the_verified_fix(hopline_daemon: Daemon, tmp_path: Path,
                                                                    watched_page: PageWatch) -> None:
     """A --fix run read back after its end: round 1's findings, the fix commit and its verification,

@@ -214,8 +214,10 @@ async def test_updates_before_session_new_are_held_within_the_ring_bounds(tmp_pa
 async def test_the_write_token_travels_in_the_request_never_in_the_env(tmp_path: Path) -> None:
     canaries = tmp_path / "canaries"
     canaries.mkdir()
-    with running_daemon(tmp_path, env={"BIG_AGENT_CANARY_DIR": str(canaries)},
-                        args=("--agent-env", "BIG_AGENT_CANARY_DIR")) as daemon:
+    # the agent claims hopline's credentials in its initialize answer, as hopline's own does (T-8)
+    env = {"BIG_AGENT_CANARY_DIR": str(canaries), "BIG_AGENT_TAKES_CREDENTIALS": "1"}
+    with running_daemon(tmp_path, env=env,
+                        args=("--agent-env", "BIG_AGENT_CANARY_DIR,BIG_AGENT_TAKES_CREDENTIALS")) as daemon:
         async with sdk(daemon) as client:
             sid = await client.create_session(cwd=str(tmp_path))
             _, events = await turn(client, sid, "creds")
@@ -331,3 +333,23 @@ async def test_daemon_killed_mid_turn_ends_the_prompt_after_restart(tmp_path: Pa
         for pid in children:  # the killed daemon's children, left orphaned by the SIGKILL
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
+
+
+async def test_eight_back_to_back_creates_are_all_served_from_a_pool_of_two(tmp_path: Path) -> None:
+    """HOPLINE_WARM_CHILDREN=2, 8 creates back to back, never waiting for a refill in between: the
+    pool refills as each child is taken (2 starting at once) and every create gets a pool child (a
+    create that finds none ready waits for a starting one): no miss, no child spawned for a create.
+    The time each takes is measured in bench/warm_pool.py (no timing here)."""
+    with running_daemon(tmp_path, env={"HOPLINE_WARM_CHILDREN": "2"}) as daemon:
+        async with sdk(daemon) as client:
+            await _status_until(client, lambda s: s["warmChildren"]["ready"] == 2, "two warm children")
+            sids = [await client.create_session(cwd=str(tmp_path)) for _ in range(8)]
+            status = await client.status()
+            pool = status["warmChildren"]
+            assert pool["taken"] == 8 and pool["misses"] == 0 and pool["failures"] == 0
+            pids = {s["sessionId"]: s["childPid"] for s in status["sessions"]}
+            assert len({pids[sid] for sid in sids}) == 8  # eight children, none shared
+            # every child the daemon started was a pool child: 8 taken, the rest are the refill
+            assert pool["started"] == 8 + pool["ready"]
+            status = await _status_until(client, lambda s: s["warmChildren"]["ready"] == 2, "refilled to two")
+            assert status["warmChildren"]["started"] == 10

@@ -72,7 +72,11 @@ def test_structured_and_string_raw_output_stubs_pass_unchanged(store: SidecarSto
 
     structured = {"chunks": [text[:4096]] * 20}
     stubbed = offload_update(full_update("ok", structured), writer, BUDGET)
-    assert stubbed["rawOutput"]["hopline.sidecar"] == stubbed["_meta"][META_SIDECAR][0]["id"]
+    # the object stays an object: its large array moved (still an array on the wire, its leading
+    # items that fit the preview kept: none of 4 KiB each), nothing else
+    [entry] = stubbed["_meta"][META_SIDECAR]
+    assert entry["path"] == ["rawOutput", "chunks"] and entry["items"] == 20
+    assert stubbed["rawOutput"] == {"chunks": []}
     assert project_update(stubbed, SESSION, store, BUDGET) is stubbed
 
 

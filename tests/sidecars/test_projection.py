@@ -184,19 +184,32 @@ def test_existing_meta_is_kept_and_extended(make_store: StoreFactory) -> None:
     assert update["_meta"]["hopline.sidecar"] == [agent_entry]
 
 
-def test_non_string_raw_output_becomes_a_json_stub(make_store: StoreFactory) -> None:
+def test_a_raw_output_object_keeps_its_shape(make_store: StoreFactory) -> None:
+    """Only the large member moves: exitCode and the small list stay in place, whole."""
     store = make_store()
     raw = {"stdout": "o" * 100_000, "exitCode": 0, "files": [{"name": "ä", "size": 1}]}
     projected = project_update(tool_update(raw=raw, kind="tool_call"), "s1", store, store.budget)
-    stub = projected["rawOutput"]
-    entry = projected["_meta"]["hopline.sidecar"][0]
-    assert entry["field"] == "rawOutput" and entry["mediaType"] == JSON_MEDIA_TYPE
-    assert stub["hopline.sidecar"] == entry["id"]
-    assert stub["bytes"] == entry["bytes"] == len(orjson.dumps(raw))
-    assert stub["preview"].startswith('{"stdout":"ooo')
+    kept = projected["rawOutput"]
+    assert kept["exitCode"] == 0 and kept["files"] == raw["files"]
+    [entry] = projected["_meta"]["hopline.sidecar"]
+    assert entry["field"] == "rawOutput.stdout" and entry["path"] == ["rawOutput", "stdout"]
+    assert entry["mediaType"] == TEXT_MEDIA_TYPE and "100000 bytes in sidecar" in kept["stdout"]
     stored = store.get("s1", entry["id"])
-    assert stored is not None and stored.media_type == JSON_MEDIA_TYPE
-    assert orjson.loads(store.read_bytes(stored) or b"") == raw
+    assert stored is not None and store.read_bytes(stored) == raw["stdout"].encode()
+
+
+def test_an_object_of_small_members_moves_as_a_json_stub(make_store: StoreFactory) -> None:
+    """No member is large enough to move alone: the object goes whole, as a JSON sidecar."""
+    store = make_store()
+    raw = {f"k{i}": "v" * 900 for i in range(120)}  # 120 members of 900 bytes: none over the preview
+    assert store.budget.sidecar_preview_bytes >= 900 + 2
+    projected = project_update(tool_update(raw=raw, kind="tool_call"), "s1", store, store.budget)
+    stub = projected["rawOutput"]
+    [entry] = projected["_meta"]["hopline.sidecar"]
+    assert entry["field"] == "rawOutput" and entry["mediaType"] == JSON_MEDIA_TYPE
+    assert stub["hopline.sidecar"] == entry["id"] and stub["bytes"] == len(orjson.dumps(raw))
+    stored = store.get("s1", entry["id"])
+    assert stored is not None and orjson.loads(store.read_bytes(stored) or b"") == raw
 
 
 def test_preview_cuts_on_utf8_boundaries() -> None:
@@ -237,10 +250,12 @@ def test_quota_fallback_is_a_flagged_truncated_preview(make_store: StoreFactory,
 
 def test_fallback_for_non_string_raw_output(make_store: StoreFactory) -> None:
     store = make_store(Budget.defaults().replace(sidecar_max_object_bytes=100_000))
-    projected = project_update(tool_update(raw={"x": "y" * 100_000}), "s1", store, store.budget)
-    stub = projected["rawOutput"]
-    assert stub["hopline.truncated"] is True and stub["reason"] == "over_object_quota"
-    assert "hopline.sidecar" not in stub and stub["preview"].startswith('{"x":"yyy')
+    update = tool_update(raw={"x": "y" * 100_001, "exitCode": 3})
+    projected = project_update(update, "s1", store, store.budget)
+    kept = projected["rawOutput"]
+    assert kept["exitCode"] == 3 and "truncated (over_object_quota)" in kept["x"]
+    [entry] = projected["_meta"]["hopline.sidecar"]
+    assert entry["truncated"] is True and entry["path"] == ["rawOutput", "x"]
 
 
 def test_client_ignoring_meta_reads_the_preview_through_the_acp_sdk(make_store: StoreFactory) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -230,12 +230,15 @@ def _escape(text: str) -> str:
 
 
 async def drive_turn(client: DaemonClient, session_id: str, text: str, *, on_event: EventHook,
-                     ask: Callable[[dict[str, Any]], str | None] | None = None) -> TurnTracker:
+                     ask: Callable[[dict[str, Any]], str | None] | None = None,
+                     attachments: Sequence[str] = ()) -> TurnTracker:
     """Prompt the session and fold its events until the turn ends; answer permission requests
     with ``ask`` (or the first allow option when ``ask`` is None)."""
+    from hopline.client.content import prompt_with_attachments
     from hopline.client.turn import TurnTracker
 
-    prompt_id = await client.prompt(session_id, text)
+    blocks = prompt_with_attachments(text, list(attachments)) if attachments else None
+    prompt_id = await client.prompt(session_id, text, blocks=blocks)
     tracker = TurnTracker(prompt_id)
     # From event 0: the daemon journals every event, so nothing emitted before we subscribe is lost.
     async with aclosing(client.turn_events(session_id, prompt_id, last_event_id=0)) as stream:
@@ -280,7 +283,8 @@ def _json_line(obj: Any) -> None:
 
 async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str | None, cwd: str | None,
                      profile: str | None, as_json: bool, ask: bool,
-                     scripted: dict[str, Any] | None, token_from_env: bool = True) -> int:
+                     scripted: dict[str, Any] | None, token_from_env: bool = True,
+                     attachments: Sequence[str] = ()) -> int:
     from rich.console import Console
 
     from hopline.client import DaemonClient
@@ -304,7 +308,7 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
             async def emit(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
                 _json_line(event.to_json())
 
-            tracker = await drive_turn(client, session_id, prompt, on_event=emit)
+            tracker = await drive_turn(client, session_id, prompt, on_event=emit, attachments=attachments)
             final: dict[str, Any] = {"type": "final", "text": tracker.final_text,
                                      "stopReason": tracker.stop_reason}
             if tracker.error is not None:
@@ -313,6 +317,7 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
         else:
             with LiveView(console, fetch=fetch_command(session_id)) as view:
                 tracker = await drive_turn(client, session_id, prompt, on_event=view.on_event,
+                                           attachments=attachments,
                                            ask=_ask_terminal if ask else None)
             if tracker.degraded:
                 console.print(f"[bold red]degraded turn: {_size(tracker.lost_bytes)} the agent sent "
@@ -368,6 +373,9 @@ def register(app: typer.Typer) -> None:
         ask: bool = typer.Option(False, "--ask", help="Ask before each tool permission (default: auto)."),
         scripted: str = typer.Option(None, "--scripted",
                                      help='Hints for the scripted model, a JSON object: {"iterations": 4}.'),
+        attach: list[str] = typer.Option([], "--attach", metavar="FILE",
+                                         help="Attach a file: a resource_link, or an image block for "
+                                              "an image file (repeatable)."),
     ) -> None:
         """Send one prompt and stream the session live (starts the embedded stack without --url)."""
         budget = budget_or_exit()
@@ -380,5 +388,6 @@ def register(app: typer.Typer) -> None:
             token = os.environ.get(SERVER_TOKEN_ENV)
         code = run_client("run", run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
                                             profile=profile, as_json=as_json, ask=ask, scripted=hints,
-                                            token_from_env=token_from_env))
+                                            token_from_env=token_from_env,
+                                            attachments=[os.path.abspath(a) for a in attach]))
         raise typer.Exit(code)

@@ -207,8 +207,12 @@ class DaemonClient:
         result = await self._call("POST", "/session", json=body, expect=(200, 201))
         return str(result["sessionId"])
 
-    async def prompt(self, session_id: str, text: str) -> str:
-        result = await self._call("POST", f"/session/{session_id}/prompt", json={"text": text},
+    async def prompt(self, session_id: str, text: str, *,
+                     blocks: list[dict[str, Any]] | None = None) -> str:
+        """Send a prompt: ``text``, or with ``blocks`` (ACP content blocks, e.g. from
+        :func:`hopline.client.content.prompt_with_attachments`) those blocks, ``text`` unused."""
+        body: dict[str, Any] = {"prompt": blocks} if blocks is not None else {"text": text}
+        result = await self._call("POST", f"/session/{session_id}/prompt", json=body,
                                   expect=(200, 202))
         return str(result["promptId"])
 

@@ -15,6 +15,7 @@ from hopline.client.events import Event, SidecarRef, content_text
 from hopline.vocabulary import (
     COMPACTION,
     PERMISSION_REQUEST,
+    PERMISSION_RESOLVED,
     PROGRESS,
     SESSION_UPDATE,
     TURN_COMPLETE,
@@ -71,6 +72,8 @@ class TurnTracker:
     turn: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     permission_requests: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # requestId -> its permission_resolved (outcome, resolvedBy: client, cancel, timeout, agent_exited)
+    permission_resolutions: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     synthetic: list[Event] = dataclasses.field(default_factory=list)
     # Fields of other updates (messages, plans, commands...) that went to sidecars: (kind, ref).
     moved: list[tuple[str, SidecarRef]] = dataclasses.field(default_factory=list)
@@ -147,7 +150,15 @@ class TurnTracker:
             self.lost_bytes = max(self.lost_bytes, event.lost_bytes)
         elif event.type == PERMISSION_REQUEST:
             self.permission_requests.append(dict(event.data))
+        elif event.type == PERMISSION_RESOLVED:
+            self.permission_resolutions[str(event.data.get("requestId"))] = dict(event.data)
         return None
+
+    def open_permission_requests(self) -> list[dict[str, Any]]:
+        """The requests no one has answered yet (another client's answer, a cancel, a deadline
+        resolve them for every reader)."""
+        return [r for r in self.permission_requests
+                if str(r.get("requestId")) not in self.permission_resolutions]
 
     def _apply_update(self, event: Event) -> ToolCallView | None:
         update = event.update

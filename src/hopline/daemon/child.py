@@ -158,6 +158,7 @@ class AcpChild:
         self._tasks: list[asyncio.Task[None]] = []
         self.exited = asyncio.Event()
         self.returncode: int | None = None
+        self.initialized: dict[str, Any] = {}  # its initialize answer (capabilities, _meta)
 
     @property
     def pid(self) -> int | None:

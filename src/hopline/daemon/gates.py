@@ -73,7 +73,8 @@ class ManagerDriver:
         return session.id
 
     async def prompt(self, session_id: str, text: str) -> str:
-        return await self.manager.prompt(await self.manager.get(session_id), text)
+        blocks = [{"type": "text", "text": text}]
+        return await self.manager.prompt(await self.manager.get(session_id), blocks)
 
     async def events(self, session_id: str, *, after: int) -> AsyncIterator[Event]:
         """Replay then live, as an SSE stream serves them; an eviction resubscribes after the last id."""

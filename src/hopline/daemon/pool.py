@@ -3,8 +3,12 @@
 ``POST /session`` then pays only for ``session/new``. One pool per agent command, of
 ``budget.warm_children`` children (``HOPLINE_WARM_CHILDREN``; 0 turns the pool off). A child is taken
 out of the pool by exactly one session and never comes back: children are never shared. Each take
-refills the pool in the background; a warm child that exits is dropped and replaced. A warm child
-gets nothing per session in its environment (credentials travel in ``session/new``).
+refills the pool in the background at once, up to ``size`` children starting at the same time; a
+create that finds none ready while some are starting waits for the first of them (bounded: the
+handshake deadline), which is never later than a cold start begun then would be. So creates back to
+back are all served warm while the pool keeps up (``misses`` counts the creates it could not serve).
+A warm child that exits is dropped and replaced. A warm child gets nothing per session in its
+environment (credentials travel in ``session/new``).
 
 A start that fails is logged (the exception type only) and not retried until the next take, and a
 pool whose warm children keep exiting replaces at most ``size`` of them between two takes: a broken
@@ -39,7 +43,9 @@ class WarmPool:
         self.taken = 0
         self.replaced = 0  # warm children that exited and were replaced
         self.failures = 0
+        self.misses = 0  # takes that found no child ready or starting in time (a cold start followed)
         self._replaced_since_take = 0
+        self._changed = asyncio.Condition()  # a child became ready, or a start ended
 
     def take(self) -> tuple[AcpChild, dict[str, Any]] | None:
         """A live warm child, out of the pool for good; ``None`` when none is ready. Refills."""
@@ -53,6 +59,35 @@ class WarmPool:
         self._replaced_since_take = 0
         self.fill()
         return child
+
+    async def take_waiting(self, timeout: float) -> tuple[AcpChild, dict[str, Any]] | None:
+        """:meth:`take`, or when none is ready while some are starting, the first that gets ready
+        within ``timeout`` seconds; ``None`` (a miss) when none does."""
+        taken = self.take()
+        if taken is not None or self._closed:
+            if taken is None:
+                self.misses += 1
+            return taken
+
+        def ready_or_none_starting() -> bool:
+            return bool(self._ready) or self._starting == 0 or self._closed
+
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                while taken is None:
+                    await self._changed.wait_for(ready_or_none_starting)
+                    taken = self.take()
+                    if taken is None and (self._starting == 0 or self._closed):
+                        break
+        except TimeoutError:
+            taken = None
+        if taken is None:
+            self.misses += 1
+        return taken
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
     def fill(self) -> None:
         """Start children in the background until the pool holds ``size`` (ready or starting)."""
@@ -72,14 +107,20 @@ class WarmPool:
         except Exception as exc:
             self.failures += 1
             log.warning("warm child failed to start", extra={"error": type(exc).__name__})
-            return
-        finally:
             self._starting -= 1
+            await self._notify()
+            return
+        except BaseException:
+            self._starting -= 1
+            raise
+        self._starting -= 1
         self.started += 1
         if self._closed or not child.alive:
             await child.stop()
+            await self._notify()
             return
         self._ready.append((child, init))
+        await self._notify()
 
     def exited(self, child: AcpChild) -> None:
         """A warm child exited before any session took it: drop it and start another."""
@@ -105,4 +146,5 @@ class WarmPool:
     def status(self) -> dict[str, Any]:
         return {"size": self.size, "ready": len(self._ready), "starting": self._starting,
                 "pids": [child.pid for child, _ in self._ready], "started": self.started,
-                "taken": self.taken, "replaced": self.replaced, "failures": self.failures}
+                "taken": self.taken, "misses": self.misses, "replaced": self.replaced,
+                "failures": self.failures}

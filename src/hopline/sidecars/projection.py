@@ -10,7 +10,10 @@ first, until the projected update fits under the threshold:
   ``tool_call_update``; ``entries`` of ``plan``; ``availableCommands`` of
   ``available_commands_update``;
 * then (any kind, unknown ones included) its largest string or array field anywhere in the update,
-  then its largest object field.
+  then its largest object field. A ``rawOutput`` object is not moved whole: its large members are.
+
+Only fields over ``budget.sidecar_preview_bytes`` move; numbers, booleans, nulls and small fields
+stay where they are, so a client reads ``rawOutput.exitCode`` without the sidecar (shapes kept).
 
 What stays on the wire keeps the field's JSON type: a string becomes a head and a tail (together at
 most ``budget.sidecar_preview_bytes``, cut on UTF-8 boundaries) around a marker naming the sidecar;
@@ -171,7 +174,7 @@ def _kind_fields(update: dict[str, Any]) -> list[JsonPath]:
                 text = block.get("text") if isinstance(block, dict) and block.get("type") == "text" else None
                 if isinstance(text, str):
                     paths.append(("content", index, "content", "text"))
-        if isinstance(update.get("rawOutput"), (str, list, dict)):
+        if isinstance(update.get("rawOutput"), (str, list)):  # an object: its large fields move, below
             paths.append(("rawOutput",))
     elif kind == "plan" and isinstance(update.get("entries"), list):
         paths.append(("entries",))
@@ -353,14 +356,18 @@ def project_fields(update: Any, sink: SidecarSink, budget: Budget) -> Projection
     # A field is worth a sidecar when it is over twice the preview: moving it saves half its bytes
     # or more. Smaller ones move only when nothing else makes the update fit (the last pass).
     worth = 2 * budget.sidecar_preview_bytes
+    # No field of sidecar_preview_bytes or less ever moves, and no number, boolean or null: what
+    # stays keeps its place and type (rawOutput.exitCode beside a moved rawOutput.output). Strings
+    # and arrays move before any object, so an object is replaced by a stub only when moving its
+    # large members was not enough.
+    floor = max(budget.sidecar_preview_bytes, 0)
     named = [(_encoded_size(value_at(update, path)) or 0, path, None) for path in _kind_fields(update)]
-    mover.move_largest(named, worth)
-    for min_bytes in (worth, 0):
+    mover.move_largest(named, max(worth, floor))
+    for objects, min_bytes in ((False, worth), (False, floor), (True, worth), (True, floor)):
         if mover.fits:
             break
-        fields = list(_walk_fields(mover.update))
-        mover.move_largest([f for f in fields if not isinstance(f[2], dict)], min_bytes)  # strings, arrays
-        mover.move_largest([f for f in fields if isinstance(f[2], dict)], min_bytes)
+        fields = [f for f in _walk_fields(mover.update) if isinstance(f[2], dict) is objects]
+        mover.move_largest(fields, max(min_bytes, floor))
     if not mover.entries:
         return Projection(update)
     projected = dict(mover.update)

@@ -19,6 +19,9 @@ Prompt commands (one per prompt):
                        frame cut by the end of the stream: the agent exits inside it)
   ``creds``            says where this session's sidecar write token came (env or request _meta),
                        its sha256, and leaves the token itself in ``$BIG_AGENT_CANARY_DIR`` (a canary)
+  ``fail N``           answers the prompt with a JSON-RPC error whose data holds N bytes of detail
+  ``meta``             answers end_turn with a response ``_meta`` of its own (``big.branchPoint``)
+  ``envdump``          writes its whole environment as JSON to ``$BIG_AGENT_CANARY_DIR/env-<pid>.json``
   anything else        echoed back as one chunk
 
 session/new sends one update before answering. ``_meta["hopline.scripted"] = {"replayUpdates": N}``
@@ -26,14 +29,17 @@ makes a later session/load (bulk mode) answer N updates in one response (default
 ``"replayKinds": true`` adds the :func:`kind_updates` to that replay, ``"quiet": true`` skips the
 update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
 (seconds) delays the start (a slow agent); ``BIG_AGENT_NO_LOAD=1`` leaves out the loadSession
-capability (an agent that cannot load); ``BIG_AGENT_ACTION_LOG`` names a file each prompt run is
-appended to, with the agent's process id.
+capability (an agent that cannot load); ``BIG_AGENT_PROMPT_CAPS=image,audio,embeddedContext`` the
+promptCapabilities it advertises (none by default); ``BIG_AGENT_TAKES_CREDENTIALS=1`` makes it claim
+hopline's credentials in its initialize ``_meta`` (as hopline's own agent does); ``BIG_AGENT_ACTION_LOG``
+names a file each prompt run is appended to, with the agent's process id.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import sys
 import time
@@ -47,6 +53,7 @@ from acp import (
     LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
+    RequestError,
     run_agent,
     start_tool_call,
     text_block,
@@ -62,6 +69,7 @@ from acp.schema import (
     AvailableCommandInput,
     AvailableCommandsUpdate,
     PermissionOption,
+    PromptCapabilities,
     SessionNotification,
     ToolCallUpdate,
     UnstructuredCommandInput,
@@ -124,9 +132,15 @@ class BigUpdateAgent(Agent):
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None,
                          client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        caps = set(filter(None, os.environ.get("BIG_AGENT_PROMPT_CAPS", "").split(",")))
+        claims = os.environ.get("BIG_AGENT_TAKES_CREDENTIALS") == "1"
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
                                   agent_capabilities=AgentCapabilities(
-                                      load_session=os.environ.get("BIG_AGENT_NO_LOAD") != "1"))
+                                      load_session=os.environ.get("BIG_AGENT_NO_LOAD") != "1",
+                                      prompt_capabilities=PromptCapabilities(
+                                          image="image" in caps, audio="audio" in caps,
+                                          embedded_context="embeddedContext" in caps)),
+                                  field_meta={"hopline.takesCredentials": True} if claims else None)
 
     async def new_session(self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None,
                           **kwargs: Any) -> NewSessionResponse:
@@ -174,6 +188,21 @@ class BigUpdateAgent(Agent):
             await self.conn.session_update(session_id, update_tool_call(
                 "call-big", status="completed", content=[tool_content(text_block(body))]))
             await self._say(session_id, "big done")
+        elif command == "fail":
+            detail = ("Context is too large to send safely. Estimated prompt tokens: 369621; "
+                      "hard limit: 177000")
+            size = int(words[1])
+            raise RequestError(-32603, "Internal error",
+                               {"details": (detail + " " + "d" * size)[:max(size, len(detail))], "code": 7})
+        elif command == "meta":
+            await self._say(session_id, "meta done")
+            return PromptResponse(stop_reason="end_turn",
+                                  field_meta={"big.branchPoint": {"turn": 3, "id": "bp-42"}})
+        elif command == "envdump":
+            canary_dir = os.environ["BIG_AGENT_CANARY_DIR"]
+            with open(os.path.join(canary_dir, f"env-{os.getpid()}.json"), "w") as handle:
+                json.dump(dict(os.environ), handle)
+            await self._say(session_id, "envdump done")
         elif command == "kinds":
             for update in kind_updates():
                 await self.conn.session_update(session_id, update)

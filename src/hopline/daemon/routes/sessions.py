@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hopline.budget import MAX_QUEUED_RANGE
+from hopline.daemon.content import prompt_blocks
 from hopline.daemon.errors import SessionError
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.routes.owner import OwnerWrites
@@ -37,7 +38,16 @@ class CreateSessionBody(_Body):
 
 
 class PromptBody(_Body):
-    text: Annotated[str, Field(min_length=1)]
+    """``text`` (one text block), or ``prompt``: ACP content blocks (:mod:`hopline.daemon.content`)."""
+
+    text: Annotated[str, Field(min_length=1)] | None = None
+    prompt: list[dict[str, Any]] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> PromptBody:
+        if (self.text is None) == (self.prompt is None):
+            raise ValueError("give exactly one of text or prompt (a list of ACP content blocks)")
+        return self
 
 
 class PermissionBody(_Body):
@@ -86,7 +96,8 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         session = await session_of(session_id)
         gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
         await owner.here(request, session)
-        return {"promptId": await manager.prompt(session, body.text)}
+        blocks = prompt_blocks(body.text, body.prompt, budget)
+        return {"promptId": await manager.prompt(session, blocks)}
 
     @router.post("/session/{session_id}/cancel", responses=ERRORS)
     async def cancel(session_id: str, request: Request) -> Any:

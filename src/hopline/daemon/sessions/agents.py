@@ -18,6 +18,7 @@ from typing import Any
 from hopline import __version__
 from hopline.budget import Budget
 from hopline.daemon.child import AcpChild, child_environment
+from hopline.daemon.credentials import takes_credentials
 from hopline.daemon.errors import SessionError, agent_timeout
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.sessions.relay import ChildEvents, Relay
@@ -77,6 +78,13 @@ class AgentChildren:
             extra[SIDECAR_DIR_ENV] = str(self.sidecars.root)
         return child_environment(os.environ, extra, self.agent_env)
 
+    def credentials_meta(self, session: DaemonSession, child: AcpChild) -> dict[str, Any]:
+        """The ``_meta`` entry of a session/new or session/load that carries credentials: none for a
+        child that did not claim them in its initialize answer (:mod:`hopline.daemon.credentials`, T-8)."""
+        if not takes_credentials(child.initialized):
+            return {}
+        return {META_CREDENTIALS: self.credentials(session)}
+
     def credentials(self, session: DaemonSession) -> dict[str, str]:
         """``_meta["hopline.credentials"]`` of a session/new or session/load: this session's only,
         minted for the child about to get them (the write token and the gateway token are scoped to
@@ -98,7 +106,7 @@ class AgentChildren:
     async def spawn(self, session: DaemonSession) -> tuple[AcpChild, dict[str, Any]]:
         """A child for ``session``: a warm one from the pool when one is ready, else a new one."""
         pool = self.pool
-        taken = pool.take() if pool is not None else None
+        taken = await pool.take_waiting(self.handshake_timeout) if pool is not None else None
         if taken is None:
             return await self._start(session)
         child, init = taken
@@ -131,7 +139,8 @@ class AgentChildren:
         except BaseException:
             await self.discard_child(session, child)
             raise
-        return child, init if isinstance(init, dict) else {}
+        child.initialized = init if isinstance(init, dict) else {}
+        return child, child.initialized
 
     async def discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:
         if session is not None and session.child is child:
@@ -146,7 +155,7 @@ class AgentChildren:
         """``session/new`` on ``child`` with the session's options and credentials: the agent's
         session id (a create's, or an adoption's by an agent that cannot load)."""
         options = session.options
-        meta: dict[str, Any] = {META_CREDENTIALS: self.credentials(session)}
+        meta: dict[str, Any] = self.credentials_meta(session, child)
         for key, meta_key in (("profile", META_PROFILE), ("permissionMode", META_PERMISSION_MODE),
                               ("scripted", META_SCRIPTED)):
             if options.get(key) is not None:

@@ -25,7 +25,6 @@ from hopline.store.journal import EventJournal
 from hopline.vocabulary import (
     LOAD_REPLAY_META_KEYS,
     LOAD_UPDATES_METHOD,
-    META_CREDENTIALS,
     META_LOAD_REPLAY_MODE,
     SESSION_UPDATE,
 )
@@ -84,7 +83,7 @@ class SessionLoader:
         await self.bus.flushed()  # what was published is counted
         loading = LoadState(suppress=await self.journal.count(session.id, SESSION_UPDATE) > 0)
         session.loading = loading
-        meta = {META_LOAD_REPLAY_MODE: "bulk", META_CREDENTIALS: self.agents.credentials(session)}
+        meta = {META_LOAD_REPLAY_MODE: "bulk", **self.agents.credentials_meta(session, child)}
         params: dict[str, Any] = {"sessionId": session.agent_session_id,
                                   "cwd": session.cwd or str(self.agents.data_dir), "mcpServers": [],
                                   "_meta": meta}

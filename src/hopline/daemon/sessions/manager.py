@@ -67,7 +67,7 @@ class SessionManager:
         self.agents = AgentChildren(budget, relay=self.relay, journal=journal, instruments=instruments,
                                     agent_cmd=agent_cmd, data_dir=data_dir, child_env=child_env,
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
-        self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership)
+        self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership, sidecars)
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
         self.ownership.on_lost(lambda session_ids: self.tasks.spawn(self.lose(set(session_ids))))
@@ -173,15 +173,15 @@ class SessionManager:
 
     # --- prompts, permissions, load -----------------------------------------------------------------
 
-    async def prompt(self, session: DaemonSession, text: str) -> str:
-        return await self.prompts.prompt(session, text)
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
+        return await self.prompts.prompt(session, blocks)
 
     async def cancel(self, session: DaemonSession) -> bool:
         return await self.prompts.cancel(session)
 
     async def answer_permission(self, session: DaemonSession, request_id: str, *,
                                 option_id: str | None, reject: bool) -> dict[str, Any]:
-        return await answer_permission(session, request_id, option_id=option_id, reject=reject)
+        return await answer_permission(self.bus, session, request_id, option_id=option_id, reject=reject)
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
         await self.ensure_owner(session)  # (forwarded before this when another daemon owns it)

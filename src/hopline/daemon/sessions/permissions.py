@@ -31,7 +31,13 @@ from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
 from hopline.daemon.errors import SessionError
 from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission
-from hopline.vocabulary import PERMISSION_METHOD, PERMISSION_REQUEST
+from hopline.vocabulary import (
+    PERMISSION_METHOD,
+    PERMISSION_REQUEST,
+    PERMISSION_RESOLVED,
+    RESOLVED_BY_CANCEL,
+    RESOLVED_BY_CLIENT,
+)
 from hopline.wire.ndjson import Frame
 
 # JSON-RPC's implementation-defined server error range: the request was refused by a ceiling.
@@ -115,7 +121,8 @@ class AgentRequests:
             "options": options})
         if event is None:  # still over the SSE event limit (its options): no client could answer it
             return self._refuse(session, child, frame, REFUSED_EVENT, self.budget.sse_max_event_bytes, held)
-        session.permissions[request_id] = PendingPermission(message["id"], options, child, held)
+        session.permissions[request_id] = PendingPermission(message["id"], options, child, held,
+                                                        session.current_prompt)
         session.permission_bytes += held
         return None
 
@@ -131,6 +138,27 @@ class AgentRequests:
                  "data": {"hop": HOP_PIPE, "setting": setting, "limit": limit, "observed": observed,
                           "unit": ceiling.unit.value}}
         return child.respond(frame.message["id"], error=error)
+
+
+def permission_resolved(bus: EventBus, session: DaemonSession, request_id: str, pending: PendingPermission,
+                        outcome: dict[str, Any], by: str) -> None:
+    """``permission_resolved`` (T-8): every subscriber, and every replay, sees the request answered,
+    with the outcome and who answered it (client, cancel, or the agent's exit)."""
+    bus.publish(session.id, PERMISSION_RESOLVED, {
+        "requestId": request_id, "promptId": pending.prompt_id, "outcome": outcome, "resolvedBy": by})
+
+
+def resolve_all(bus: EventBus, session: DaemonSession, by: str) -> None:
+    """Every open request of the session resolved ``cancelled`` for every reader (a cancel, an exit);
+    the caller takes them out."""
+    for request_id, pending in list(session.permissions.items()):
+        permission_resolved(bus, session, request_id, pending, {"outcome": "cancelled"}, by)
+
+
+def cancel_all(bus: EventBus, session: DaemonSession) -> list[PendingPermission]:
+    """A cancel: every pending request resolved for the readers and taken out, to be answered."""
+    resolve_all(bus, session, RESOLVED_BY_CANCEL)
+    return release_all(session)
 
 
 def release(session: DaemonSession, request_id: str) -> PendingPermission | None:
@@ -152,8 +180,8 @@ async def answer_cancelled(pending: list[PendingPermission]) -> None:
                                        result={"outcome": {"outcome": "cancelled"}})
 
 
-async def answer_permission(session: DaemonSession, request_id: str, *, option_id: str | None,
-                            reject: bool) -> dict[str, Any]:
+async def answer_permission(bus: EventBus, session: DaemonSession, request_id: str, *,
+                            option_id: str | None, reject: bool) -> dict[str, Any]:
     pending = session.permissions.get(request_id)
     if pending is None:
         raise SessionError(404, "unknown_permission_request", "no pending permission request with this id")
@@ -170,5 +198,7 @@ async def answer_permission(session: DaemonSession, request_id: str, *, option_i
                                options=[i for i in ids if isinstance(i, str)])
         outcome = {"outcome": "selected", "optionId": option_id}
     release(session, request_id)
+    permission_resolved(bus, session, request_id, pending, outcome, RESOLVED_BY_CLIENT)
     await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
+    await bus.flushed()  # acknowledged once journaled (T-1)
     return outcome

@@ -13,15 +13,19 @@ from typing import Any
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
+from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.ownership import Ownership
-from hopline.daemon.sessions.permissions import answer_cancelled, release_all
+from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
+from hopline.daemon.turn_end import turn_complete_of, turn_error_of
+from hopline.sidecars.projection import StoreSink
+from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import LeaseLost
 from hopline.store.postgres import StoreUnavailable
-from hopline.vocabulary import META_TURN, TURN_COMPLETE, TURN_ERROR
+from hopline.vocabulary import TURN_COMPLETE, TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -55,15 +59,19 @@ def require_ready(session: DaemonSession) -> AcpChild:
 
 class Prompts:
     def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus, tasks: BackgroundTasks,
-                 ownership: Ownership | None = None) -> None:
+                 ownership: Ownership | None = None, sidecars: SidecarStore | None = None) -> None:
+        self.sidecars = sidecars
         self.budget = budget
         self.journal = journal
         self.bus = bus
         self.tasks = tasks
         self.ownership = ownership if ownership is not None else Ownership(None)
 
-    async def prompt(self, session: DaemonSession, text: str) -> str:
-        require_ready(session)
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
+        """Accept a prompt of ACP content blocks (checked by :mod:`hopline.daemon.content` against the
+        budget and the agent's promptCapabilities first); its turn runs after the turns before it."""
+        child = require_ready(session)
+        check_capabilities(blocks, child.initialized)
         pending, limit = len(session.prompts), self.budget.max_pending_prompts
         if pending >= limit:
             setting = CEILINGS_BY_KEY["max_pending_prompts"].name
@@ -74,7 +82,7 @@ class Prompts:
         prompt_id = "p_" + secrets.token_hex(8)
         # Registered at once (it counts toward the limit while the prompt is stored); the task
         # starts after open_prompt is queued, so its events follow it in the journal's write order.
-        task = asyncio.create_task(self._run(session, prompt_id, text))
+        task = asyncio.create_task(self._run(session, prompt_id, blocks))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
@@ -87,15 +95,19 @@ class Prompts:
             raise
         return prompt_id
 
+    def _sink(self, session: DaemonSession) -> StoreSink | None:
+        return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
+
     async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
-                        data: dict[str, Any]) -> None:
-        """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
-        then no longer open (a turn cut before this point is ended by the next daemon start)."""
-        lost = session.turn_lost.pop(prompt_id, 0)
+                        data: dict[str, Any], lost_here: int = 0) -> None:
+        """Publish the turn's end with the D-8 fields (the bytes it could not deliver, ``lost_here``
+        of them in this very event); the prompt is then no longer open (a turn cut before this point
+        is ended by the next daemon start)."""
+        lost = session.turn_lost.pop(prompt_id, 0) + lost_here
         self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
         await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
 
-    async def _run(self, session: DaemonSession, prompt_id: str, text: str) -> None:
+    async def _run(self, session: DaemonSession, prompt_id: str, blocks: list[dict[str, Any]]) -> None:
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
@@ -107,14 +119,13 @@ class Prompts:
             session.turn_lost[prompt_id] = 0
             try:
                 result, _ = await child.request("session/prompt", {
-                    "sessionId": session.agent_session_id, "prompt": [{"type": "text", "text": text}]})
-                result = _dict(result)
-                turn = _dict(result.get("_meta")).get(META_TURN)
-                turn = turn if isinstance(turn, dict) else None
-                await self._end_turn(session, prompt_id, TURN_COMPLETE, {
-                    "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
+                    "sessionId": session.agent_session_id, "prompt": blocks})
+                end = await asyncio.to_thread(turn_complete_of, prompt_id, result, self.budget,
+                                              self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_COMPLETE, end.payload, end.lost_bytes)
             except AgentRpcError as exc:
-                await self._end_turn(session, prompt_id, TURN_ERROR, _rpc_error_data(prompt_id, exc))
+                end = await asyncio.to_thread(turn_error_of, prompt_id, exc, self.budget, self._sink(session))
+                await self._end_turn(session, prompt_id, TURN_ERROR, end.payload, end.lost_bytes)
             except AgentExited as exc:
                 await self._publish_exit_error(session, prompt_id, exc.returncode)
             finally:
@@ -151,7 +162,7 @@ class Prompts:
         the write deadline)."""
         child = require_ready(session)
         running = session.current_prompt is not None
-        self.tasks.spawn(self._send_cancel(session, child, release_all(session)))
+        self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
         return running
 
     async def _send_cancel(self, session: DaemonSession, child: AcpChild,
@@ -161,21 +172,3 @@ class Prompts:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
 
-
-def _rpc_error_data(prompt_id: str, exc: AgentRpcError) -> dict[str, Any]:
-    """The ``turn_error`` of a ``session/prompt`` the agent answered with an error."""
-    data = _dict(exc.data)
-    payload: dict[str, Any] = {
-        "promptId": prompt_id,
-        "origin": data.get("origin") if isinstance(data.get("origin"), str) else "agent",
-        "message": data.get("message") if isinstance(data.get("message"), str) else exc.message,
-        "code": exc.code,
-    }
-    for key in ("status", "hop", "limitBytes", "observedBytes"):
-        if key in data:
-            payload[key] = data[key]
-    return payload
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}

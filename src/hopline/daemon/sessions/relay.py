@@ -21,12 +21,12 @@ from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild
 from hopline.daemon.projection import InboundProjector, losses
-from hopline.daemon.sessions.permissions import AgentRequests
+from hopline.daemon.sessions.permissions import AgentRequests, resolve_all
 from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import FRAME_DROPPED, PROGRESS_METHOD, SESSION_UPDATE
+from hopline.vocabulary import FRAME_DROPPED, PROGRESS_METHOD, RESOLVED_BY_AGENT_EXIT, SESSION_UPDATE
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
 
@@ -209,6 +209,7 @@ class Relay:
         session.exit_code = returncode
         if session.state in (SessionState.READY, SessionState.LOADING):
             session.move(SessionState.DETACHED)
+        resolve_all(self.bus, session, RESOLVED_BY_AGENT_EXIT)
         session.clear_permissions()
         log.info("agent exited", extra={"exitCode": returncode})
 

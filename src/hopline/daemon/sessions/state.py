@@ -54,6 +54,7 @@ class PendingPermission:
     options: list[dict[str, Any]]
     child: AcpChild
     bytes: int = 0  # what it holds (its event's toolCall and options), toward the byte ceiling
+    prompt_id: str | None = None
 
 
 @dataclasses.dataclass

@@ -51,9 +51,15 @@ import orjson
 from acp import PROTOCOL_VERSION, RequestError
 from acp.agent.router import build_agent_router
 from acp.connection import Connection
-from acp.schema import AgentCapabilities, Implementation, InitializeResponse, NewSessionResponse
+from acp.schema import (
+    AgentCapabilities,
+    Implementation,
+    InitializeResponse,
+    NewSessionResponse,
+)
 
 from hopline.budget import Budget
+from hopline.harness.acp.content import PROMPT_CAPABILITIES, echo_blocks, prompt_content
 from hopline.harness.acp.sidecars import needs_offload, offload_update, tool_meta, writer_for
 from hopline.harness.context import repair
 from hopline.harness.events import (
@@ -82,6 +88,7 @@ from hopline.vocabulary import (
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
+    META_TAKES_CREDENTIALS,
     META_TOOL,
     META_TURN,
     PERMISSION_MODE_ENV,
@@ -93,6 +100,7 @@ from hopline.wire.input import InputRefused, parse_decimal_id
 log = logging.getLogger("hopline.agent")
 
 DEFAULT_PROFILE = "qa_automation"
+
 TURN_FAILED_CODE = -32603
 PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
 ALLOW_ONCE = "allow_once"
@@ -145,20 +153,6 @@ LoopFactory = Callable[..., Any]
 def _stop_reason(loop_stop: str) -> str:
     return {"end_turn": "end_turn", "max_iterations": "max_turn_requests",
             "cancelled": "cancelled"}.get(loop_stop, "end_turn")
-
-
-def prompt_text(blocks: list[Any]) -> str:
-    """The user's text from ACP content blocks (text and embedded text resources)."""
-    parts: list[str] = []
-    for block in blocks:
-        data = block.model_dump(by_alias=True) if hasattr(block, "model_dump") else dict(block)
-        if data.get("type") == "text":
-            parts.append(str(data.get("text", "")))
-        elif data.get("type") == "resource":
-            resource = data.get("resource") or {}
-            if isinstance(resource.get("text"), str):
-                parts.append(resource["text"])
-    return "\n".join(parts)
 
 
 # --- loop events -> session/update objects --------------------------------------------------
@@ -259,8 +253,11 @@ class HoplineAgent:
 
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(load_session=True),
+            agent_capabilities=AgentCapabilities(load_session=True,
+                                                 prompt_capabilities=PROMPT_CAPABILITIES),
             agent_info=Implementation(name="hopline", title="hopline agent", version=__version__),
+            # hopline's own agent: the daemon sends this one its per-session credentials (T-8)
+            field_meta={META_TAKES_CREDENTIALS: True},
         )
 
     async def authenticate(self, method_id: str, **kwargs: Any) -> None:
@@ -356,9 +353,13 @@ class HoplineAgent:
         async with live.lock:
             live.cancelled = False
             live.open_calls = {}
-            text = prompt_text(prompt)
-            await self._send_update(session_id, {"sessionUpdate": "user_message_chunk",
-                                                 "content": {"type": "text", "text": text}})
+            content = await asyncio.to_thread(prompt_content, prompt, live.record.cwd, self.budget)
+            text = content.text
+            for block in echo_blocks(prompt):  # the user's side of the log, each block as sent
+                await self._send_update(session_id, {"sessionUpdate": "user_message_chunk", "content": block})
+            for said in content.said():
+                await self._send_update(session_id, {"sessionUpdate": "agent_message_chunk",
+                                                     "content": {"type": "text", "text": said}})
             if live.tool_loop is None:  # one loop per session: it keeps the cut outputs for read-more
                 live.tool_loop = self._build_loop(live)
             conversation = live.record.conversation

@@ -38,6 +38,19 @@ function meter(value, max, label) {
   return h('span', { class: 'meter', role: 'img', 'aria-label': label }, fill);
 }
 
+
+// One attached file as an ACP content block.
+async function fileBlock(file) {
+  if (file.type.startsWith('image/')) {
+    const data = new Uint8Array(await file.arrayBuffer());
+    let binary = '';
+    for (let i = 0; i < data.length; i += 0x8000) binary += String.fromCharCode(...data.subarray(i, i + 0x8000));
+    return { type: 'image', mimeType: file.type, data: btoa(binary) };
+  }
+  return { type: 'resource', resource: { uri: `file:///${encodeURIComponent(file.name)}`,
+    mimeType: file.type || 'text/plain', text: await file.text() } };
+}
+
 class SessionView {
   constructor(root, sessionId) {
     this.root = root;
@@ -65,10 +78,14 @@ class SessionView {
     this.sendButton = h('button', { type: 'submit', class: 'primary', 'data-testid': 'send', disabled: true }, 'Send');
     this.cancelButton = h('button', { type: 'button', 'data-testid': 'cancel', onclick: () => this.cancel() }, 'Cancel turn');
     this.formNote = h('p', { class: 'hint', role: 'status' });
+    // Attached files go as ACP content blocks: an image file as an image block, any other as an
+    // embedded resource (its text): the browser knows no path the agent could read a link from.
+    this.attach = h('input', { type: 'file', id: 'prompt-attach', multiple: true, 'data-testid': 'prompt-attach' });
     const form = h('form', { class: 'prompt-box', 'aria-label': 'Prompt' },
       h('label', { for: 'prompt', class: 'visually-hidden' }, 'Prompt'),
       this.input,
-      h('div', { class: 'actions' }, this.sendButton, this.cancelButton, this.formNote));
+      h('div', { class: 'actions' }, h('label', { for: 'prompt-attach', class: 'hint' }, 'Attach files '),
+        this.attach, this.sendButton, this.cancelButton, this.formNote));
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       this.send();
@@ -218,6 +235,7 @@ class SessionView {
       case 'progress': this.onProgress(data.promptId, data.progress || {}); break;
       case 'compaction': this.onCompaction(data.promptId, data.compaction || {}); break;
       case 'permission_request': this.onPermission(data); break;
+      case 'permission_resolved': this.onPermissionResolved(data); break;
       case 'turn_complete': this.onTurnEnd(data, false); break;
       case 'turn_error': this.onTurnEnd(data, true); break;
       case 'frame_dropped':
@@ -443,6 +461,16 @@ class SessionView {
     if (record.reason) el.append(h('p', { class: 'warn' }, record.reason));
   }
 
+  // Answered here, by another client, by a cancel or a deadline: every reader sees it closed.
+  onPermissionResolved(data) {
+    const el = this.log.querySelector(`[data-request="${CSS.escape(String(data.requestId))}"]`);
+    if (!el) return;
+    el.classList.add('answered');
+    el.querySelectorAll('button').forEach((b) => { b.disabled = true; });
+    const outcome = data.outcome?.optionId ?? data.outcome?.outcome ?? '?';
+    el.querySelector('.outcome').textContent = `resolved by ${data.resolvedBy}: ${outcome}`;
+  }
+
   onPermission(data) {
     const state = this.prompt(data.promptId);
     const outcome = h('span', { class: 'outcome', role: 'status' });
@@ -473,7 +501,8 @@ class SessionView {
         onclick: () => answer({ outcome: 'reject' }, 'deny') }, 'Deny'));
     }
     const call = data.toolCall || {};
-    const el = this.append(h('div', { class: 'item permission', 'data-testid': 'permission-request' },
+    const el = this.append(h('div', { class: 'item permission', 'data-testid': 'permission-request',
+      'data-request': String(data.requestId) },
       h('p', {}, h('span', { class: 'label' }, 'permission'), ' The agent asks to run ',
         h('strong', {}, call.title || call.toolCallId || 'a tool'), call.kind ? ` (${call.kind})` : ''),
       h('div', { class: 'actions' }, buttons, outcome)));
@@ -530,8 +559,12 @@ class SessionView {
     this.sendButton.disabled = true;
     this.formNote.textContent = '';
     try {
-      const { promptId } = await postJson(sessionPath(this.sessionId, 'prompt'), { text });
+      const files = [...(this.attach.files || [])];
+      const body = files.length ? { prompt: [{ type: 'text', text }, ...await Promise.all(files.map(fileBlock))] }
+        : { text };
+      const { promptId } = await postJson(sessionPath(this.sessionId, 'prompt'), body);
       this.input.value = '';
+      this.attach.value = '';
       if (!this.prompts.has(promptId)) this.prompt(promptId, text);
       else this.prompts.get(promptId).header.append(h('p', { class: 'prompt-text' }, text));
       this.log.scrollTop = this.log.scrollHeight;
