@@ -36,6 +36,7 @@ from hopline.budget import (
     HOP_CLUSTER,
     HOP_DAEMON_API,
     HOP_DAEMON_SSE,
+    HOP_JOURNAL,
     MAX_QUEUED_RANGE,
     SETTINGS_BY_KEY,
     Budget,
@@ -44,7 +45,7 @@ from hopline.budget import (
     limits_json,
     require_coherent,
 )
-from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
+from hopline.daemon.bus import Event, EventBus, JournalReadFailed, Subscriber, synthetic
 from hopline.daemon.cluster import (
     FORWARDED_SCOPE_KEY,
     Cluster,
@@ -73,6 +74,7 @@ from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_loc
 from hopline.store.postgres import migrate
 from hopline.vocabulary import (
     CLIENT_EVICTED,
+    DATA_CORRUPT,
     GATEWAY_URL_ENV,
     REPLAY_COMPLETE,
     SERVER_TOKEN_ENV,
@@ -217,12 +219,14 @@ class SseStream(Response):
         try:
             if self.resync is not None:
                 await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync)])
-            replayed = 0
+            replayed = corrupt = 0
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
-                replayed += len(page)
-            await self._emit(send, [synthetic(REPLAY_COMPLETE,
-                                              {"replayed": replayed, "lastEventId": self.upto})])
+                damaged = sum(1 for event in page if event.type == DATA_CORRUPT)
+                replayed += len(page) - damaged
+                corrupt += damaged
+            await self._emit(send, [synthetic(REPLAY_COMPLETE, {
+                "replayed": replayed, "lastEventId": self.upto, "corrupt": corrupt})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
                 if live is None:
@@ -240,7 +244,13 @@ class SseStream(Response):
                 await self._emit(send, batch)
                 if batch[-1].type == CLIENT_EVICTED:
                     return
-        except OSError:
+        except JournalReadFailed as exc:  # the store's fault, not the client's: said, not swallowed
+            log.error("sse replay: reading the journal failed", extra={"exception": exc.exception})
+            with contextlib.suppress(Exception):
+                await self._emit(send, [synthetic(STREAM_ERROR, {
+                    "reason": "journal_read_failed", "hop": HOP_JOURNAL, "exception": exc.exception,
+                    "message": "reading this session's journal failed; reconnect with Last-Event-ID"})])
+        except OSError:  # the client went away mid-write
             return
         except Exception as exc:
             log.warning("sse stream failed", extra={"exception": type(exc).__name__})
@@ -546,7 +556,7 @@ def create_daemon_app(
             # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
             "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
-                        "failedEvents": bus.journal_failed},
+                        "failedEvents": bus.journal_failed, **bus.corrupt.status()},
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),

@@ -37,6 +37,7 @@ from hopline.daemon.journal import (
     StagedRow,
     prompt_id_of,
 )
+from hopline.store.integrity import CHECKSUM_MISMATCH, checksum, verified
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
@@ -152,7 +153,9 @@ class PgJournal(StagedIds, EventJournal):
                 if rows:
                     async with self._conn.cursor() as cursor:
                         await cursor.executemany(
-                            "INSERT INTO events (session_id, seq, type, data) VALUES (%s, %s, %s, %s)", rows)
+                            "INSERT INTO events (session_id, seq, type, data, crc) "
+                            "VALUES (%s, %s, %s, %s, %s)",
+                            [(*row, checksum(row[3])) for row in rows])
                     last: dict[str, int] = {}
                     for session_id, seq, _, _ in rows:
                         last[session_id] = max(seq, last.get(session_id, 0))
@@ -328,10 +331,10 @@ class PgJournal(StagedIds, EventJournal):
                 total += int(size)
                 cut = int(seq)
             cursor = await conn.execute(
-                "SELECT seq, type, data FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
+                "SELECT seq, type, data, crc FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
                 "ORDER BY seq", (session_id, after, cut))
             rows = await cursor.fetchall()
-        return [JournalRow(int(seq), str(kind), bytes(data)) for seq, kind, data in rows]
+        return [checked_row(int(seq), str(kind), bytes(data), crc) for seq, kind, data, crc in rows]
 
     async def last_id(self, session_id: str) -> int:
         async with self._pool.connection() as conn:
@@ -362,6 +365,13 @@ class PgJournal(StagedIds, EventJournal):
             await self._pool.close()
         if self._conn is not None:
             await self._conn.close()
+
+
+def checked_row(seq: int, event_type: str, data: bytes, crc: int | None) -> JournalRow:
+    """A row whose bytes passed their checksum, or the row saying they did not (T-3)."""
+    if verified(data, crc):
+        return JournalRow(seq, event_type, data)
+    return JournalRow(seq, event_type, b"", CHECKSUM_MISMATCH)
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

@@ -51,10 +51,13 @@ from hopline.daemon.pg_journal import PgJournal
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, losses, oversize_replacement
 from hopline.daemon.session import LIVE_STATES, DaemonSession, PendingPermission, SessionState
+from hopline.daemon.storage_faults import is_storage_fault, refusal
+from hopline.daemon.turn_end import end_turn_durably
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import (
+    CANCEL_REQUESTED,
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
     FRAME_DROPPED,
@@ -62,6 +65,7 @@ from hopline.vocabulary import (
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
+    PERMISSION_ANSWERED,
     PERMISSION_METHOD,
     PERMISSION_REQUEST,
     PROGRESS_METHOD,
@@ -162,6 +166,7 @@ class SessionManager:
         self.owned: set[str] = set()  # sessions whose lease this daemon holds (several daemons)
         self.sessions: dict[str, DaemonSession] = {}
         self.loader = SessionLoader(self)
+        bus.on_journal_failed = self._journal_failed
         self._background: set[asyncio.Task[Any]] = set()
         # One warm pool per agent command (D-9); this daemon runs one command.
         self.pools: dict[tuple[str, ...], WarmPool] = {}
@@ -312,7 +317,12 @@ class SessionManager:
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted,
                    "extraMeta": dict(extra_meta) if extra_meta else None}  # kept for a load or an adoption
-        await self.journal.create_session(session_id, options)
+        try:
+            await self.journal.create_session(session_id, options)
+        except Exception as exc:
+            if not is_storage_fault(exc):
+                raise
+            raise refusal(exc, "the session") from None
         session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
@@ -322,16 +332,18 @@ class SessionManager:
                 self.owned.add(session_id)
             child, _ = await self.spawn(session)
             agent_session_id = await self.new_agent_session(session, child)
+            await self.journal.set_agent_session_id(session_id, agent_session_id)
         except BaseException as exc:
             await self._forget(session)
             failure = agent_failure(exc, "session/new", self.budget)
+            if failure is None and isinstance(exc, Exception) and is_storage_fault(exc):
+                failure = refusal(exc, "the session")
             if failure is None:
                 raise
             raise failure from None
         session.agent_session_id = agent_session_id
         if self.gateway_tokens is not None:
             self.gateway_tokens.bind(session_id, agent_session_id)
-        await self.journal.set_agent_session_id(session_id, agent_session_id)
         self._release_early(session)
         session.move(SessionState.READY)
         # Read your writes: what the agent sent during the handshake (its commands, a greeting) is
@@ -366,7 +378,12 @@ class SessionManager:
         if child is not None:
             await child.stop()
         self.bus.close_session(session.id)
-        await self.journal.delete_session(session.id)  # with its lease, on a shared store
+        try:
+            await self.journal.delete_session(session.id)  # with its lease, on a shared store
+        except Exception as exc:  # a full or failing store: the row stays (a later delete removes it)
+            if not is_storage_fault(exc):
+                raise
+            log.error("a session's rows could not be deleted", extra={"exception": type(exc).__name__})
         self.owned.discard(session.id)
         if self.sidecars is not None:
             await asyncio.to_thread(self.sidecars.delete_session, session.id)
@@ -395,26 +412,52 @@ class SessionManager:
                                observed=pending + 1, setting=setting)
         prompt_id = "p_" + secrets.token_hex(8)
         # Registered at once (it counts toward the limit while the prompt is stored); the task
-        # starts after open_prompt is queued, so its events follow it in the journal's write order.
-        task = asyncio.create_task(self._run_prompt(session, prompt_id, text))
+        # waits for open_prompt's commit before it sends anything (write-ahead, T-1): a prompt the
+        # journal refused never reaches the agent, and a 202 means the prompt is durable.
+        accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._run_prompt(session, prompt_id, text, accepted))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
             await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
-        except BaseException:
+        except BaseException as exc:
             task.cancel()
+            if isinstance(exc, Exception) and is_storage_fault(exc):
+                log.error("prompt refused: the journal could not store it",
+                          extra={"exception": type(exc).__name__})
+                raise refusal(exc, "the prompt") from None
             raise
+        accepted.set_result(None)
         return prompt_id
 
     async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
                         data: dict[str, Any]) -> None:
         """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
-        then no longer open (a turn cut before this point is ended by the next daemon start)."""
+        then no longer open (a turn cut before this point is ended by the next daemon start). A turn
+        whose events the journal refused ends with ``turn_error`` (origin daemon, reason storage),
+        stored once the store takes it again (:func:`end_turn_durably`)."""
         lost = session.turn_lost.pop(prompt_id, 0)
-        self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
-        await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
+        await end_turn_durably(self.bus, self.journal, session, prompt_id,
+                               (event_type, {**data, "lostBytes": lost, "degraded": lost > 0}))
 
-    async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str) -> None:
+    def _journal_failed(self, session_id: str) -> None:
+        """An event of the session was not stored: the prompt in flight is cut (its agent is told
+        to stop: what it does next could not be recorded) and will end with a storage turn_error."""
+        session = self.sessions.get(session_id)
+        if session is None or session.current_prompt is None:
+            return
+        prompt_id = session.current_prompt
+        first = prompt_id not in session.storage_faults
+        session.storage_faults[prompt_id] = session.storage_faults.get(prompt_id, 0) + 1
+        child = session.child
+        if first and child is not None and session.agent_session_id is not None:
+            log.error("a turn's events could not be stored: the agent's turn is cancelled")
+            cancel = child.notify("session/cancel", {"sessionId": session.agent_session_id})
+            self._spawn_task(_quietly(cancel))
+
+    async def _run_prompt(self, session: DaemonSession, prompt_id: str, text: str,
+                          accepted: asyncio.Future[None]) -> None:
+        await accepted  # open_prompt committed (else this task is cancelled: nothing was sent)
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
@@ -455,6 +498,8 @@ class SessionManager:
     async def cancel(self, session: DaemonSession) -> bool:
         child = self._require_ready(session)
         running = session.current_prompt is not None
+        await self._journal_first(session, CANCEL_REQUESTED, {"promptId": session.current_prompt},
+                                  "the cancel")
         for request_id in list(session.permissions):
             pending = session.permissions.pop(request_id)
             await pending.child.respond(pending.child_request_id,
@@ -482,9 +527,24 @@ class SessionManager:
                 raise SessionError(422, "unknown_option", "optionId is not one of the request's options",
                                    options=[i for i in ids if isinstance(i, str)])
             outcome = {"outcome": "selected", "optionId": option_id}
-        session.permissions.pop(request_id, None)
+        await self._journal_first(session, PERMISSION_ANSWERED, {"requestId": request_id, "outcome": outcome},
+                                  "the permission answer")
+        if session.permissions.pop(request_id, None) is None:  # answered by another request meanwhile
+            raise SessionError(404, "unknown_permission_request",
+                               "no pending permission request with this id")
         await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
         return outcome
+
+    async def _journal_first(self, session: DaemonSession, event_type: str, data: dict[str, Any],
+                             what: str) -> None:
+        """Write-ahead (T-1): the request's row is committed before the agent hears of it, else
+        the client gets 507/503 and the agent nothing."""
+        try:
+            await self.bus.publish_committed(session.id, event_type, data)
+        except Exception as exc:
+            if not is_storage_fault(exc):
+                raise
+            raise refusal(exc, what) from None
 
     # --- the child's traffic ------------------------------------------------------------------------
 
@@ -782,6 +842,11 @@ def _passthrough(frame: Frame) -> memoryview | None:
     if frame.size < PASSTHROUGH_MIN_FRAME_BYTES:
         return None
     return text_chunk_update_bytes(frame.raw, frame.message)
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    with contextlib.suppress(AgentExited, OSError):
+        await awaitable
 
 
 def _dict(value: Any) -> dict[str, Any]:
