@@ -70,6 +70,7 @@ from hopline.harness.scripted import scripted_hints
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
+from hopline.store.check import check_recent_events, require_usable
 from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
 from hopline.store.postgres import migrate
 from hopline.vocabulary import (
@@ -345,6 +346,7 @@ def create_daemon_app(
             raise StoreSettingError(f"{SETTINGS_BY_KEY['advertise_url'].env} must name where the other "
                                     "daemons reach this one (it listens on every address)")
         migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
+        check_recent_events(location.dsn)  # a bounded check (T-3): reachable, recent rows whole
         daemon_id = new_daemon_id()
 
         def on_fenced(session_ids: tuple[str, ...]) -> None:
@@ -355,6 +357,8 @@ def create_daemon_app(
         cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
                           token=settings.cluster_token)
     else:
+        assert location.path is not None
+        require_usable(location.path, data_dir)  # quick_check, segments agree (T-3): else one line
         journal = SqliteJournal(data_dir, path=location.path)
     bus = EventBus(budget, journal)
     instruments = instruments if instruments is not None else PipeObservability(budget)

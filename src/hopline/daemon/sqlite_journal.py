@@ -98,6 +98,7 @@ CREATE TABLE IF NOT EXISTS prompts (
 ) WITHOUT ROWID;
 """
 
+JOURNAL_SCHEMA = _SCHEMA  # what `hopline store check --repair` makes a new journal with
 _INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes, crc) VALUES "
 # Rows per INSERT statement: one statement is one sqlite3_step, which is one release of the GIL by
 # the writer (executemany releases it once per row: with many small events the event loop and the

@@ -18,6 +18,7 @@ SEGMENT_MISSING = "segment_missing"  # the session's segment file is gone
 SEGMENT_SHORT = "segment_short"  # the segment file ends before the event's bytes do
 ROW_UNREADABLE = "row_unreadable"  # the store could not read the row (a damaged page)
 QUARANTINED = "quarantined"  # `hopline store check --repair` moved its damaged bytes aside
+QUARANTINED_CRC = -1  # the stored checksum of a quarantined row (a CRC-32 is never negative)
 REASONS = (CHECKSUM_MISMATCH, SEGMENT_MISSING, SEGMENT_SHORT, ROW_UNREADABLE, QUARANTINED)
 # Distinct damaged events remembered for /daemon/status (a count beyond it is still counted).
 REMEMBERED_DAMAGED_EVENTS = 10_000

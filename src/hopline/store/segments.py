@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hopline.store.integrity import CHECKSUM_MISMATCH, SEGMENT_MISSING, SEGMENT_SHORT, verified
+from hopline.store.integrity import (
+    CHECKSUM_MISMATCH,
+    QUARANTINED,
+    QUARANTINED_CRC,
+    SEGMENT_MISSING,
+    SEGMENT_SHORT,
+    verified,
+)
 from hopline.store.private import private_dir
 
 # I/O granularity, not a limit: contiguous external events smaller than this are read in one pread
@@ -152,7 +159,8 @@ def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make
             if offset is None:
                 flush()
                 raw = bytes(data)
-                bad = None if verified(raw, crc) else CHECKSUM_MISMATCH
+                bad = (None if verified(raw, crc) else
+                       QUARANTINED if crc == QUARANTINED_CRC else CHECKSUM_MISMATCH)
                 out.append(make(int(seq), str(event_type), b"" if bad else raw, bad))
                 continue
             if run and (int(offset) != run[-1][2] + run[-1][3] or int(nbytes) >= READ_RUN_MAX_EVENT_BYTES):

@@ -25,7 +25,8 @@ makes a later session/load (bulk mode) answer N updates in one response (default
 ``"replayKinds": true`` adds the :func:`kind_updates` to that replay, ``"quiet": true`` skips the
 update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
 (seconds) delays the start (a slow agent); ``BIG_AGENT_NO_LOAD=1`` leaves out the loadSession
-capability (an agent that cannot load).
+capability (an agent that cannot load). ``BIG_AGENT_PROMPT_LOG`` names a file each prompt's text
+is appended to when it arrives.
 """
 
 from __future__ import annotations
@@ -157,6 +158,10 @@ class BigUpdateAgent(Agent):
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         assert self.conn is not None
         text = "".join(getattr(block, "text", "") for block in prompt).strip()
+        prompt_log = os.environ.get("BIG_AGENT_PROMPT_LOG")
+        if prompt_log:  # what this agent was sent, for tests that assert a prompt never reached it
+            with open(prompt_log, "a") as handle:
+                handle.write(text + "\n")
         words = text.split()
         command = words[0] if words else ""
         if command == "big":
