@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench clean
+.PHONY: demo test test-fast lint bench soak clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,10 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# `hopline demo` 20 times in a row: each run's time and exit code; exit 1 unless all 20 exit 0.
+soak: $(STAMP)
+	$(BIN)/python -m bench.soak --runs 20
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -57,7 +57,7 @@ def main() -> None:
     from hopline.logs import configure_json_logging
 
     if args.journal_off:
-        from hopline.daemon.sqlite_journal import SqliteJournal
+        from hopline.store.sqlite_journal import SqliteJournal
 
         def write_nothing(self: Any, db: Any, rows: Any) -> None:  # ids still allocated, commits still settle
             return None

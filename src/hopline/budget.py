@@ -18,6 +18,11 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+# The error tree's root and the one limit shape live in hopline.errors; imported here, so
+# ``from hopline.budget import HoplineError`` keeps working.
+from hopline.errors import HoplineError as HoplineError
+from hopline.errors import LimitExceeded as LimitExceeded
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -39,46 +44,6 @@ _SIZE_UNITS: Mapping[str, int] = {
     "tib": 1024 * GiB,
 }
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-# --- the error tree ---------------------------------------------------------------------------
-# One base for every error hopline raises on purpose (h11 has one ProtocolError, httpx one
-# HTTPError tree); it lives here because this module is the one every other imports and it imports
-# nothing of ours. Every size error on every hop is one :class:`CeilingExceeded`.
-
-
-class HoplineError(Exception):
-    """The base of every error hopline raises on purpose."""
-
-
-class CeilingExceeded(HoplineError):
-    """A payload passed a ceiling of the budget, on one hop.
-
-    ``setting`` is the ceiling's public name (its env var); ``observed_bytes`` is the size seen, a
-    lower bound when the payload was cut off as soon as it passed the limit. :meth:`to_json` is the
-    one JSON shape of "too large" on every hop: ``{"error": {"type", "hop", "setting", "limitBytes",
-    "observedBytes", "sizeError": true, "message", ...}}``, so a client handles it once.
-    """
-
-    def __init__(self, hop: str, setting: str, limit_bytes: int, observed_bytes: int,
-                 message: str | None = None, *, kind: str = "ceiling_exceeded", **extra: Any) -> None:
-        self.hop = hop
-        self.setting = setting
-        self.limit_bytes = limit_bytes
-        self.observed_bytes = observed_bytes
-        self.kind = kind
-        self.extra = extra
-        self.message = message or (f"{hop}: {observed_bytes} bytes exceed the limit of {limit_bytes} "
-                                   f"bytes ({setting})")
-        super().__init__(self.message)
-
-    def fields(self) -> dict[str, Any]:
-        """The size fields every rendering carries (an error body, an event, a JSON-RPC error)."""
-        return {"hop": self.hop, "setting": self.setting, "limitBytes": self.limit_bytes,
-                "observedBytes": self.observed_bytes, "sizeError": True}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"error": {"type": self.kind, **self.fields(), "message": self.message, **self.extra}}
 
 
 class BudgetError(HoplineError, ValueError):
@@ -172,11 +137,12 @@ class Ceiling:
         self.validate(value, raw)
         return value
 
-    def exceeded(self, limit_bytes: int, observed_bytes: int, message: str | None = None, *,
-                 hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> CeilingExceeded:
-        """The :class:`CeilingExceeded` of this ceiling (its hop unless ``hop`` names another)."""
-        return CeilingExceeded(hop or self.hop, self.name, limit_bytes, observed_bytes, message,
-                               kind=kind, **extra)
+    def exceeded(self, limit: int | float, observed: int | float, message: str | None = None, *,
+                 hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> LimitExceeded:
+        """The :class:`~hopline.errors.LimitExceeded` of this ceiling, a size or a count alike (its
+        hop unless ``hop`` names another; its unit): the one constructor of a limit error."""
+        return LimitExceeded(hop or self.hop, self.name, limit, observed, message, unit=self.unit.value,
+                             kind=kind, **extra)
 
     def validate(self, value: int | float, shown: object) -> None:
         if value < self.minimum:
@@ -591,10 +557,6 @@ class Budget:
             for c in CEILINGS
             if c.env is not None and c.key in self.sources
         }
-
-
-def load_budget(environ: Mapping[str, str] | None = None) -> Budget:
-    return Budget.from_env(environ)
 
 
 # --- settings that are not ceilings: where the state lives, and the cluster (SPEC X) -------------

@@ -214,7 +214,7 @@ async def test_both_pipe_ends_agree_at_the_max_frame(ending: bytes) -> None:
 
 
 async def test_the_agent_refuses_to_write_a_frame_over_the_max() -> None:
-    from hopline.budget import CeilingExceeded
+    from hopline.budget import LimitExceeded
     from hopline.harness.acp.pipe import PipeTransport
 
     limit = 4096
@@ -223,7 +223,7 @@ async def test_the_agent_refuses_to_write_a_frame_over_the_max() -> None:
     at_limit = orjson.loads(_frame_of(1, limit))
     await agent_end.send(at_limit)
     assert sink.data == _frame_of(1, limit) + b"\n"
-    with pytest.raises(CeilingExceeded) as refused:
+    with pytest.raises(LimitExceeded) as refused:
         await agent_end.send(orjson.loads(_frame_of(2, limit + 1)))
-    assert (refused.value.limit_bytes, refused.value.observed_bytes) == (limit, limit + 1)
+    assert (refused.value.limit, refused.value.observed) == (limit, limit + 1)
     assert refused.value.setting == "HOPLINE_AGENT_MAX_FRAME_BYTES" and sink.data.count(b"\n") == 1

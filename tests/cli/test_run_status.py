@@ -111,6 +111,55 @@ def test_run_on_the_embedded_stack_keeps_its_sidecars_for_hopline_sidecar(worksp
         shutil.rmtree(kept.parent, ignore_errors=True)  # the stack's temporary root
 
 
+def test_run_off_a_terminal_prints_the_final_text_once(daemon: EmbeddedStack, workspace: Path) -> None:
+    result = run_cli(["run", "review the test logs", "--url", daemon.url, "--scripted", SCRIPT],
+                     cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("Done after 3 tool iterations") == 1
+    assert "final answer · end_turn (above)" in result.stdout
+
+
+def test_status_of_an_unreachable_url_says_nothing_answers_there() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port bound but never listened on: nothing answers
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        result = run_cli(["status", "--url", url], env={"HOPLINE_SERVER_TOKEN": "t"})
+    assert result.returncode == 1
+    assert f"nothing answers at {url}" in result.stderr
+    assert "-> 0" not in result.stderr and "ConnectError" not in result.stderr
+
+
+def test_version() -> None:
+    from hopline import __version__
+
+    result = run_cli(["--version"])
+    assert (result.returncode, result.stdout.strip()) == (0, f"hopline {__version__}")
+
+
+def test_a_bad_gate_agent_is_refused_before_any_stack_starts(tmp_path: Path) -> None:
+    result = run_cli(["gate", "--agent", "apsec", "--repo", str(tmp_path)])
+    assert result.returncode == 2
+    assert "apsec" in result.stderr and "appsec" in result.stderr  # names the bad one and the choices
+    assert "starting" not in result.stdout + result.stderr and "422" not in result.stderr
+
+
+def test_serve_on_a_busy_port_says_so_before_printing_a_token(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        port = sock.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k != "HOPLINE_SERVER_TOKEN"}
+        result = subprocess.run([*HOPLINE, "serve", "--port", str(port), "--data-dir", str(tmp_path / "d")],
+                                env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"cannot bind 127.0.0.1:{port}" in result.stderr
+    assert "HOPLINE_SERVER_TOKEN=" not in result.stdout
+
+
 def test_run_without_a_token_is_refused_with_the_hop(daemon: EmbeddedStack, workspace: Path) -> None:
     result = run_cli(["run", "hi", "--url", daemon.url, "--token", "wrong"], cwd=workspace)
     assert result.returncode == 2

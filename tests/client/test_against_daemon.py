@@ -124,7 +124,7 @@ async def test_event_over_the_client_limit_is_refused_against_the_daemon(daemon:
                 async for _ in stream:
                     pass
         except SseEventTooLarge as exc:
-            assert exc.limit_bytes == limit and exc.observed_bytes > limit
+            assert exc.limit == limit and exc.observed > limit
             assert str(exc).startswith(f"hop client.sse: event exceeds {limit} bytes (read ")
         else:
             raise AssertionError("expected SseEventTooLarge")
@@ -143,8 +143,8 @@ async def test_prompt_at_the_daemon_body_limit_passes_one_byte_over_is_refused_u
         with pytest.raises(RequestTooLarge) as err:
             await client.prompt(session_id, "x" * (limit - overhead + 1))
         assert err.value.status == 413 and err.value.hop == "daemon.api"
-        assert (err.value.limit_bytes, err.value.observed_bytes) == (limit, limit + 1)
-        assert f"limitBytes {limit}, observedBytes {limit + 1}" in str(err.value)
+        assert (err.value.limit, err.value.observed) == (limit, limit + 1)
+        assert f"limit {limit} bytes, observed {limit + 1} bytes" in str(err.value)
         # Exactly the limit: the daemon accepts it (its own boundary is inclusive too).
         prompt_id = await client.prompt(session_id, "x" * (limit - overhead))
         async with aclosing(client.turn_events(session_id, prompt_id)) as stream:

@@ -21,8 +21,8 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild
-from hopline.daemon.sqlite_journal import SqliteJournal
 from hopline.observe.pipe import PipeObservability
+from hopline.store.sqlite_journal import SqliteJournal
 from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError
 
 FRAMES = 20_000  # of about 1 KiB: 20 MiB, far more than the queue, the pipe and the stream buffer
@@ -118,7 +118,15 @@ async def test_a_full_journal_queue_stops_the_pipe_reader_and_the_child_waits(tm
                 await asyncio.sleep(0.01)
         await asyncio.wait_for(engaged(), 30)
         read_when_held = instruments.stats.snapshot()["inbound"]["count"]
-        await asyncio.sleep(0.5)  # room for the child to push more, if the reader still read
+
+        async def child_blocked_in_its_write() -> None:
+            # the kernel says where the child sleeps: in a pipe write once the pipe is full, which it
+            # stays in only while nothing reads (older kernels say pipe_write, newer anon_pipe_write)
+            assert child.pid is not None
+            while "pipe_write" not in Path(f"/proc/{child.pid}/wchan").read_text():
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(child_blocked_in_its_write(), 30)
         read_later = instruments.stats.snapshot()["inbound"]["count"]
         written = child.stderr.lines
         # the reader stopped: not one more frame read; the queue holds its bound plus one read

@@ -15,7 +15,7 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.daemon.bus import Event, EventBus, Subscriber, wire_size
-from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.store.sqlite_journal import SqliteJournal
 
 MakeBus = Callable[..., Any]
 

@@ -16,14 +16,6 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus
-from hopline.daemon.sqlite_journal import (
-    INLINE_MAX_BYTES,
-    JOURNAL_FILE,
-    JOURNAL_SCHEMA,
-    SEGMENTS_DIR,
-    SqliteJournal,
-    probe_rows,
-)
 from hopline.daemon.storage_faults import refusal
 from hopline.store.check import StoreDamaged, check_sqlite, repair, require_usable
 from hopline.store.integrity import (
@@ -33,6 +25,14 @@ from hopline.store.integrity import (
     SEGMENT_SHORT,
 )
 from hopline.store.segments import segment_path
+from hopline.store.sqlite_journal import (
+    INLINE_MAX_BYTES,
+    JOURNAL_FILE,
+    JOURNAL_SCHEMA,
+    SEGMENTS_DIR,
+    SqliteJournal,
+    probe_rows,
+)
 from hopline.vocabulary import DATA_CORRUPT
 
 SMALL = b'{"n":"small"}'

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.journal import EventJournal
-from hopline.daemon.pg_journal import LeaseLost, PgJournal
-from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.store.journal import EventJournal
+from hopline.store.pg_journal import LeaseLost, PgJournal
 from hopline.store.postgres import EVENTS_CHANNEL, migrate
+from hopline.store.sqlite_journal import SqliteJournal
 
 Opener = Callable[..., Awaitable[EventJournal]]
 BACKENDS = [pytest.param("sqlite", id="sqlite"),
@@ -188,3 +188,19 @@ def test_migrations_are_idempotent_under_the_advisory_lock(pg_url: str) -> None:
     with pytest.raises(SchemaTooNew):
         migrate(pg_url)
 
+
+
+async def test_unended_prompts_of_one_session_and_forgotten_allocations(open_journal: Opener) -> None:
+    """Both backends answer the adoption's questions: one session's open prompts, and a staged but
+    uncommitted event forgotten (the store's last id is the truth once get_session reads it)."""
+    journal = await open_journal()
+    for session_id in ("s1", "s2"):
+        await journal.create_session(session_id, {})
+        await journal.open_prompt(session_id, "p_" + session_id)
+    assert await journal.unended_prompts("s2") == [("s2", "p_s2")]
+    assert await journal.unended_prompts() == [("s1", "p_s1"), ("s2", "p_s2")]
+    assert journal.stage("s1", "e", b"{}") == 1
+    journal.forget_allocations("s1")
+    await journal.commit()
+    assert await journal.get_session("s1") is not None
+    assert journal.next_id("s1") == 1 and await journal.last_id("s1") == 0

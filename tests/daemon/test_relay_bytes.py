@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.app import SseStream
 from hopline.daemon.bus import EventBus
-from hopline.daemon.sqlite_journal import SqliteJournal
+from hopline.daemon.routes.sse import SseStream
+from hopline.store.sqlite_journal import SqliteJournal
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES
 
 from .support import running_daemon
@@ -95,7 +95,7 @@ async def test_queued_events_go_out_in_one_write_split_exactly_at_the_bound(tmp_
 
 
 def test_frames_pass_through_from_their_threshold_on() -> None:
-    from hopline.daemon.sessions import _passthrough
+    from hopline.daemon.sessions.relay import passthrough_bytes as _passthrough
     from hopline.wire.ndjson import NdjsonDecoder
 
     def frame_of(size: int) -> object:

@@ -7,7 +7,7 @@ import itertools
 import orjson
 import pytest
 
-from hopline.daemon.session import TRANSITIONS, DaemonSession, IllegalTransition, SessionState
+from hopline.daemon.sessions.state import TRANSITIONS, DaemonSession, IllegalTransition, SessionState
 
 S = SessionState
 ALLOWED = {(S.STARTING, S.READY), (S.READY, S.DETACHED), (S.READY, S.LOADING), (S.LOADING, S.READY),

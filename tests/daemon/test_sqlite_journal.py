@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon import sqlite_journal
 from hopline.daemon.bus import EventBus, Subscriber, wire_size
-from hopline.daemon.sqlite_journal import (
+from hopline.store import sqlite_journal
+from hopline.store.sqlite_journal import (
     INLINE_MAX_BYTES,
     JOURNAL_FILE,
     PAGE_SIZE_BYTES,

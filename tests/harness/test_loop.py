@@ -293,8 +293,12 @@ async def test_cancel_while_waiting_for_the_model(sample: Path) -> None:
     loop = ToolLoop(model, get_profile("appsec", DEFAULT), sample, DEFAULT)
     conversation: list[dict] = []
     task = asyncio.create_task(loop.run(conversation, "go"))
-    while model.turns < 3:
-        await asyncio.sleep(0.01)
+
+    async def third_turn_waiting() -> None:
+        while model.turns < 3:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(third_turn_waiting(), 30)  # a poll with a deadline, never an endless one
     loop.cancel()
     result = await asyncio.wait_for(task, 5)
     assert result.stop_reason == "cancelled" and result.failure is not None

@@ -66,7 +66,7 @@ def test_nesting_at_the_limit_passes_and_one_more_is_refused(limit: int) -> None
         loads_bounded(nested(limit + 1), limit)
     assert refused.value.kind == "json_too_deep"
     assert refused.value.fields == {"field": "(body)", "limit": limit, "observed": limit + 1,
-                                    "setting": "HOPLINE_JSON_MAX_DEPTH"}
+                                    "setting": "HOPLINE_JSON_MAX_DEPTH", "unit": "count"}
 
 
 def test_nesting_past_the_parsers_own_limit_is_the_same_refusal() -> None:

@@ -55,8 +55,8 @@ def test_oversized_event_is_refused_before_it_is_buffered() -> None:
     with pytest.raises(SseEventTooLarge) as err:
         for _ in range(100):
             parser.feed(b"y" * 64)
-    assert err.value.limit_bytes == limit
-    assert err.value.observed_bytes > limit
+    assert err.value.limit == limit
+    assert err.value.observed > limit
     # Never held more than the limit plus the field syntax ("data: ").
     assert parser.max_buffered <= limit + len(b"data: ")
 

@@ -21,9 +21,20 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from hopline import __version__
+
+        typer.echo(f"hopline {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
-    """Keeps `hopline` a group of commands even while one command is registered."""
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print hopline's version and exit.",
+                                 is_eager=True, callback=_print_version),
+) -> None:
+    """An agent server in which every hop has a declared, coordinated, measured byte budget."""
 
 
 def _register_commands() -> None:

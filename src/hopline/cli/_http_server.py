@@ -50,7 +50,8 @@ def too_many_connections_response(hop: str, limit: int, observed: int) -> bytes:
     return _response(503, "Service Unavailable", error_body(
         hop, "too_many_connections",
         f"this would be connection {observed} open at once on {hop}, over the limit of {limit} "
-        f"({setting}); retry when fewer are open", limit=limit, observed=observed, setting=setting))
+        f"({setting}); retry when fewer are open",
+        **CEILINGS_BY_KEY["max_connections"].exceeded(limit, observed).limit_fields()))
 
 
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
@@ -126,9 +127,11 @@ def freeze_startup_heap() -> None:
 
 def uvicorn_config(app: Any, budget: Budget, hop: str, **options: Any) -> Any:
     """The ``uvicorn.Config`` both servers run: no access log (request lines carry session ids,
-    SPEC O-5), the budget's keep-alive timeout, and the guarded protocol."""
+    SPEC O-5), the budget's keep-alive timeout, and the guarded protocol. uvicorn's own records go
+    through hopline's JSON formatter (``log_config=None``: uvicorn installs no handler of its own)."""
     import uvicorn
 
+    options.setdefault("log_config", None)
     protocol = guarded_protocol(budget, hop)
     if protocol is None:
         log.warning("httptools is not installed: no request head deadline and no connection ceiling")

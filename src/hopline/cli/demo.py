@@ -246,8 +246,8 @@ def _exit_code(naive: bool, summary: dict[str, Any]) -> int:
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
-        naive: bool = typer.Option(False, "--naive", help="Replay the seed's incident (100kb gateway limit, "
-                                   "content-only estimate): the gates die with 413 of origin code."),
+        naive: bool = typer.Option(False, "--naive", help="Run without hopline's budget (a 100kb gateway "
+                                   "limit, a text-only estimate): the gates die with 413 of origin code."),
         as_json: bool = typer.Option(False, "--json", help="Print only the summary, as one JSON object."),
     ) -> None:
         """Gate a sample pull request with the four gate agents and a fixing dev agent; every hop's budget."""

@@ -254,6 +254,24 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
         return await one(client)
 
 
+def check_gate_arguments(budget: Budget, *, agents: list[str], rounds: int | None, fix: bool,
+                         dev_session: str | None) -> None:
+    """What the daemon would refuse with a 422 or 400, refused here first, as the CLI's own usage error,
+    before any stack starts."""
+    from hopline.harness.profiles import GATE_PROFILES
+
+    for name in agents:
+        if name not in GATE_PROFILES:
+            raise typer.BadParameter(f"{name!r} is not a gate agent; choose from {', '.join(GATE_PROFILES)}",
+                                     param_hint="--agent")
+    if rounds is not None and not 1 <= rounds <= budget.gate_max_rounds:
+        raise typer.BadParameter(f"{rounds} is not between 1 and {budget.gate_max_rounds} "
+                                 "(HOPLINE_GATE_MAX_ROUNDS)", param_hint="--rounds")
+    if fix and dev_session is not None:
+        raise typer.BadParameter("--fix makes its own dev session; --dev-session attaches one that waits: "
+                                 "give one of them", param_hint="--dev-session")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def gate(
@@ -277,6 +295,7 @@ def register(app: typer.Typer) -> None:
         from hopline.cli.run import parse_scripted
 
         budget = budget_or_exit()
+        check_gate_arguments(budget, agents=agent or [], rounds=rounds, fix=fix, dev_session=dev_session)
         workspace = os.path.abspath(repo or os.getcwd())
         if url is not None and token is None:
             token = os.environ.get(TOKEN_ENV)

@@ -319,11 +319,10 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
                               "could not be delivered (see the lines above)[/]")
             if tracker.failed:
                 console.print(f"[bold red]{_escape(tracker.error_summary())}[/]")
-            else:
-                from rich.panel import Panel
-
-                console.print(Panel(_escape(tracker.final_text.strip() or "(no text)"),
-                                    title=f"final answer · {tracker.stop_reason}", expand=False))
+            else:  # the text itself streamed above, as it came: said once, not repeated here
+                shown = "above" if tracker.final_text.strip() else "no text"
+                console.print(f"[bold]final answer · {_escape(str(tracker.stop_reason))}[/] ({shown})",
+                              highlight=False)
         last_refs[:] = tracker.sidecar_refs()
         return 1 if tracker.failed else 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
-from hopline.vocabulary import AGENT_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
+from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 
 def event_loop_kind() -> dict[str, str]:
@@ -70,10 +70,11 @@ def register(app: typer.Typer) -> None:
         argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
         if data_dir:
             root = Path(data_dir)
-        elif os.environ.get("HOPLINE_DATA_DIR"):
-            root = Path(os.environ["HOPLINE_DATA_DIR"])
+        elif os.environ.get(DATA_DIR_ENV):
+            root = Path(os.environ[DATA_DIR_ENV])
         else:
             root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
+        sock = bind_or_exit(host, port, "serve")  # a busy port is said before a token is printed
         server_token = os.environ.get(SERVER_TOKEN_ENV, "")
         generated_token = not server_token
         if generated_token:
@@ -81,7 +82,6 @@ def register(app: typer.Typer) -> None:
             print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
         internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
 
-        sock = bind_or_exit(host, port, "serve")
         bound_port = sock.getsockname()[1]
         url_host = f"[{host}]" if ":" in host else host
         url = f"http://{url_host}:{bound_port}"
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
         # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
         # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
-        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, log_config=None, loop="auto",
+        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
                                 timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
         server = DaemonServer(config)
         # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.

@@ -134,8 +134,9 @@ def register(app: typer.Typer) -> None:
                                                   help="Override the profile's context window (tokens)."),
         write_bytes: int | None = typer.Option(None, "--write-bytes", min=0,
                                                help="write_file argument size (dev; default 32 KiB)."),
-        seed: int = typer.Option(0, "--seed"),
-        naive: bool = typer.Option(False, "--naive", help="The seed's old rules (reproduce the incident)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the generated workspace and model."),
+        naive: bool = typer.Option(False, "--naive", help="Without hopline's budget: the text-only estimate "
+                                   "and a 100kb gateway limit."),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     ) -> None:
         """Run the tool loop in-process with the scripted model and print one row per iteration."""

@@ -50,7 +50,7 @@ def check(
     if location.path is None:
         report = _check_postgres(location.dsn, repair)
     else:
-        from hopline.daemon.sqlite_journal import JOURNAL_SCHEMA
+        from hopline.store.sqlite_journal import JOURNAL_SCHEMA
 
         found = repair_sqlite(location.path, JOURNAL_SCHEMA) if repair else check_sqlite(location.path)
         report = found.to_json()

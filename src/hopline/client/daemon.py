@@ -22,8 +22,8 @@ from hopline.budget import (
     HOP_DAEMON_API,
     HOP_SIDECARS,
     Budget,
-    CeilingExceeded,
     HoplineError,
+    LimitExceeded,
 )
 from hopline.client.events import Event, SidecarRef
 from hopline.sidecars.projection import restore_update
@@ -38,24 +38,27 @@ class DaemonError(HoplineError):
     def __init__(self, status: int, body: Any, method: str, route: str) -> None:
         self.status = status
         self.body = body
-        # The daemon answers {"error": {"type", "hop", "message", "limitBytes"?, "observedBytes"?}}.
+        # The daemon answers {"error": {"type", "hop", "message", ...}}; a limit passed adds
+        # "setting", "limit", "observed", "unit" (hopline.errors.LimitExceeded).
         error = body.get("error") if isinstance(body, dict) else None
         fields: dict[str, Any] = error if isinstance(error, dict) else body if isinstance(body, dict) else {}
         self.hop = str(fields.get("hop") or HOP_DAEMON_API)
         self.type = fields.get("type")
         detail = fields.get("message") or fields.get("detail") or (fields or body)
-        sizes = "".join(f", {key} {fields[key]}" for key in ("limitBytes", "observedBytes") if key in fields)
-        # Named, not super(): a subclass may also be a CeilingExceeded (RequestTooLarge).
-        HoplineError.__init__(self, f"hop {self.hop}: {method} {route} -> {status}: {detail}{sizes}")
+        unit = f" {fields['unit']}" if isinstance(fields.get("unit"), str) else ""
+        sizes = "".join(f", {key} {fields[key]}{unit}" for key in ("limit", "observed") if key in fields)
+        # Named, not super(): a subclass may also be a LimitExceeded (RequestTooLarge).
+        answered = f" -> {status}" if status else ""  # 0: no answer at all (a transport failure)
+        HoplineError.__init__(self, f"hop {self.hop}: {method} {route}{answered}: {detail}{sizes}")
 
 
-class RequestTooLarge(DaemonError, CeilingExceeded):
+class RequestTooLarge(DaemonError, LimitExceeded):
     """A request body over the daemon's JSON body limit: refused by the client, never sent. Both a
-    :class:`DaemonError` (status 413, the daemon's body) and a :class:`CeilingExceeded`."""
+    :class:`DaemonError` (status 413, the daemon's body) and a :class:`LimitExceeded`."""
 
     def __init__(self, method: str, route: str, limit: int, observed: int) -> None:
         ceiling = CEILINGS_BY_KEY["daemon_json_body_limit"]
-        CeilingExceeded.__init__(self, ceiling.hop, ceiling.name, limit, observed,
+        LimitExceeded.__init__(self, ceiling.hop, ceiling.name, limit, observed,
                                  f"request body over the daemon JSON body limit ({ceiling.name}); not sent",
                                  kind="request_too_large")
         DaemonError.__init__(self, 413, self.to_json(), method, route)
@@ -153,6 +156,10 @@ class DaemonClient:
         try:
             return await self._http.request(method, self.base_url + route, content=content, params=params,
                                             headers=headers if headers is not None else self._headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            message = f"nothing answers at {self.base_url} (is a hopline daemon running there?)"
+            raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "daemon_unreachable",
+                                            "message": message}}, method, _route_shape(route)) from exc
         except httpx.TransportError as exc:
             raise DaemonError(0, {"error": {"hop": HOP_DAEMON_API, "type": "connection_failed",
                                             "message": f"{type(exc).__name__}: {exc}"[:256]}},

@@ -1,6 +1,6 @@
 """The event bus (SPEC D-3..D-5): journal, per-session ring, per-subscriber bounded queues.
 
-One bus over any :class:`~hopline.daemon.journal.EventJournal`. ``publish`` stages the event in the
+One bus over any :class:`~hopline.store.journal.EventJournal`. ``publish`` stages the event in the
 journal (which gives it its id) and hands it to the journal's writer; once its commit resolves, the
 bus appends it to the session's ring (bounded by ``ring_max_events`` and ``ring_max_bytes``) and
 offers it to every subscriber. A subscriber's queue is bounded by count (``maxQueued``, the only
@@ -45,9 +45,10 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget, HoplineError
-from hopline.daemon.journal import EventJournal, JournalRow
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
+from hopline.errors import HoplineError
 from hopline.store.integrity import CorruptCount, corrupt_json
+from hopline.store.journal import EventJournal, JournalRow
 from hopline.vocabulary import CLIENT_EVICTED, DATA_CORRUPT, FRAME_DROPPED, SLOW_CLIENT_WARNING
 
 log = logging.getLogger("hopline.daemon.bus")
@@ -170,11 +171,6 @@ class Subscriber:
                     "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
                     "lastQueuedEventId": event.id}))
         self._wake()
-
-    def offer_synthetic(self, event: Event) -> None:
-        """A synthetic event about the session (``frame_dropped``): in order with the others, and
-        under the same bounds. Only the queue's own warning and eviction jump the line."""
-        self.offer(event)
 
     def _evict(self, event: Event) -> None:
         dropped = len(self._queue)

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV
+from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError, NdjsonDecoder
 
@@ -41,7 +41,7 @@ SAFE_BASE_ENV: frozenset[str] = frozenset({
 })
 SAFE_BASE_PREFIXES: tuple[str, ...] = ("LC_",)
 # hopline's own non-secret settings the agent reads (the budget's variables travel via to_env()).
-HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({"HOPLINE_NAIVE", "HOPLINE_PERMISSION_MODE"})
+HOPLINE_SETTINGS_ENV: frozenset[str] = frozenset({NAIVE_ENV, PERMISSION_MODE_ENV})
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 JSONRPC_METHOD_NOT_FOUND = -32601

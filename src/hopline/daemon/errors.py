@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import Budget, CeilingExceeded, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError, LimitExceeded
 from hopline.daemon.child import AgentExited, AgentRpcError
 
 
@@ -26,11 +26,18 @@ class SessionError(HoplineError):
         self.body = {"error": {"type": kind, "message": message, **extra}}
 
     @classmethod
-    def from_ceiling(cls, status: int, exceeded: CeilingExceeded, kind: str) -> SessionError:
-        """A size error, in the one "too large" shape (:meth:`CeilingExceeded.to_json`)."""
+    def from_limit(cls, status: int, exceeded: LimitExceeded, kind: str) -> SessionError:
+        """A limit passed, a size or a count, in the one shape (:meth:`LimitExceeded.to_json`)."""
         error = cls(status, kind, exceeded.message)
         error.body = {"error": {**exceeded.to_json()["error"], "type": kind}}
         return error
+
+    @classmethod
+    def over_limit(cls, status: int, kind: str, key: str, limit: int | float, observed: int | float,
+                   message: str, *, hop: str, **extra: Any) -> SessionError:
+        """The budget ceiling ``key`` refused this (:meth:`hopline.budget.Ceiling.exceeded`)."""
+        return cls.from_limit(status, CEILINGS_BY_KEY[key].exceeded(limit, observed, message, hop=hop,
+                                                                    **extra), kind)
 
 
 def echoed(data: Any, max_bytes: int) -> Any:

@@ -28,9 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
 from hopline.daemon.bus import EventBus
-from hopline.daemon.cluster import Cluster
-from hopline.daemon.journal import EventJournal
-from hopline.daemon.sessions import SessionError, SessionManager
+from hopline.daemon.errors import SessionError
+from hopline.daemon.routes.sse import open_event_stream
+from hopline.daemon.sessions.manager import SessionManager
+from hopline.daemon.sessions.ownership import Ownership
 from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import (
     CHECKOUT_DIR,
@@ -47,6 +48,7 @@ from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
+from hopline.store.journal import EventJournal
 from hopline.vocabulary import CLIENT_EVICTED, STREAM_KIND, STREAM_KIND_GATE
 
 log = logging.getLogger("hopline.daemon.gates")
@@ -100,18 +102,18 @@ class ManagerDriver:
                 self.bus.unsubscribe(subscriber)
 
     async def cancel(self, session_id: str) -> None:
-        session = self.manager.sessions.get(session_id)
+        session = self.manager.find(session_id)
         if session is not None and session.child is not None and session.state == "ready":
             await self.manager.cancel(session)
 
     async def delete(self, session_id: str) -> None:
-        session = self.manager.sessions.get(session_id)
+        session = self.manager.find(session_id)
         if session is not None:
             await self.manager.delete(session)
 
     def has_session(self, session_id: str) -> bool:
         """A session this daemon holds in memory (a journaled one is loaded by :meth:`load_session`)."""
-        return session_id in self.manager.sessions
+        return self.manager.find(session_id) is not None
 
     async def load_session(self, session_id: str) -> bool:
         """Whether the session exists, read back from the journal into memory when it must be."""
@@ -210,18 +212,16 @@ class GateRegistry:
         running = len(self.in_progress())
         if running >= budget.max_gate_runs:
             setting = CEILINGS_BY_KEY["max_gate_runs"].name
-            raise SessionError(429, "too_many_gate_runs",
-                               f"this would be gate run {running + 1} in progress in this daemon, over the "
-                               f"limit of {budget.max_gate_runs} ({setting}); wait for one to end",
-                               hop=HOP_GATE, limit=budget.max_gate_runs, observed=running + 1,
-                               setting=setting)
+            message = (f"this would be gate run {running + 1} in progress in this daemon, over the limit "
+                       f"of {budget.max_gate_runs} ({setting}); wait for one to end")
+            raise SessionError.over_limit(429, "too_many_gate_runs", "max_gate_runs", budget.max_gate_runs,
+                                          running + 1, message, hop=HOP_GATE)
         rounds = body.rounds if body.rounds is not None else DEFAULT_ROUNDS
         if not 1 <= rounds <= budget.gate_max_rounds:
             setting = CEILINGS_BY_KEY["gate_max_rounds"].name
-            raise SessionError(400, "invalid_rounds",
-                               f"rounds={rounds} is outside 1..{budget.gate_max_rounds} ({setting})",
-                               hop=HOP_GATE, field="rounds", limit=budget.gate_max_rounds,
-                               observed=rounds, setting=setting)
+            raise SessionError.over_limit(400, "invalid_rounds", "gate_max_rounds", budget.gate_max_rounds,
+                                          rounds, f"rounds={rounds} is outside 1..{budget.gate_max_rounds} "
+                                          f"({setting})", hop=HOP_GATE, field="rounds")
         if body.fix and body.devSessionId is not None:
             raise SessionError(400, "invalid_gate_request",
                                "fix makes its own dev session on the head checkout; devSessionId attaches "
@@ -251,33 +251,30 @@ class GateRegistry:
             await asyncio.to_thread(run.resolve)
         except RepoError as exc:
             raise SessionError(422, "invalid_gate_request", str(exc), hop=HOP_GATE) from None
-        if len(self.in_progress()) >= budget.max_gate_runs:  # others started while git ran
-            raise SessionError(429, "too_many_gate_runs", "the gate runs in progress reached the limit "
-                               f"of {budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
-                               hop=HOP_GATE, limit=budget.max_gate_runs,
-                               setting=CEILINGS_BY_KEY["max_gate_runs"].name)
+        running = len(self.in_progress())
+        if running >= budget.max_gate_runs:  # others started while git ran
+            raise SessionError.over_limit(429, "too_many_gate_runs", "max_gate_runs", budget.max_gate_runs,
+                                          running + 1, "the gate runs in progress reached the limit of "
+                                          f"{budget.max_gate_runs} ({CEILINGS_BY_KEY['max_gate_runs'].name})",
+                                          hop=HOP_GATE)
         self._forget_ended()
         await self.journal.create_session(run.id, {STREAM_KIND: STREAM_KIND_GATE})  # opens its stream
-        cluster = self.driver.manager.cluster
-        if cluster is not None:  # on a shared store, a stream is written under its lease
-            await cluster.claim_new(run.id)
-            self.driver.manager.owned.add(run.id)
+        ownership = self.driver.manager.ownership
+        await ownership.claim_new(run.id)  # on a shared store, a stream is written under its lease
         self.runs[run.id] = run
         run.start()
-        if cluster is not None:
-            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run, cluster)))
+        if ownership.cluster is not None:
+            self._releases.add(task := asyncio.ensure_future(self._release_when_done(run, ownership)))
             task.add_done_callback(self._releases.discard)
         log.info("gate run started", extra={"agents": len(request.agents), "fix": request.fix,
                                             "rounds": rounds})
         return run
 
-    async def _release_when_done(self, run: GateRun, cluster: Cluster) -> None:
+    async def _release_when_done(self, run: GateRun, ownership: Ownership) -> None:
         """Once the run has ended and its last event is committed, its stream's lease goes."""
         await run.wait()
         await self.bus.flushed()
-        self.driver.manager.owned.discard(run.id)
-        with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
-            await cluster.release(run.id)
+        await ownership.release(run.id)
 
     def _forget_ended(self) -> None:
         """Keep the newest ``HOPLINE_GATE_RUNS_KEPT`` ended runs in memory; an older one's stream ring
@@ -369,7 +366,6 @@ def gate_router(registry: GateRegistry) -> APIRouter:
         maxQueued: Annotated[int | None, Query(ge=MAX_QUEUED_RANGE[0], le=MAX_QUEUED_RANGE[1])] = None,
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> Any:
-        from hopline.daemon.app import open_event_stream
 
         await registry.result(gate_id)  # 404 for a run this daemon never had
         return await open_event_stream(registry.bus, registry.budget, gate_id, max_queued=maxQueued,

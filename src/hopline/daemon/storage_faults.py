@@ -5,15 +5,18 @@ disk is full (``ENOSPC`` anywhere in the exception's chain, SQLite's ``SQLITE_FU
 ``disk_full``), 503 ``storage_unavailable`` for any other storage failure (an I/O error, a store
 that stopped answering, a connection killed). Both name the hop (``daemon.journal``) and the
 exception's type, never a path or a value. :func:`refusal` is the one mapping; the routes and the
-session manager call it wherever a commit stands between a request and its 2xx.
+session manager call it wherever a commit stands between a request and its 2xx (:func:`commit_first`
+for a request that is one event).
 """
 
 from __future__ import annotations
 
 import errno
 import sqlite3
+from typing import Any
 
 from hopline.budget import HOP_JOURNAL
+from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
 
 STORAGE_FULL = "storage_full"
@@ -66,3 +69,15 @@ def refusal(exc: BaseException, what: str) -> SessionError:
     return SessionError(503, STORAGE_UNAVAILABLE, f"{what} was not accepted: the daemon's store failed "
                         f"({name}; nothing was sent to the agent); retry later",
                         hop=HOP_JOURNAL, reason="store_failed", exception=name)
+
+
+async def commit_first(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any],
+                       what: str) -> None:
+    """Write-ahead (T-1): the request's row is committed before the agent hears of it, else the
+    client gets 507/503 (:func:`refusal`) and the agent nothing."""
+    try:
+        await bus.publish_committed(session_id, event_type, data)
+    except Exception as exc:
+        if not is_storage_fault(exc):
+            raise
+        raise refusal(exc, what) from None

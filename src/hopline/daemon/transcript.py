@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import orjson
 
-from hopline.daemon.journal import EventJournal
 from hopline.daemon.storage_faults import is_storage_fault, refusal
 from hopline.store.integrity import corrupt_json
+from hopline.store.journal import EventJournal
 
 
 async def transcript_page(journal: EventJournal, session_id: str, after: int, *, page_max_bytes: int,

@@ -7,7 +7,7 @@ compacting or hung gate keeps it waiting; only terminal items (a verdict, or ``g
 move on. :class:`DevStateMachine` holds that rule as a named invariant enforced by code
 (:data:`NO_MOVE_WHILE_PENDING`), over an explicit transition table (:data:`DEV_TRANSITIONS`). A run
 moves through :data:`RUN_TRANSITIONS` (:class:`RunState`), as a daemon session moves through
-``hopline.daemon.session.TRANSITIONS``.
+``hopline.daemon.sessions.state.TRANSITIONS``.
 """
 
 from __future__ import annotations

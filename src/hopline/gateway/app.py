@@ -28,10 +28,13 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from pydantic import ValidationError
 
+from hopline import __version__
 from hopline.budget import HOP_GATEWAY, Budget
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
-from hopline.gateway.errors import error_response, install_error_handlers
+from hopline.gateway.errors import error_response
+from hopline.gateway.handlers import install_error_handlers
+from hopline.gateway.incidents import LastResort
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
@@ -111,7 +114,7 @@ def create_gateway_app(
         finally:
             await provider.aclose()
 
-    app = FastAPI(title="hopline gateway", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(title="hopline gateway", version=__version__, lifespan=lifespan)
     app.state.budget = budget
     app.state.metrics = metrics
     app.state.body_stats = body_stats if body_stats is not None else BodyLimitStats()
@@ -171,4 +174,5 @@ def create_gateway_app(
     app.add_middleware(BearerTokenMiddleware, token=token, hop=HOP_GATEWAY, session_tokens=session_tokens,
                        session_of_path=llm_turn_session(route_prefix))
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(LastResort, hop=HOP_GATEWAY)  # outermost: added last
     return app

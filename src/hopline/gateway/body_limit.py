@@ -11,7 +11,7 @@ that passes the limit (so it holds at most the limit plus one received message),
 the limit is replayed to the app whole. Reading first is what makes one middleware serve both apps:
 FastAPI's body-parameter parsing turns an exception raised from ``receive()`` into a 400, so a
 limit enforced from inside the app's reads could not answer the daemon's routes with a 413. The
-413 is the one "too large" shape, :meth:`hopline.budget.CeilingExceeded.to_json`, naming the hop,
+413 is the one "too large" shape, :meth:`hopline.budget.LimitExceeded.to_json`, naming the hop,
 the setting, the limit and the size seen.
 
 Two more rules for hostile clients (SPEC D-10): a body still incomplete ``read_timeout`` seconds
@@ -60,7 +60,7 @@ class BodyLimitStats:
 
 
 def too_large_error(ceiling: str, limit: int, observed: int, *, cut: bool) -> dict[str, Any]:
-    """The 413 body: the :class:`~hopline.budget.CeilingExceeded` of ``ceiling``. ``cut``: the body
+    """The 413 body: the :class:`~hopline.budget.LimitExceeded` of ``ceiling``. ``cut``: the body
     was read until it passed the limit (``observedBytes`` is what was read, also ``receivedBytes``),
     else its declared ``Content-Length`` alone was over it."""
     hop = CEILINGS_BY_KEY[ceiling].hop

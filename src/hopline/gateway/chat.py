@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hopline.budget import CEILINGS_BY_KEY, CeilingExceeded
+from hopline.budget import CEILINGS_BY_KEY, LimitExceeded
 from hopline.harness.failures import CONTEXT_LENGTH_RE, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure, Usage
 
@@ -107,7 +107,7 @@ def _utf8(text: str) -> int:
     return len(text.encode("utf-8"))
 
 
-class ResponseTooLarge(CeilingExceeded):
+class ResponseTooLarge(LimitExceeded):
     """The deltas of a streamed answer passed the response ceiling."""
 
 

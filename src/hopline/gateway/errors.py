@@ -1,7 +1,8 @@
 """hopline's HTTP error shape, for every error the daemon API and the gateway answer (SPEC D-10).
 
 One shape: ``{"error": {"type", "hop", "message", ...}}``, with the limit and the size or count
-seen when a ceiling refused the request. :func:`install_error_handlers` puts FastAPI's own errors
+seen when a ceiling refused the request. :func:`~hopline.gateway.handlers.install_error_handlers`
+puts FastAPI's own errors
 (request validation 422, unknown route 404, method 405) in that shape, never echoing the input,
 and answers every :class:`~hopline.wire.input.InputRefused` a route raises with a 400;
 :func:`bounded_json_route` makes FastAPI parse JSON bodies with :func:`hopline.wire.input.loads_bounded`
@@ -13,16 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hopline.budget import HoplineError
 from hopline.wire.input import InputRefused, loads_bounded
 
-_STATUS_KINDS = {404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
+STATUS_KINDS = {404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
                  415: "unsupported_media_type"}
 
 
@@ -68,23 +68,6 @@ def request_error_response(exc: RequestError, hop: str) -> JSONResponse:
     errors = field_errors_of(exc.errors())
     return error_response(422, hop, "invalid_request", f"{errors[0]['field']}: {errors[0]['message']}",
                           field=errors[0]["field"], errors=errors)
-
-
-def install_error_handlers(app: FastAPI, hop: str) -> None:
-    """FastAPI's own errors in hopline's shape, naming ``hop``."""
-
-    async def refused(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestError)
-        return request_error_response(exc, hop)
-
-    async def http_error(_: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        kind = _STATUS_KINDS.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, hop, kind, str(exc.detail), headers=exc.headers)
-
-    for error in (RequestValidationError, RefusedBody, InputRefused):
-        app.add_exception_handler(error, refused)
-    app.add_exception_handler(StarletteHTTPException, http_error)
 
 
 def bounded_json_route(max_depth: int, hop: str | None = None) -> type[APIRoute]:

@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import HOP_PROVIDER, Budget, CeilingExceeded, HoplineError
+from hopline.budget import HOP_PROVIDER, Budget, HoplineError, LimitExceeded
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -290,10 +290,10 @@ class OpenAIProvider:
                 raise self._cut(received, raw_bytes, type(exc).__name__, timed_out=timed_out) from None
         except SseEventTooLarge as exc:
             raise ProviderFailure("model", f"one event of the provider's stream passed "
-                                  f"{exc.limit_bytes} bytes ({exc.setting}); cut", gateway_status=502,
-                                  limit_bytes=exc.limit_bytes, observed_bytes=exc.observed_bytes) from None
+                                  f"{exc.limit} bytes ({exc.setting}); cut", gateway_status=502,
+                                  limit_bytes=exc.limit, observed_bytes=exc.observed) from None
         except ResponseTooLarge as exc:
-            raise self._too_large(exc.observed_bytes, "streamed answer") from None
+            raise self._too_large(int(exc.observed), "streamed answer") from None
         if not received.chunks:
             raise self._malformed("the stream held no chunk")
         try:
@@ -346,8 +346,8 @@ class OpenAIProvider:
         try:
             return await read_bounded(resp.aiter_bytes(), self.response_max_bytes,
                                       ceiling="provider_response_max_bytes")
-        except CeilingExceeded as exc:
-            raise self._too_large(exc.observed_bytes, "answer") from None
+        except LimitExceeded as exc:
+            raise self._too_large(int(exc.observed), "answer") from None
 
     async def aclose(self) -> None:
         if self._own_client:

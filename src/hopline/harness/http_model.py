@@ -20,7 +20,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from hopline.budget import HOP_GATEWAY, Budget, CeilingExceeded, KiB
+from hopline.budget import HOP_GATEWAY, Budget, KiB, LimitExceeded
 from hopline.harness.failures import classify_http_status, over_ceiling
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
 from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
@@ -193,9 +193,9 @@ async def _read_bounded(response: httpx.Response, limit: int) -> bytes:
     """The answer's bytes; past ``limit`` the read stops and the turn fails (origin model)."""
     try:
         return await read_bounded(response.aiter_bytes(), limit, ceiling="provider_response_max_bytes")
-    except CeilingExceeded as exc:
+    except LimitExceeded as exc:
         raise TurnFailure("model", f"gateway answer passed {limit} bytes ({exc.setting})", hop=HOP_GATEWAY,
-                          limit_bytes=limit, observed_bytes=exc.observed_bytes) from None
+                          limit_bytes=limit, observed_bytes=int(exc.observed)) from None
 
 
 def _parse_answer(raw: bytes) -> LlmTurnResponse:
@@ -242,13 +242,14 @@ def failure_from_response(status: int, raw: bytes, size: int) -> TurnFailure:
 def failure_from_error(error: dict[str, Any], status: int | None, size: int | None) -> TurnFailure:
     """The failure of our gateway's error object; ``status`` is None inside a stream (answered 200)."""
     hop = error.get("hop") or HOP_GATEWAY
-    limit = error.get("limitBytes")
+    limit = error.get("limit", error.get("limitBytes"))  # the one limit shape; then the first one's key
+    observed = error.get("observed", error.get("observedBytes"))
     message = str(error.get("message") or f"gateway answered HTTP {status}")
     if status == 413:
         # 413 is code, never model (SPEC H-8), whatever the body says.
         return TurnFailure("code", message, status=error.get("status", 413), hop=hop, limit_bytes=limit,
-                           observed_bytes=error.get("observedBytes", size), size_error=True)
+                           observed_bytes=observed if observed is not None else size, size_error=True)
     origin = error.get("origin")
     return TurnFailure(origin if origin in ORIGINS else "model", message, status=error.get("status", status),
-                       hop=hop, limit_bytes=limit, observed_bytes=error.get("observedBytes"),
+                       hop=hop, limit_bytes=limit, observed_bytes=observed,
                        size_error=bool(error.get("sizeError")), retryable=bool(error.get("retryable")))

@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
-from hopline.budget import HoplineError
+from hopline.budget import HoplineError, LimitExceeded
 
 Origin = Literal["code", "model", "tool", "cancelled"]
 Purpose = Literal["turn", "summary"]
@@ -116,15 +116,19 @@ class TurnFailure(HoplineError):
     def to_json(self) -> dict[str, Any]:
         """The JSON error shape shared by the gateway and the harness."""
         error: dict[str, Any] = {"type": "turn_failure", "origin": self.origin, "message": self.message}
-        for key, value in (
-            ("status", self.status),
-            ("hop", self.hop),
-            ("setting", self.setting),
-            ("limitBytes", self.limit_bytes),
-            ("observedBytes", self.observed_bytes),
-        ):
+        for key, value in (("status", self.status), ("hop", self.hop), ("setting", self.setting)):
             if value is not None:
                 error[key] = value
+        if self.limit_bytes is not None and self.observed_bytes is not None:
+            # a byte limit passed: the one limit shape's keys (hopline.errors.LimitExceeded.fields)
+            exceeded = LimitExceeded("", "", self.limit_bytes, self.observed_bytes)
+            # (sizeError is this failure's own: a byte limit passed is not always one to compact for)
+            own = ("hop", "setting", "sizeError")
+            error.update({k: v for k, v in exceeded.fields().items() if k not in own})
+        else:
+            for key, value in (("limitBytes", self.limit_bytes), ("observedBytes", self.observed_bytes)):
+                if value is not None:
+                    error[key] = value
         if self.size_error:
             error["sizeError"] = True
         if self.retryable:

@@ -117,10 +117,6 @@ class ScriptSettings:
                    if isinstance(raw.get(key), int) and not isinstance(raw.get(key), bool) and raw[key] >= 0}
         return dataclasses.replace(self, **changes)
 
-    def to_params(self) -> dict[str, Any]:
-        return {"scripted": {"seed": self.seed, "toolsPerIteration": self.tools_per_iteration,
-                             "iterations": self.iterations, "writeBytes": self.write_bytes}}
-
 
 _text = review.message_text
 

@@ -178,10 +178,6 @@ class IncrementalEstimator:
         return len(self._objects)
 
     @property
-    def estimate_bytes(self) -> int:
-        return self._sum_estimate
-
-    @property
     def estimate_tokens(self) -> int:
         return tokens_for_bytes(self._sum_estimate, self.budget)
 

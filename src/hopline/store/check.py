@@ -307,17 +307,18 @@ def check_recent_events(dsn: str) -> int:
     store does not answer."""
     import logging
 
+    import psycopg
+
     from hopline.store.integrity import verified
     from hopline.store.postgres import connect
-
-    import psycopg
 
     try:
         with connect(dsn) as conn:
             rows = conn.execute("SELECT data, crc FROM events ORDER BY ctid DESC LIMIT %s",
                                 (PG_CHECK_EVENTS,)).fetchall()
     except psycopg.Error as exc:
-        raise StoreUnavailable(f"the PostgreSQL store failed its startup check ({type(exc).__name__})") from None
+        raise StoreUnavailable(
+            f"the PostgreSQL store failed its startup check ({type(exc).__name__})") from None
     damaged = sum(1 for data, crc in rows if not verified(bytes(data), crc))
     if damaged:
         logging.getLogger("hopline.store").error("damaged events in the store", extra={

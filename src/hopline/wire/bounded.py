@@ -10,7 +10,7 @@ from hopline.budget import CEILINGS_BY_KEY
 
 async def read_bounded(chunks: AsyncIterable[bytes], limit: int, *, ceiling: str) -> bytes:
     """The chunks joined; the read stops at the first chunk that passes ``limit`` and raises the
-    :class:`CeilingExceeded` of the budget key ``ceiling`` (the bytes read so far observed)."""
+    :class:`LimitExceeded` of the budget key ``ceiling`` (the bytes read so far observed)."""
     parts: list[bytes] = []
     size = 0
     async for chunk in chunks:

@@ -80,10 +80,6 @@ class PipeTap:
         """A message of ``size`` frame bytes was successfully read and decoded."""
         self._notify(size, message)
 
-    def notify_written(self, size: int, message: Any) -> None:
-        """A message of ``size`` frame bytes was successfully written (call only after the write)."""
-        self._notify(size, message)
-
     async def write_observed(self, write: Callable[[bytes], Awaitable[None]], message: Any) -> int:
         """Encode ``message``, await ``write(line)``, then notify; return the frame size.
 

@@ -77,7 +77,8 @@ def too_deep(observed: int, limit: int) -> InputRefused:
     setting = CEILINGS_BY_KEY["json_max_depth"].name
     return InputRefused("json_too_deep",
                         f"the body is nested at least {observed} levels deep, over the limit of {limit} "
-                        f"({setting})", field="(body)", limit=limit, observed=observed, setting=setting)
+                        f"({setting})", field="(body)",
+                        **CEILINGS_BY_KEY["json_max_depth"].exceeded(limit, observed).limit_fields())
 
 
 def parse_decimal_id(text: str, name: str) -> int:

@@ -8,7 +8,7 @@ buffered. Multi-line ``data:`` is joined with ``\\n``.
 
 The size of an event is the bytes of the field values it delivers: its data (lines joined with
 ``\\n``), its ``event`` type and its ``id``. An event over ``max_event_bytes`` raises
-:class:`SseEventTooLarge` (a :class:`~hopline.budget.CeilingExceeded` naming the reader's ceiling)
+:class:`SseEventTooLarge` (a :class:`~hopline.budget.LimitExceeded` naming the reader's ceiling)
 as soon as the running size passes the limit, before the offending bytes are buffered, so the
 parser never holds more than the limit plus one field prefix.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from hopline.budget import CEILINGS_BY_KEY, CeilingExceeded
+from hopline.budget import CEILINGS_BY_KEY, LimitExceeded
 
 _EOL = re.compile(rb"[\r\n]")
 _BOM = b"\xef\xbb\xbf"
@@ -26,7 +26,7 @@ _BOM = b"\xef\xbb\xbf"
 _KEPT_FIELDS = (b"data", b"event", b"id")
 
 
-class SseEventTooLarge(CeilingExceeded):
+class SseEventTooLarge(LimitExceeded):
     """An SSE event passed the reader's limit; nothing past the limit was buffered."""
 
 

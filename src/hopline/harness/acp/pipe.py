@@ -11,7 +11,7 @@ child process writing to its stdout can then never corrupt the protocol stream.
 agree on every frame (B-4): a line of ``max_frame_bytes`` passes (a trailing ``\\r`` is not part of
 the frame), one byte more is discarded up to its newline (never buffered past the limit), reported
 on stderr with its size only, and the channel goes on. Outgoing frames over the same max frame are
-refused before writing (:class:`~hopline.budget.CeilingExceeded`).
+refused before writing (:class:`~hopline.budget.LimitExceeded`).
 """
 
 from __future__ import annotations

@@ -42,8 +42,10 @@ function describeError(body, fallback) {
   if (error && typeof error === 'object') {
     const parts = [error.message || error.type || fallback];
     if (error.hop) parts.push(`hop ${error.hop}`);
-    if (error.limitBytes !== undefined) parts.push(`limit ${error.limitBytes} B`);
-    if (error.observedBytes !== undefined) parts.push(`observed ${error.observedBytes} B`);
+    // A limit passed, a size or a count: one shape (limit, observed, unit; hopline.errors).
+    const unit = error.unit === 'bytes' ? 'B' : (error.unit || '');
+    if (error.limit !== undefined) parts.push(`limit ${error.limit} ${unit}`.trim());
+    if (error.observed !== undefined) parts.push(`observed ${error.observed} ${unit}`.trim());
     return parts.join(' · ');
   }
   if (typeof error === 'string') return body.hop ? `${error} · hop ${body.hop}` : error;

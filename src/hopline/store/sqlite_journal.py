@@ -1,4 +1,4 @@
-"""The SQLite :class:`~hopline.daemon.journal.EventJournal`: one writer thread, group commit.
+"""The SQLite :class:`~hopline.store.journal.EventJournal`: one writer thread, group commit.
 
 One SQLite file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an
 acknowledged event survives a daemon crash). An event's data larger than ``INLINE_MAX_BYTES`` (a
@@ -40,7 +40,8 @@ from zlib import crc32
 
 import orjson
 
-from hopline.daemon.journal import (
+from hopline.store.integrity import ROW_UNREADABLE
+from hopline.store.journal import (
     EventJournal,
     JournalRow,
     SessionRecord,
@@ -48,7 +49,6 @@ from hopline.daemon.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.integrity import ROW_UNREADABLE
 from hopline.store.locations import JOURNAL_FILE
 from hopline.store.private import private_dir, private_file
 from hopline.store.segments import SegmentWriter, read_rows
@@ -299,12 +299,14 @@ class SqliteJournal(StagedIds, EventJournal):
         await self._submit(lambda db: db.execute(
             "DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?", (session_id, prompt_id)))
 
-    async def unended_prompts(self) -> list[tuple[str, str]]:
+    async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        where, params = ("WHERE session_id = ? ", (session_id,)) if session_id is not None else ("", ())
+
         def query(db: sqlite3.Connection) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
             unended: list[tuple[str, str]] = []
             ended: list[tuple[str, str]] = []
-            rows = db.execute("SELECT session_id, prompt_id, after_seq FROM prompts "
-                              "ORDER BY session_id, after_seq").fetchall()
+            rows = db.execute(f"SELECT session_id, prompt_id, after_seq FROM prompts {where}"
+                              "ORDER BY session_id, after_seq", params).fetchall()
             for session_id, prompt_id, after in rows:
                 pair = (str(session_id), str(prompt_id))
                 ends = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
@@ -429,6 +431,9 @@ class SqliteJournal(StagedIds, EventJournal):
             "SELECT COUNT(*) FROM events WHERE session_id = ? AND type = ?",
             (session_id, event_type)).fetchone())
         return int(found)
+
+    async def open(self) -> SqliteJournal:
+        return self  # opened by the constructor (the writer thread, the reader connection)
 
     async def close(self) -> None:
         if self._closed:

@@ -1,4 +1,4 @@
-"""The journal on PostgreSQL (SPEC D-5, X): :class:`~hopline.daemon.journal.EventJournal` for
+"""The journal on PostgreSQL (SPEC D-5, X): :class:`~hopline.store.journal.EventJournal` for
 several daemons sharing one store.
 
 One writer task on one connection applies every write in call order (sessions, prompts, event
@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.daemon.journal import (
+from hopline.store.integrity import CHECKSUM_MISMATCH, checksum, verified
+from hopline.store.journal import (
     EventJournal,
     JournalRow,
     SessionRecord,
@@ -37,11 +38,10 @@ from hopline.daemon.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.integrity import CHECKSUM_MISMATCH, checksum, verified
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
-log = logging.getLogger("hopline.daemon.journal")
+log = logging.getLogger("hopline.store.journal")
 
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
@@ -226,12 +226,6 @@ class PgJournal(StagedIds, EventJournal):
             self._open[session_id] = int(row[4])
         return SessionRecord(str(row[0]), row[1], orjson.loads(bytes(row[2])), float(row[3]))
 
-    def forget_allocations(self, session_id: str) -> None:
-        """Drop what this daemon staged or allocated for the session and not committed (an
-        adoption: the store's last id is the truth, :meth:`get_session` loads it)."""
-        self._staged = [row for row in self._staged if row[0] != session_id]
-        self._allocated.pop(session_id, None)
-
     async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
         async def apply(conn: Any) -> None:
             await conn.execute("UPDATE sessions SET agent_session_id = %s WHERE id = %s",
@@ -278,7 +272,6 @@ class PgJournal(StagedIds, EventJournal):
         await self._statement(apply)
 
     async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
-        """As the interface says; ``session_id`` limits it to one session (an adoption's)."""
         where, params = ("WHERE session_id = %s", (session_id,)) if session_id is not None else ("", ())
         async with self._pool.connection() as conn:
             cursor = await conn.execute(

@@ -16,9 +16,9 @@ import logging
 from typing import Any
 
 from hopline.daemon.bus import EventBus
-from hopline.daemon.journal import EventJournal
-from hopline.daemon.session import DaemonSession
+from hopline.daemon.sessions.state import DaemonSession
 from hopline.daemon.storage_faults import REASON_STORAGE, is_storage_fault
+from hopline.store.journal import EventJournal
 from hopline.vocabulary import TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")

@@ -1,9 +1,9 @@
 """The session journal (SPEC D-5): every session event is stored before it is published.
 
 :class:`EventJournal` is the interface the daemon needs of its store (sessions, open prompts,
-events); the bus and the session manager speak only to it. ``daemon.sqlite_journal`` implements it
+events); the bus and the session manager speak only to it. ``store.sqlite_journal`` implements it
 on one SQLite file (a writer thread with group commit, reads on their own connection),
-``daemon.pg_journal`` on a PostgreSQL store shared by several daemons.
+``store.pg_journal`` on a PostgreSQL store shared by several daemons.
 """
 
 from __future__ import annotations
@@ -99,16 +99,21 @@ class EventJournal(Protocol):
         """The prompt's turn ended (its end event was committed before, by the write order)."""
         ...
 
-    async def unended_prompts(self) -> list[tuple[str, str]]:
+    async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
         """(session id, prompt id) of every open prompt with no turn end (``TURN_END_TYPES`` with
-        its ``promptId``) journaled after it, by session then age. Open prompts that did end are
-        closed on the way."""
+        its ``promptId``) journaled after it, by session then age; ``session_id`` limits it to one
+        session (an adoption's). Open prompts that did end are closed on the way."""
         ...
 
     # --- events ---------------------------------------------------------------------------------
 
     def next_id(self, session_id: str) -> int:
         """The id the session's next staged event gets; allocates nothing, touches no storage."""
+        ...
+
+    def forget_allocations(self, session_id: str) -> None:
+        """Drop what this daemon staged or allocated for the session and has not committed (an
+        adoption: the store's last id is the truth, :meth:`get_session` reads it again)."""
         ...
 
     def stage(self, session_id: str, event_type: str, data: bytes) -> int:
@@ -146,6 +151,11 @@ class EventJournal(Protocol):
         """How many committed events of the session have this type."""
         ...
 
+    async def open(self) -> EventJournal:
+        """Connect what needs connecting before the first call (a no-op for SQLite, which opens in
+        its constructor); returns the journal."""
+        ...
+
     async def close(self) -> None:
         ...
 
@@ -177,6 +187,10 @@ class StagedIds:
 
     def next_id(self, session_id: str) -> int:
         return self._last_allocated(session_id) + 1
+
+    def forget_allocations(self, session_id: str) -> None:
+        self._staged = [row for row in self._staged if row[0] != session_id]
+        self._allocated.pop(session_id, None)
 
     def stage(self, session_id: str, event_type: str, data: bytes) -> int:
         seq = self.next_id(session_id)

@@ -1,0 +1,58 @@
+"""``/health``, ``/daemon/status`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from hopline.budget import check_coherence, limits_json
+from hopline.daemon.cluster import cluster_metrics, with_daemon_label
+from hopline.daemon.parts import DaemonParts
+from hopline.daemon.routes.sessions import ERRORS
+
+
+def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
+    budget, manager, bus, gates = parts.budget, parts.manager, parts.bus, parts.gates
+    instruments, store, cluster, gateway = parts.instruments, parts.store, parts.cluster, parts.gateway
+    router = APIRouter(route_class=route_class)
+
+    @router.get("/daemon/status", responses=ERRORS)
+    async def status() -> dict[str, Any]:
+        sessions = await manager.status()
+        dev_states = gates.dev_states()
+        for row in sessions:  # a dev session attached to a gate run shows its dev state
+            if row["sessionId"] in dev_states:
+                row["devState"] = dev_states[row["sessionId"]]
+        return {
+            "sessions": sessions,
+            "gates": gates.status(),
+            # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
+            "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
+                        "failedEvents": bus.journal_failed, **bus.corrupt.status()},
+            **instruments.status(),
+            "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
+            "delivery": manager.delivery_status(),
+            "warmChildren": manager.pool.status() if manager.pool is not None else None,
+            "sidecars": store.stats() if store is not None else None,
+            "budget": limits_json(budget, check_coherence(budget), parts.settings),
+            "cluster": await cluster.status() if cluster is not None else None,
+        }
+
+    @router.get("/metrics", responses=ERRORS)
+    async def metrics() -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        body = instruments.metrics.render()
+        if gateway is not None:
+            body += gateway.state.metrics.render()
+        if cluster is not None:  # every series above is this daemon's own: labelled with its id
+            text = with_daemon_label(body.decode(), cluster.daemon_id)
+            text += cluster_metrics(await cluster.status())
+            body = text.encode()
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    return router

@@ -1,0 +1,83 @@
+"""Several daemons on one store (SPEC X): which sessions this daemon owns (holds the lease of),
+the journal's fencing when a lease is gone, and the one decision before a write: adopt, or forward.
+
+One :class:`Ownership` per daemon. Every change to the owned set goes through it (a create's
+claim, a gate run's stream, a release, a lost lease); the bus asks :meth:`Ownership.owns`. With one
+daemon (no cluster) nothing is leased and :meth:`Ownership.ensure_owner` always answers "here".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from hopline.daemon.cluster import Cluster, Owner
+from hopline.daemon.sessions.state import DaemonSession
+
+log = logging.getLogger("hopline.daemon.sessions")
+
+Adopt = Callable[[DaemonSession, "Owner | None"], Awaitable[None]]
+
+
+class Ownership:
+    def __init__(self, cluster: Cluster | None) -> None:
+        self.cluster = cluster
+        self._owned: set[str] = set()  # sessions (and gate streams) whose lease this daemon holds
+        self._on_lost: list[Callable[[tuple[str, ...]], None]] = []
+
+    def owns(self, session_id: str) -> bool:
+        return session_id in self._owned
+
+    def owned(self) -> set[str]:
+        """A snapshot of the owned set (safe to iterate across awaits)."""
+        return set(self._owned)
+
+    async def claim_new(self, session_id: str) -> None:
+        """A session (or stream) this daemon creates is its own: its lease, taken now."""
+        if self.cluster is not None:
+            await self.cluster.claim_new(session_id)
+            self._owned.add(session_id)
+
+    async def release(self, session_id: str) -> None:
+        """Give a stream's lease up (the store away: it expires by itself)."""
+        self._owned.discard(session_id)
+        if self.cluster is not None:
+            with contextlib.suppress(Exception):  # the store is away: the lease expires by itself
+                await self.cluster.release(session_id)
+
+    def forget(self, session_id: str) -> None:
+        """The session is gone (deleted with its lease, or its lease was taken)."""
+        self._owned.discard(session_id)
+
+    def on_lost(self, stop: Callable[[tuple[str, ...]], None]) -> None:
+        """Call ``stop`` with the sessions whose lease this daemon lost (the journal fenced them)."""
+        self._on_lost.append(stop)
+
+    def fenced(self, session_ids: tuple[str, ...]) -> None:
+        """The journal refused events of these sessions (their lease is gone): stop them."""
+        for stop in list(self._on_lost):
+            stop(session_ids)
+
+    async def ensure_owner(self, session: DaemonSession, adopt: Adopt) -> Owner | None:
+        """Before a write: None when this daemon owns the session (adopting it first, with
+        ``adopt``, when its owner's lease expired: one daemon wins the compare-and-set), else the
+        live owner to forward it to."""
+        cluster = self.cluster
+        if cluster is None or session.id in self._owned:
+            return None
+        async with session.adopt_lock:
+            if session.id in self._owned:
+                return None
+            owner = await cluster.owner_of(session.id)
+            if owner is not None and owner.live and owner.daemon_id != cluster.daemon_id:
+                return owner
+            if not await cluster.try_adopt(session.id):
+                return await cluster.owner_of(session.id)  # another daemon won the race: forward
+            self._owned.add(session.id)
+            cluster.adopted += 1
+            log.warning("session adopted", extra={"previousOwnerLive": bool(owner and owner.live)})
+            # A failed restore keeps the lease (nothing else could run the session meanwhile): the
+            # next write, or POST /load, tries the restore again.
+            await adopt(session, owner)
+        return None

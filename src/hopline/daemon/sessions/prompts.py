@@ -1,0 +1,178 @@
+"""Prompts, one turn at a time per session (ACP agents run one turn at a time); a turn's end event
+carries what it could not deliver (D-8). Accepted prompts are journaled until their turn ends, so
+whoever finds them open later (the next start, an adoption) ends them: :func:`end_open_prompts`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import Awaitable
+from typing import Any
+
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
+from hopline.daemon.bus import EventBus
+from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
+from hopline.daemon.errors import SessionError
+from hopline.daemon.sessions.permissions import cancel_permissions
+from hopline.daemon.sessions.state import DaemonSession, SessionState
+from hopline.daemon.sessions.turn_end import end_turn_durably
+from hopline.daemon.storage_faults import commit_first, is_storage_fault, refusal
+from hopline.store.journal import EventJournal
+from hopline.vocabulary import CANCEL_REQUESTED, META_TURN, TURN_COMPLETE, TURN_ERROR
+
+log = logging.getLogger("hopline.daemon.sessions")
+
+
+async def end_open_prompts(journal: EventJournal, bus: EventBus, unended: list[tuple[str, str]], *,
+                           reason: str, message: str) -> int:
+    """End each (session id, prompt id) with a ``turn_error`` from the daemon, then close it (after
+    its end event, in write order); a session no longer in the store is skipped. How many ended."""
+    ended = 0
+    for session_id, prompt_id in unended:
+        if await journal.get_session(session_id) is None:  # opens it for its event
+            continue
+        bus.publish(session_id, TURN_ERROR, {"promptId": prompt_id, "origin": "daemon", "reason": reason,
+                                             "message": message})
+        await journal.close_prompt(session_id, prompt_id)
+        log.warning("open prompt ended", extra={"reason": reason})
+        ended += 1
+    return ended
+
+
+def require_ready(session: DaemonSession) -> AcpChild:
+    child = session.child
+    if child is None or not child.alive or session.state is not SessionState.READY:
+        state = "loading" if session.state is SessionState.LOADING else "detached"
+        message = ("the session is being loaded" if state == "loading" else
+                   f"the session has no running agent (last exit code {session.exit_code}); "
+                   "POST /session/{id}/load restores it")
+        raise SessionError(409, "session_not_ready", message, state=state)
+    return child
+
+
+class Prompts:
+    def __init__(self, budget: Budget, journal: EventJournal, bus: EventBus) -> None:
+        self.budget = budget
+        self.journal = journal
+        self.bus = bus
+
+    async def prompt(self, session: DaemonSession, text: str) -> str:
+        require_ready(session)
+        pending, limit = len(session.prompts), self.budget.max_pending_prompts
+        if pending >= limit:
+            setting = CEILINGS_BY_KEY["max_pending_prompts"].name
+            message = (f"this would be prompt {pending + 1} running or queued in this session, over the "
+                       f"limit of {limit} ({setting}); wait for a turn to end")
+            raise SessionError.over_limit(429, "too_many_pending_prompts", "max_pending_prompts", limit,
+                                          pending + 1, message, hop=HOP_DAEMON_API)
+        prompt_id = "p_" + secrets.token_hex(8)
+        # Registered at once (it counts toward the limit while the prompt is stored); the task
+        # waits for open_prompt's commit before it sends anything (write-ahead, T-1): a prompt the
+        # journal refused never reaches the agent, and a 202 means the prompt is durable.
+        accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._run(session, prompt_id, text, accepted))
+        session.prompts[prompt_id] = task
+        task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+        except BaseException as exc:
+            task.cancel()
+            if isinstance(exc, Exception) and is_storage_fault(exc):
+                log.error("prompt refused: the journal could not store it",
+                          extra={"exception": type(exc).__name__})
+                raise refusal(exc, "the prompt") from None
+            raise
+        accepted.set_result(None)
+        return prompt_id
+
+    async def _end_turn(self, session: DaemonSession, prompt_id: str, event_type: str,
+                        data: dict[str, Any]) -> None:
+        """Publish the turn's end with the D-8 fields (the bytes it could not deliver); the prompt is
+        then no longer open (a turn cut before this point is ended by the next daemon start). A turn
+        whose events the journal refused ends with ``turn_error`` (origin daemon, reason storage),
+        stored once the store takes it again (:func:`end_turn_durably`)."""
+        lost = session.turn_lost.pop(prompt_id, 0)
+        await end_turn_durably(self.bus, self.journal, session, prompt_id,
+                               (event_type, {**data, "lostBytes": lost, "degraded": lost > 0}))
+
+    def journal_failed(self, session: DaemonSession) -> Awaitable[None] | None:
+        """An event of the session was not stored: the prompt in flight is cut (its agent is told
+        to stop: what it does next could not be recorded) and will end with a storage turn_error.
+        The cancel to send, on the first refusal of the turn."""
+        prompt_id = session.current_prompt
+        if prompt_id is None:
+            return None
+        first = prompt_id not in session.storage_faults
+        session.storage_faults[prompt_id] = session.storage_faults.get(prompt_id, 0) + 1
+        child = session.child
+        if not first or child is None or session.agent_session_id is None:
+            return None
+        log.error("a turn's events could not be stored: the agent's turn is cancelled")
+        return _quietly(child.notify("session/cancel", {"sessionId": session.agent_session_id}))
+
+    async def _run(self, session: DaemonSession, prompt_id: str, text: str,
+                   accepted: asyncio.Future[None]) -> None:
+        await accepted  # open_prompt committed (else this task is cancelled: nothing was sent)
+        async with session.turn_lock:
+            child = session.child
+            if child is None or not child.alive or session.agent_session_id is None:
+                await self._publish_exit_error(session, prompt_id, session.exit_code)
+                return
+            session.current_prompt = prompt_id
+            session.turn_lost[prompt_id] = 0
+            try:
+                result, _ = await child.request("session/prompt", {
+                    "sessionId": session.agent_session_id, "prompt": [{"type": "text", "text": text}]})
+                result = _dict(result)
+                turn = _dict(result.get("_meta")).get(META_TURN)
+                turn = turn if isinstance(turn, dict) else None
+                await self._end_turn(session, prompt_id, TURN_COMPLETE, {
+                    "promptId": prompt_id, "stopReason": result.get("stopReason"), "turn": turn})
+            except AgentRpcError as exc:
+                await self._end_turn(session, prompt_id, TURN_ERROR, _rpc_error_data(prompt_id, exc))
+            except AgentExited as exc:
+                await self._publish_exit_error(session, prompt_id, exc.returncode)
+            finally:
+                session.current_prompt = None
+
+    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
+        await self._end_turn(session, prompt_id, TURN_ERROR, {
+            "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
+            "message": f"the agent process exited (code {code}) before the turn finished"})
+
+    async def cancel(self, session: DaemonSession) -> bool:
+        child = require_ready(session)
+        running = session.current_prompt is not None
+        await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
+                           "the cancel")
+        await cancel_permissions(session)
+        if session.agent_session_id is not None:
+            with contextlib.suppress(AgentExited):
+                await child.notify("session/cancel", {"sessionId": session.agent_session_id})
+        return running
+
+
+def _rpc_error_data(prompt_id: str, exc: AgentRpcError) -> dict[str, Any]:
+    """The ``turn_error`` of a ``session/prompt`` the agent answered with an error."""
+    data = _dict(exc.data)
+    payload: dict[str, Any] = {
+        "promptId": prompt_id,
+        "origin": data.get("origin") if isinstance(data.get("origin"), str) else "agent",
+        "message": data.get("message") if isinstance(data.get("message"), str) else exc.message,
+        "code": exc.code,
+    }
+    for key in ("status", "hop", "limitBytes", "observedBytes"):
+        if key in data:
+            payload[key] = data[key]
+    return payload
+
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    with contextlib.suppress(AgentExited, OSError):
+        await awaitable
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
