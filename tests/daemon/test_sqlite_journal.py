@@ -14,7 +14,9 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus, Subscriber, wire_size
-from hopline.store import sqlite_journal
+from hopline.store import segments, sqlite_journal
+from hopline.store.integrity import SEGMENT_SHORT
+from hopline.store.segments import segment_path
 from hopline.store.sqlite_journal import (
     INLINE_MAX_BYTES,
     JOURNAL_FILE,
@@ -23,9 +25,6 @@ from hopline.store.sqlite_journal import (
     SEGMENTS_DIR,
     SqliteJournal,
 )
-from hopline.store import segments
-from hopline.store.integrity import SEGMENT_SHORT
-from hopline.store.segments import segment_path
 from hopline.vocabulary import TURN_COMPLETE
 
 
