@@ -28,7 +28,13 @@ test-fast: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/pytest -m "not e2e"
 
-bench: $(STAMP)
+BENCH_STAMP := $(VENV)/.installed-bench
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench
 
 # `hopline demo` 20 times in a row: each run's time and exit code; exit 1 unless all 20 exit 0.

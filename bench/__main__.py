@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
                      "benchmarks": {n: benches[n] for n in BENCHMARKS if n in benches}})
         RESULTS.write_text(json.dumps(data, indent=2, default=str) + "\n")
         say(f"\nresults written to {RESULTS.relative_to(BENCH_DIR.parent)}")
+        from bench import report
+
+        report.main()
     say("\nsummary:")
     for name, result in results.items():
         for verdict in result.verdicts:

@@ -8,10 +8,11 @@ import os
 import platform
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,33 @@ class Settings:
         return quick if self.quick else full
 
 
+def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile) of ``values`` (the inclusive method: with few
+    rounds the quartiles stay inside the measured range); one value is its own quartiles."""
+    if not values:
+        raise ValueError("quartiles of no values")
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def aa_spread(aa_ratios: Sequence[float]) -> float:
+    """The noise floor of a measurement, from the per-round ratios of two identical runs (A/A, 1.0
+    if nothing moved): how far the A/A's interquartile band reaches from 1, as a relative figure.
+    It covers both a bias between the two (the band is off 1) and the scatter (the band is wide)."""
+    q1, _, q3 = quartiles(aa_ratios)
+    return max(abs(q1 - 1.0), abs(q3 - 1.0))
+
+
 @dataclasses.dataclass
 class Verdict:
-    """One target: the measured value, the target and whether it passed (``None``: not measured)."""
+    """One target: the measured value, the target and the outcome (``None`` measured: not measured).
+
+    ``spread`` (in the measured value's unit) is the noise floor of the measurement, from an A/A
+    run. When it is given, the verdict counts only if the spread is under a third of the margin
+    between the measured value and the target; otherwise the status is ``NOISY`` whatever the side
+    of the target the value fell on (never ``PASS``)."""
 
     name: str
     measured: float | None
@@ -41,6 +66,7 @@ class Verdict:
     higher_is_better: bool
     unit: str = "x"
     note: str = ""
+    spread: float | None = None
 
     @property
     def passed(self) -> bool | None:
@@ -48,21 +74,41 @@ class Verdict:
             return None
         return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
 
+    @property
+    def margin(self) -> float | None:
+        """Distance from the measured value to the target, in the measured value's unit."""
+        return None if self.measured is None else abs(self.measured - self.target)
+
+    @property
+    def status(self) -> str:
+        """``PASS``, ``MISS``, ``NOISY`` (the A/A spread is not under a third of the margin) or ``SKIP``."""
+        if self.measured is None:
+            return "SKIP"
+        if self.spread is not None:
+            margin = self.margin
+            assert margin is not None
+            if not self.spread < margin / NOISE_FRACTION_OF_MARGIN:  # also catches a NaN spread
+                return "NOISY"
+        return "PASS" if self.passed else "MISS"
+
     def line(self) -> str:
         op = ">=" if self.higher_is_better else "<="
-        if self.measured is None:
-            status = "SKIP"
-            shown = "n/a"
-        else:
-            status = "PASS" if self.passed else "FAIL"
-            shown = f"{self.measured:.3g}{self.unit}"
+        shown = "n/a" if self.measured is None else f"{self.measured:.3g}{self.unit}"
+        spread = ""
+        if self.spread is not None and self.measured is not None:
+            spread = f", A/A spread {self.spread:.3g}{self.unit} vs margin {self.margin:.3g}{self.unit}"
         note = f" ({self.note})" if self.note else ""
-        return f"  [{status}] {self.name}: {shown} (target {op} {self.target:g}{self.unit}){note}"
+        target = f"target {op} {self.target:g}{self.unit}"
+        return f"  [{self.status}] {self.name}: {shown} ({target}{spread}){note}"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "measured": self.measured, "target": self.target,
                 "op": ">=" if self.higher_is_better else "<=", "unit": self.unit,
-                "verdict": {True: "PASS", False: "FAIL", None: "SKIP"}[self.passed], "note": self.note}
+                "spread": self.spread, "margin": self.margin, "verdict": self.status, "note": self.note}
+
+
+# A verdict counts only when the A/A spread is under a third of the margin to the target (issue 30).
+NOISE_FRACTION_OF_MARGIN = 3.0
 
 
 @dataclasses.dataclass

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
+from bench.cpu import CpuWindow
 from bench.sse_client import SseCounter, stream_body
 from hopline.vocabulary import SERVER_TOKEN_ENV
 
@@ -102,8 +103,11 @@ async def create_session(client: httpx.AsyncClient, d: Daemon) -> str:
 
 async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, frames: int,
                         text: str = "go", marker: bytes = b"agent_message_chunk",
-                        resume: bool = True) -> dict[str, Any]:
-    """Subscribe, prompt, read until ``frames`` events carrying ``marker``; resume on eviction."""
+                        resume: bool = True, cpu: CpuWindow | None = None) -> dict[str, Any]:
+    """Subscribe, prompt, read until ``frames`` events carrying ``marker``; resume on eviction.
+
+    ``cpu``: started just before the prompt is posted, stopped at the last frame (the same window
+    as the wall clock)."""
     counter = SseCounter(marker)
     last_id: int | None = None
     evictions = 0
@@ -121,11 +125,17 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
                 if counter.last_id is not None:
                     last_id = counter.last_id
                 if prompt_started is None and counter.names.get("replay_complete"):
+                    if cpu is not None:
+                        cpu.start()
                     prompt_started = time.perf_counter()
                     accepted = await client.post(f"{d.url}/session/{session_id}/prompt", json={"text": text},
                                                  headers=d.headers)
                     accepted.raise_for_status()
-                if counter.marked >= frames or counter.names.get("client_evicted", 0) > evicted_before:
+                if counter.marked >= frames:
+                    if cpu is not None and cpu.sample is None:
+                        cpu.stop()
+                    break
+                if counter.names.get("client_evicted", 0) > evicted_before:
                     break
                 if counter.names.get("turn_error"):
                     raise RuntimeError("the daemon reported turn_error; stderr tail: " + tail(d.stderr, 800))
@@ -141,6 +151,7 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
             raise RuntimeError(f"SSE stream ended after {counter.marked} of {frames} frames")
     assert prompt_started is not None and counter.last_marked_at is not None
     return {"seconds": counter.last_marked_at - prompt_started, "evictions": evictions,
+            "cpu": cpu.sample.to_json() if cpu is not None and cpu.sample is not None else None,
             "sseBytes": counter.bytes_received, "events": counter.events,
             "slowClientWarnings": counter.names.get("slow_client_warning", 0),
             "framesDropped": counter.names.get("frame_dropped", 0)}
@@ -153,10 +164,12 @@ async def status(client: httpx.AsyncClient, d: Daemon) -> dict[str, Any]:
     return data
 
 
-async def _relay_once(d: Daemon, frames: int, text: str, resume: bool) -> dict[str, Any]:
+async def _relay_once(d: Daemon, frames: int, text: str, resume: bool, cpu: bool) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=httpx.Timeout(TIMEOUT_S, connect=10.0)) as client:
         session_id = await create_session(client, d)
-        outcome = await stream_prompt(client, d, session_id, frames, text=text, resume=resume)
+        # Made after the session: its agent is then a child of the daemon, so the window counts it.
+        window = CpuWindow(d.pid) if cpu else None
+        outcome = await stream_prompt(client, d, session_id, frames, text=text, resume=resume, cpu=window)
         daemon_status = await status(client, d)
         outcome["pipe"] = daemon_status.get("runtime", {}).get("perf", {}).get("pipe")
         with contextlib.suppress(httpx.HTTPError):
@@ -164,12 +177,14 @@ async def _relay_once(d: Daemon, frames: int, text: str, resume: bool) -> dict[s
     return outcome
 
 
-def relay_on(d: Daemon, path: Path, frames: int, *, resume: bool = True) -> dict[str, Any]:
+def relay_on(d: Daemon, path: Path, frames: int, *, resume: bool = True, cpu: bool = True) -> dict[str, Any]:
     """One prompt streaming ``path`` through a running daemon (its agent honours ``stream PATH``).
 
-    ``resume=False``: an eviction is an error (a daemon without a journal cannot replay)."""
+    ``resume=False``: an eviction is an error (a daemon without a journal cannot replay).
+    ``outcome["cpu"]``: CPU seconds of the daemon, its agent and this client over the window."""
     try:
-        return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}", resume), TIMEOUT_S))
+        return asyncio.run(asyncio.wait_for(_relay_once(d, frames, f"stream {path}", resume, cpu),
+                                            TIMEOUT_S))
     except TimeoutError:
         raise TimeoutError(f"{frames} frames not received through the daemon within {TIMEOUT_S:.0f} s "
                            f"({path.name})") from None

@@ -223,6 +223,20 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_COMMAND_TIMEOUT", "run_command wall-clock timeout", minimum=0.01),
     Ceiling("command_output_max_bytes", HOP_TOOLS, Unit.BYTES, 4 * MiB,
             "HOPLINE_COMMAND_OUTPUT_MAX_BYTES", "run_command output captured before the cap"),
+    # --- the sandbox of a command run on a pull request's code (SPEC T-7) ------------------
+    Ceiling("sandbox_cpu_seconds", HOP_TOOLS, Unit.SECONDS, 300.0, "HOPLINE_SANDBOX_CPU_SECONDS",
+            "CPU time of one sandboxed command (RLIMIT_CPU, whole seconds, rounded up)", minimum=1),
+    Ceiling("sandbox_memory_bytes", HOP_TOOLS, Unit.BYTES, 4 * GiB, "HOPLINE_SANDBOX_MEMORY_BYTES",
+            "address space of each process of a sandboxed command (RLIMIT_AS)", minimum=64 * MiB),
+    Ceiling("sandbox_max_processes", HOP_TOOLS, Unit.COUNT, 512, "HOPLINE_SANDBOX_MAX_PROCESSES",
+            "processes of a sandboxed command (RLIMIT_NPROC, in its own user namespace)", minimum=8),
+    Ceiling("sandbox_file_max_bytes", HOP_TOOLS, Unit.BYTES, 256 * MiB, "HOPLINE_SANDBOX_FILE_MAX_BYTES",
+            "one file a sandboxed command writes (RLIMIT_FSIZE)", minimum=64 * KiB),
+    Ceiling("sandbox_tmpfs_bytes", HOP_TOOLS, Unit.BYTES, 1 * GiB, "HOPLINE_SANDBOX_TMPFS_BYTES",
+            "the private writable tmpfs of a sandboxed command (caches, build output)", minimum=1 * MiB),
+    Ceiling("gate_test_timeout_seconds", HOP_TOOLS, Unit.SECONDS, 240.0, "HOPLINE_GATE_TEST_TIMEOUT",
+            "wall-clock time of the test command a gate runs (under HOPLINE_GATE_STALL_SECONDS)",
+            minimum=0.1),
     Ceiling("search_max_matches", HOP_TOOLS, Unit.COUNT, 200, "HOPLINE_SEARCH_MAX_MATCHES",
             "search_workspace matches"),
     Ceiling("search_max_file_bytes", HOP_TOOLS, Unit.BYTES, 2 * MiB,
@@ -437,6 +451,12 @@ class Budget:
     dev_max_iterations: int
     command_timeout_seconds: float
     command_output_max_bytes: int
+    sandbox_cpu_seconds: float
+    sandbox_memory_bytes: int
+    sandbox_max_processes: int
+    sandbox_file_max_bytes: int
+    sandbox_tmpfs_bytes: int
+    gate_test_timeout_seconds: float
     search_max_matches: int
     search_max_file_bytes: int
     pipe_max_frame_bytes: int

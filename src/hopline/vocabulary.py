@@ -46,6 +46,13 @@ META_SIDECAR = "hopline.sidecar"  # fields moved to (or truncated for) a sidecar
 META_TRUNCATED = "hopline.truncated"
 META_DROPPED = "hopline.dropped"  # an update replaced by a stub over the SSE event limit
 META_TOOL = "hopline.tool"
+# A gate session's session/new: {"base", "head", "testCommand"?, "sandbox"?} (harness.tools.ReviewRange).
+REVIEW_META = "hopline.review"
+# A tool message's _meta (read by programs, dropped before a provider): where a result was cut, and
+# what a command's run ended with.
+META_CUT = "hopline.cut"
+META_COMMAND = "hopline.command"
+MESSAGE_META = "_meta"
 
 # --- ACP extension methods, as they travel on the pipe (the SDK adds the leading "_") ---------------
 LOAD_UPDATES_METHOD = "_hopline/session/loadUpdates"
@@ -86,3 +93,24 @@ CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {OPENAI_API_KEY_ENV}
 # the journal's sessions says so, and no session route serves it.
 STREAM_KIND = "streamKind"
 STREAM_KIND_GATE = "gate"
+
+# --- the gate workflow (ADR 0098): its agents and its stream's event types --------------------------
+GATE_AGENTS: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
+GATE_STARTED = "gate_started"
+GATE_ROUND = "gate_round"
+GATE_ITEM = "gate_item"
+GATE_PROGRESS = "gate_progress"
+GATE_VERDICT = "gate_verdict"
+GATE_FIX = "gate_fix"  # a dev fix's outcome: its commit and how it was verified, or why it failed
+DEV_STATE = "dev_state"
+GATE_COMPLETE = "gate_complete"
+GATE_EVENT_TYPES: tuple[str, ...] = (GATE_STARTED, GATE_ROUND, GATE_ITEM, GATE_PROGRESS, GATE_VERDICT,
+                                     GATE_FIX, DEV_STATE, GATE_COMPLETE)
+
+
+def gate_vocabulary() -> dict[str, object]:
+    """What the console reads of the gate's names (``GET /gate/vocabulary``): spelled here only.
+    ``events`` maps each constant's name (``GATE_ROUND``) to the event type it stands for."""
+    return {"agents": list(GATE_AGENTS),
+            "events": {name: value for name, value in globals().items()
+                       if isinstance(value, str) and value in GATE_EVENT_TYPES}}

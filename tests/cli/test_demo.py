@@ -45,6 +45,13 @@ def test_demo_gate_run_passes_after_the_fix_with_no_413_and_compacts() -> None:
     assert first == {"qa_automation": "pass", "qa_performance_security": "fail", "qa_strategy": "fail",
                      "appsec": "fail"}
     assert set(summary["verdicts"].values()) == {"pass"}
+    # qa_automation really ran the sample's tests, in the sandbox, in both rounds; the fix was verified
+    assert summary["sandbox"]["kind"] in ("bwrap", "unshare") and summary["testCommand"]["source"] == "pytest"
+    assert [r["round"] for r in summary["testRuns"]] == [1, 2]
+    assert all("ran `python -m pytest" in r["summary"] and "passed" in r["summary"]
+               for r in summary["testRuns"])
+    [fix] = summary["devTurns"]
+    assert fix["commit"] and fix["verification"]["ok"] and fix["verification"]["headTests"]["exitCode"] == 0
     assert [(c["previous"], c["state"]) for c in summary["devStates"]] == FIXED
     assert summary["devStayedAwaiting"]
     assert summary["gateway413s"] == 0 and summary["turnError"] is None

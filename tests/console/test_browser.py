@@ -413,3 +413,51 @@ def test_a_gate_run_live_in_the_page(hopline_daemon: Daemon, tmp_path: Path, wat
     views_in_both_themes(page, "hopline-gate", [("gates", "[data-testid=gate-runs] tr[data-gate]"),
                                                  (f"gate/{gate_id}", "[data-testid=gate-result][data-exit]")])
     no_token_leaked(watched_page, daemon)
+
+
+def test_a_finished_fix_run_shows_every_round_and_the_verified_fix(hopline_daemon: Daemon, tmp_path: Path,
+                                                                   watched_page: PageWatch) -> None:
+    """A --fix run read back after its end: round 1's findings, the fix commit and its verification,
+    round 2's verdicts; the page spells no event type (it reads GET /gate/vocabulary)."""
+    from hopline.gate.sample import make_sample_pull_request
+
+    repo, _, _ = make_sample_pull_request(tmp_path / "pr", log_bytes=4096, logs=1)
+    daemon = hopline_daemon
+    started = httpx.post(f"{daemon.url}/gate", headers=daemon.headers, timeout=60,
+                         json={"repo": str(repo), "fix": True, "agents": ["appsec", "qa_automation"]})
+    assert started.status_code == 202, started.text
+    gate_id = started.json()["gateId"]
+
+    async def ended() -> dict[str, Any]:  # the run's stream, read to its end (the page reads it back)
+        from hopline.client import DaemonClient
+
+        async with DaemonClient(daemon.url, daemon.token) as client:
+            async for event in client.gate_events(gate_id):
+                if event.type == "gate_complete":
+                    return dict(event.data["result"])
+        raise AssertionError("the stream ended before gate_complete")
+
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:  # Playwright's loop runs in this thread
+        result = pool.submit(asyncio.run, ended()).result(timeout=600)
+    assert result["exitCode"] == 0, result.get("devTurns")
+    page = watched_page.page
+    page.goto(daemon.console_url)
+    page.locator("#nav").get_by_role("link", name="Gate runs").click()
+    page.locator(f"tr[data-gate='{gate_id}'] a").click()
+    expect(page.get_by_test_id("gate-result")).to_have_text(re.compile(r"^done · exit 0"), timeout=WAIT_MS)
+    rounds = page.locator("[data-testid=gate-agents] [data-round]")
+    expect(rounds).to_have_count(2)
+    first = rounds.nth(0)
+    assert first.locator("tr[data-agent=appsec]").get_attribute("data-verdict") == "fail"
+    assert "hardcoded-credential" in first.locator("tr[data-agent=appsec]").inner_text()
+    assert rounds.nth(1).locator("tr[data-agent=appsec]").get_attribute("data-verdict") == "pass"
+    fix = page.get_by_test_id("gate-fix")
+    expect(fix).to_have_count(1)
+    assert fix.get_attribute("data-ok") == "true" and "verified: the fix builds" in fix.inner_text()
+    assert "sandbox: " in page.get_by_test_id("gate-sandbox").inner_text()
+    source = httpx.get(f"{daemon.url}/ui/js/views/gates.js", headers=daemon.headers).text
+    assert "'gate_round'" not in source and "'gate_verdict'" not in source
+    no_token_leaked(watched_page, daemon)

@@ -19,6 +19,7 @@ from hopline.gate.states import DEV_PENDING_TYPES, TERMINAL_TYPES
 
 from .conftest import follow, items_of, make_repo, run_gate, validate_sarif, worktrees
 
+PYTEST_SRC = '[tool.pytest.ini_options]\npythonpath = ["src"]\n'
 pytestmark = pytest.mark.e2e  # every test here starts real processes (git, daemons, agents)
 
 
@@ -84,7 +85,8 @@ def test_a_clean_change_passes_every_gate(hopline_gate_daemon: Daemon, tmp_path:
     add = "def add(a: int, b: int) -> int:\n    return a + b\n"
     test_add = "\n\ndef test_add() -> None:\n    assert add(1, 2) == 3\n"
     repo, base, head = make_repo(tmp_path / "clean", {
-        "src/calc.py": add, "tests/test_calc.py": "from calc import add\n" + test_add},
+        "pyproject.toml": PYTEST_SRC, "src/calc.py": add,
+        "tests/test_calc.py": "from calc import add\n" + test_add},
         {"src/calc.py": add + "\n\ndef sub(a: int, b: int) -> int:\n    return a - b\n",
          "tests/test_calc.py": "from calc import add, sub\n" + test_add
                                + "\n\ndef test_sub() -> None:\n    assert sub(3, 2) == 1\n"})

@@ -99,7 +99,7 @@ def test_git_diff_shows_the_change_under_review(repo: tuple[Path, str, str]) -> 
     assert "+y = 3" in one and "tests/test_app.py" not in one
     whole = tools.git_diff({})
     assert "+y = 3" in whole and "+def test(): pass" in whole
-    with pytest.raises(ToolError, match="escapes the workspace"):
+    with pytest.raises(ToolError, match=r"'\.\.' part is refused"):
         tools.git_diff({"path": "../outside"})
     with pytest.raises(ValueError, match="commit id"):
         ReviewRange("--output=/tmp/x", head)
@@ -138,15 +138,16 @@ def test_an_allowed_review_command_runs_homed_in_a_temporary_directory(
     assert ran.status == "completed" and "1 passed" in ran.output, ran.output
     assert "[exit code 0]" in ran.output
     env = json.loads(next(line for line in ran.output.splitlines() if line.startswith("ENV="))[4:])
-    home = Path(env["HOME"]).parent
-    assert home.name.startswith("hopline-review-") and home.is_dir()
-    assert env["HOME"] != os.environ.get("HOME") and Path(env["TMPDIR"]).is_relative_to(home)
-    assert all(Path(env[k]).is_relative_to(home) for k in ("XDG_CACHE_HOME", "PYTHONPYCACHEPREFIX"))
+    assert ran.meta is not None and ran.meta["hopline.command"]["sandbox"] in ("bwrap", "unshare")
+    assert ran.meta["hopline.command"]["exitCode"] == 0
+    if ran.meta["hopline.command"]["sandbox"] == "bwrap":  # HOME, TMPDIR and caches in its private /tmp
+        assert (env["HOME"], env["TMPDIR"]) == ("/tmp/home", "/tmp")
+    assert env["HOME"] != os.environ.get("HOME")
+    assert all(Path(env[k]).is_relative_to(env["TMPDIR"]) for k in ("XDG_CACHE_HOME", "PYTHONPYCACHEPREFIX"))
     assert env["PYTEST_ADDOPTS"] == "-p no:cacheprovider"
     assert "HOPLINE=\n" in ran.output + "\n"  # none of hopline's settings
     assert not (root / ".pytest_cache").exists() and not list(root.rglob("__pycache__"))
     gate.close()
-    assert not home.exists()  # the temporary home goes with the session
 
 
 def test_the_review_policy_applies_in_a_gate_session_only(repo: tuple[Path, str, str]) -> None:
@@ -168,6 +169,8 @@ def test_a_session_new_review_meta_is_two_commit_ids() -> None:
 
     good = {"base": "a" * 40, "head": "b" * 7}
     assert review_of(good) == good
+    full = {**good, "testCommand": ["python", "-m", "pytest"], "sandbox": "bwrap"}
+    assert review_of(full) == full
     for bad in ({"base": "a" * 40}, {"base": "main", "head": "b" * 40},
                 {"base": "--output=x", "head": "b" * 40}, {"base": "a" * 40, "head": "b" * 40, "extra": 1},
                 ["a", "b"], {"base": 1, "head": 2}):

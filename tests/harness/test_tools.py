@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
+from hopline.harness.sandbox import Limits, sandbox_environment
 from hopline.harness.tools import (
     TOOL_NAMES,
     ToolError,
     Workspace,
     cap_for_model,
     check_review_command,
-    review_environment,
     tool_environment,
     tool_schemas,
 )
@@ -224,9 +224,11 @@ def test_a_review_command_keeps_only_the_locale_and_absolute_search_paths(tmp_pa
     environ = {"PATH": f"/usr/bin{os.pathsep}.{os.pathsep}{os.pathsep}bin", "LC_ALL": "C", "HOME": "/root",
                "MAKEFLAGS": "-e", "PYTEST_ADDOPTS": "-p evil", "GOFLAGS": "-exec=/bin/sh",
                "HOPLINE_DATA_DIR": "/data"}
-    env = review_environment(environ, tmp_path)
+    env = sandbox_environment(environ, "bwrap", tmp_path, tmp_path, Limits.of(Budget.defaults()))
     assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C"
-    assert env["HOME"] == str(tmp_path / "home") and env["TMPDIR"] == str(tmp_path / "tmp")
+    assert env["HOME"] == "/tmp/home" and env["TMPDIR"] == "/tmp"  # the sandbox's private tmpfs
     assert env["PYTEST_ADDOPTS"] == "-p no:cacheprovider"
     assert not {"MAKEFLAGS", "GOFLAGS", "HOPLINE_DATA_DIR"} & set(env)
-    assert all(Path(env[k]).is_dir() for k in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "MYPY_CACHE_DIR"))
+    unsandboxed = sandbox_environment(environ, "none", tmp_path, tmp_path, Limits.of(Budget.defaults()))
+    assert unsandboxed["HOME"] == str(tmp_path / "home") and unsandboxed["TMPDIR"] == str(tmp_path)
+    assert all(Path(unsandboxed[k]).is_dir() for k in ("HOME", "TMPDIR", "XDG_CACHE_HOME"))

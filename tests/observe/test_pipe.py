@@ -80,7 +80,7 @@ def test_the_hooks_switch_gives_the_taps_no_hooks() -> None:
     budget = Budget.defaults()
     pipe = PipeObservability(budget, hooks=False)
     tap = pipe.tap("inbound")
-    assert tap.byte_hooks == [] and tap.observers == []
+    assert tap.byte_hooks == [] and tap.sizes_hooks == [] and tap.observers == []
     _read(pipe, budget, BIG)
     status = pipe.status()
     assert status["runtime"]["perf"]["pipe"]["inbound"]["count"] == 0

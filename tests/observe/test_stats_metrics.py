@@ -171,3 +171,21 @@ def test_opentelemetry_reads_the_same_histogram_through_observable_counters() ->
     assert counts == [("inbound", 4)]
     assert [p.value for p in points[HISTOGRAM_NAME + ".sum"]] == [10 + 256 + 257 + 5 * MiB]
     metrics.shutdown()
+
+
+def test_record_many_equals_recording_each_frame_at_the_bound_and_one_byte_over() -> None:
+    budget = Budget.defaults()
+    one, many = PipeMetrics(budget), PipeMetrics(budget)
+    stats_one, stats_many = PipeStats(), PipeStats()
+    for sizes in ([1024, 1024, 1024], [1024, 1025], [1, 256, 257, 64 * 1024 * 1024], [], [300]):
+        for nbytes in sizes:
+            one.record("inbound", nbytes)
+            stats_one.record("inbound", nbytes)
+        many.record_many("inbound", sizes)
+        stats_many.record_many("inbound", sizes)
+        assert many.snapshot() == one.snapshot()
+        assert stats_many.snapshot() == stats_one.snapshot()
+    assert stats_many.snapshot()["inbound"]["count"] == 10
+    assert stats_many.snapshot()["inbound"]["maxBytes"] == 64 * 1024 * 1024
+    one.shutdown()
+    many.shutdown()

@@ -81,3 +81,49 @@ def test_an_observer_with_a_minimum_hears_of_frames_from_that_size_on() -> None:
     tap.add_observer(lambda o: every.append(o.bytes))
     tap.notify_read(5, {})
     assert seen == [100] and every == [5] and tap.notified == 3
+
+
+def test_read_frames_gives_sizes_hooks_one_list_and_observers_only_large_frames() -> None:
+    batches: list[list[int]] = []
+    seen: list[FrameObservation] = []
+    tap = PipeTap("inbound")
+    tap.add_sizes_hook(batches.append)
+    tap.add_observer(seen.append, min_bytes=30)
+    big = {"id": 2, "result": {"text": "y" * 40}}
+    items = NdjsonDecoder(1024).feed(encode({"id": 1, "result": {}}) + b'{"bad"\n' + encode(big))
+    assert len(items) == 3  # two frames and the invalid line between them
+    tap.notify_read_frames(items)
+    small_size, big_size = len(encode({"id": 1, "result": {}})) - 1, len(encode(big)) - 1
+    assert batches == [[small_size, big_size]]  # the error is skipped, one call for the read
+    assert seen == [FrameObservation("inbound", big_size, big)]
+    assert tap.notified == 2
+    tap.notify_read_frames(items[1:2])  # only an error: nothing is notified
+    assert batches == [[small_size, big_size]] and tap.notified == 2
+
+
+def test_read_frames_keeps_per_frame_calls_for_byte_hooks_and_swallows_raising_sizes_hooks() -> None:
+    sizes: list[int] = []
+
+    def bad_sizes(_: list[int]) -> None:
+        raise RuntimeError("boom")
+
+    tap = PipeTap("inbound", byte_hooks=[sizes.append])
+    tap.add_sizes_hook(bad_sizes)
+    items = NdjsonDecoder(1024).feed(b'{"a":1}\n{"a":22}\n')
+    tap.notify_read_frames(items)
+    assert sizes == [7, 8]
+    assert tap.hook_errors == 2  # the sizes hook raised once per frame, the stream went on
+
+
+def test_read_frames_without_errors_takes_the_sizes_as_they_are() -> None:
+    batches: list[list[int]] = []
+    tap = PipeTap("inbound")
+    tap.add_sizes_hook(batches.append)
+    decoder = NdjsonDecoder(1024)
+    before = decoder.frame_errors
+    items = decoder.feed(b'{"a":1}\n{"a":22}\n')
+    assert decoder.frame_errors == before  # what daemon/child.py checks before errors=False
+    tap.notify_read_frames(items, errors=False)
+    assert batches == [[7, 8]] and tap.notified == 2
+    decoder.feed(b'{"bad"\n' + b"x" * 2000 + b"\n")
+    assert decoder.frame_errors == before + 2

@@ -137,6 +137,11 @@ def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any]
         "devStates": result.get("devStates") or [],
         "devStayedAwaiting": dev_stayed_awaiting(result),
         "devTurns": result.get("devTurns") or [],
+        "sandbox": result.get("sandbox"),
+        "testCommand": result.get("testCommand"),
+        # qa_automation's real test runs, round by round: what ran and with what result
+        "testRuns": [{"round": a.get("round"), "verdict": a.get("verdict"), "summary": a.get("summary")}
+                     for a in reports if a.get("agent") == "qa_automation"],
         "gate": result,
         "elapsedSeconds": round(elapsed, 2),
     }
@@ -186,6 +191,13 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         table.add_row("gate turn error", f"[bold red]origin {error.get('origin')}[/], status "
                       f"{error.get('status', '-')}, hop {error.get('hop', '-')}, body "
                       f"{size(error.get('observedBytes'))}, limit {size(error.get('limitBytes'))}")
+    sandbox = summary.get("sandbox") or {}
+    if sandbox:
+        table.add_row("sandbox for the PR's code", str(sandbox.get("kind")))
+    for run in summary.get("testRuns") or []:
+        said = next((part for part in str(run.get("summary")).split("; ") if part.startswith("ran ")),
+                    str(run.get("summary")))
+        table.add_row(f"qa_automation, round {run.get('round')}", f"{run.get('verdict')}: {escape(said)}")
     table.add_row("elapsed", f"{summary['elapsedSeconds']} s")
     console.print(table)
 

@@ -20,6 +20,16 @@ import typer
 
 from hopline.cli._common import budget_or_exit, run_client
 from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.vocabulary import (
+    DEV_STATE,
+    GATE_COMPLETE,
+    GATE_FIX,
+    GATE_ITEM,
+    GATE_PROGRESS,
+    GATE_ROUND,
+    GATE_STARTED,
+    GATE_VERDICT,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -61,25 +71,30 @@ class GateView:
         """Fold one event in; returns a line worth printing above the table, if any."""
         data = event.data
         agent = data.get("agent")
-        row = self.rows.setdefault(str(agent), {"agent": agent}) if isinstance(agent, str) else None
-        if event.type == "gate_round":
+        if event.type == GATE_STARTED:
+            return started_line(data)
+        if event.type == GATE_ROUND:
             self.round = int(data.get("round") or 0)
+            self.rows = {}  # each round's table shows its own states, never the last round's verdicts
             return f"round {self.round}: head {str(data.get('head'))[:12]}"
-        if event.type == "gate_item" and row is not None:
+        if event.type == GATE_FIX:
+            return fix_line(data)
+        row = self.rows.setdefault(str(agent), {"agent": agent}) if isinstance(agent, str) else None
+        if event.type == GATE_ITEM and row is not None:
             row["item"] = data.get("item")
             if data.get("item") in ("gate_stalled", "gate_retrying", "gate_error"):
                 return f"{agent}: {data.get('item')}" + (f" ({data['reason']})" if data.get("reason") else "")
-        elif event.type == "gate_progress" and row is not None:
+        elif event.type == GATE_PROGRESS and row is not None:
             row.update({k: data.get(k) for k in ("iteration", "maxIterations", "maxBodyBytes", "ceilingBytes",
                                                  "compactions", "extractiveSummaries", "http413s")})
-        elif event.type == "gate_verdict" and row is not None:
+        elif event.type == GATE_VERDICT and row is not None:
             row.update(data)
             return (f"{agent}: {data.get('verdict')} — {len(data.get('findings') or [])} findings, "
                     f"{data.get('iterations')} iterations, {data.get('compactions')} compactions")
-        elif event.type == "dev_state":
+        elif event.type == DEV_STATE:
             self.dev_state = str(data.get("state"))
             return f"dev session: {data.get('previous')} → {data.get('state')} ({data.get('event')})"
-        elif event.type == "gate_complete":
+        elif event.type == GATE_COMPLETE:
             self.result = data.get("result")
         return None
 
@@ -103,6 +118,53 @@ class GateView:
                           body_against_ceiling(row), str(row.get("http413s") or 0),
                           f"[{VERDICT_STYLES.get(str(verdict), '')}]{verdict}[/]" if verdict else "…")
         return table
+
+
+def started_line(data: dict[str, Any]) -> str:
+    """What the run says at its start: which sandbox runs the PR's code, which test command."""
+    if data.get("nothingToReview"):
+        return str(data["nothingToReview"])
+    sandbox = data.get("sandbox") or {}
+    test = data.get("testCommand") or {}
+    kind = sandbox.get("kind")
+    shown = (f"sandbox: {kind} ({sandbox.get('detail')})" if kind != "none"
+             else f"sandbox: none: the pull request's code runs unsandboxed ({sandbox.get('detail')})")
+    return shown + (f"; test command: {test.get('shown')} ({test.get('source')})" if test
+                    else "; no test command found")
+
+
+def fix_line(turn: dict[str, Any]) -> str:
+    """A dev fix's outcome: its commit and what verified it, or why no commit was made."""
+    verification = turn.get("verification") or {}
+    head = verification.get("headTests") or {}
+    told = head.get("summary") or f"exit {head.get('exitCode')}"
+    ran = f"; tests at the fix's head: {told}" if head else ""
+    if turn.get("commit"):
+        return (f"dev fix after round {turn.get('round')}: commit {turn['commit']} (git cherry-pick "
+                f"{str(turn['commit'])[:12]}), verified: {turn.get('reason')}{ran}")
+    return f"dev fix after round {turn.get('round')}: fix_failed: {turn.get('reason')}{ran}"
+
+
+def finding_line(agent: str, finding: dict[str, Any]) -> str:
+    """One finding as a CI log shows it, whole: ``error src/x.py:13 appsec/hardcoded-credential: ...``."""
+    where = str(finding.get("file")) + (f":{finding['line']}" if finding.get("line") else "")
+    message = " ".join(str(finding.get("message")).split())
+    return f"{finding.get('severity')} {where} {agent}/{finding.get('rule')}: {message}"
+
+
+def plain_summary(result: dict[str, Any]) -> list[str]:
+    """The run's summary as plain lines (no table, nothing cut): one per gate, then the exit."""
+    lines = []
+    for agent in result.get("agents") or []:
+        findings = agent.get("findings") or []
+        errors = sum(1 for f in findings if f.get("severity") == "error")
+        lines.append(f"{agent.get('agent')}: {agent.get('verdict')}, {len(findings)} findings ({errors} "
+                     f"errors), "
+                     f"{agent.get('iterations')} iterations, {agent.get('compactions')} compactions, "
+                     f"{agent.get('http413s')} 413s — {' '.join(str(agent.get('summary')).split())}")
+    lines.append(f"hopline gate {str(result.get('base', ''))[:12]}..{str(result.get('finalHead', ''))[:12]}: "
+                 f"{result.get('roundsRun')} round(s), exit {result.get('exitCode')}")
+    return lines
 
 
 def summary_table(result: dict[str, Any]) -> RenderableType:
@@ -136,33 +198,43 @@ def summary_table(result: dict[str, Any]) -> RenderableType:
 
 
 def print_result(console: Console, result: dict[str, Any]) -> None:
+    """Every round's findings, the dev fixes, and the summary: a table on a terminal, plain lines
+    elsewhere (a CI log: nothing cut, every finding names its agent and rule)."""
     from rich.markup import escape
 
-    console.print(summary_table(result))
-    rounds = [*(r.get("agents") or [] for r in result.get("history") or []), result.get("agents") or []]
-    for number, agents in enumerate(rounds, 1):
-        shown = f"round {number} · " if len(rounds) > 1 else ""
+    tty = console.is_terminal
+    if result.get("nothingToReview"):
+        console.print(str(result["nothingToReview"]), highlight=False, markup=False)
+    if tty and result.get("agents"):
+        console.print(summary_table(result))
+    history = [(r.get("round"), r.get("head"), r.get("agents") or []) for r in result.get("history") or []]
+    rounds = [*history, (result.get("roundsRun"), result.get("finalHead"), result.get("agents") or [])]
+    for number, head, agents in rounds if result.get("agents") else []:
+        if len(rounds) > 1:
+            console.print(f"round {number} (head {str(head)[:12]}):", highlight=False, markup=False)
         for agent in agents:
             for finding in agent.get("findings") or []:
-                where = (f"{finding.get('file')}:{finding.get('line')}" if finding.get("line")
-                         else finding.get("file"))
-                console.print(f"  {shown}[{'red' if finding.get('severity') == 'error' else 'yellow'}]"
-                              f"{finding.get('severity')}[/] {escape(str(where))} [{agent.get('agent')} · "
-                              f"{escape(str(finding.get('rule')))}] {escape(str(finding.get('message')))}",
-                              highlight=False)
+                line = finding_line(str(agent.get("agent")), finding)
+                if tty:
+                    style = "red" if finding.get("severity") == "error" else "yellow"
+                    console.print(f"  [{style}]{escape(line)}[/]", highlight=False, soft_wrap=True)
+                else:
+                    console.print("  " + line, highlight=False, markup=False, soft_wrap=True)
             if agent.get("verdict") == "error":
-                summary = escape(str(agent.get("summary")))
-                console.print(f"  {shown}[magenta]{agent.get('agent')}: {summary}[/]", highlight=False)
+                console.print(f"  {agent.get('agent')}: {agent.get('summary')}", highlight=False,
+                              markup=False,
+                              soft_wrap=True)
     if result.get("devStates"):
         states = " → ".join([result["devStates"][0]["previous"], *(c["state"] for c in result["devStates"])])
-        console.print(f"dev session: {states}", highlight=False)
+        console.print(f"dev session: {states}", highlight=False, markup=False)
     for turn in result.get("devTurns") or []:
-        commit = turn.get("commit")
-        console.print(f"dev fix after round {turn.get('round')}: "
-                      + (f"commit {commit} (git cherry-pick {commit[:12]})" if commit else
-                         str(turn.get("error") or "no change")), highlight=False)
+        console.print(fix_line(turn), highlight=False, markup=False, soft_wrap=True)
+    if not tty:
+        for line in plain_summary(result):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     if result.get("error"):
-        console.print(f"[bold red]gate run {result.get('state')}: {escape(str(result['error']))}[/]")
+        console.print(f"gate run {result.get('state')}: {result['error']}", style="bold red", highlight=False,
+                      markup=False, soft_wrap=True)
 
 
 async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | None,
@@ -175,7 +247,8 @@ async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | 
     from rich.text import Text
 
     view = GateView()
-    live = Live(view.render(), console=console, auto_refresh=False, transient=False) if console else None
+    tty = console is not None and console.is_terminal
+    live = Live(view.render(), console=console, auto_refresh=False, transient=False) if tty else None
     footer = ""
     if live is not None:
         live.start()
@@ -183,23 +256,21 @@ async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | 
         async with aclosing(client.gate_events(gate_id)) as events:
             async for event in events:
                 line = view.apply(event)
+                if console is not None and line:
+                    console.print(escape(line) if tty else line, highlight=False, markup=tty, soft_wrap=True)
                 if live is not None and console is not None:
-                    if line:
-                        console.print(escape(line), highlight=False)
-                    if extra is not None and event.type == "gate_progress":
+                    if extra is not None and event.type == GATE_PROGRESS:
                         footer = await extra(view)
-                    if event.type not in ("gate_complete",):
+                    if event.type != GATE_COMPLETE:
                         from rich.console import Group
 
                         live.update(Group(view.render(), Text(footer, style="bold cyan")) if footer
                                     else view.render(), refresh=True)
-                if event.type == "gate_complete":
+                if event.type == GATE_COMPLETE:
                     break
     finally:
         if live is not None:
             live.stop()
-            if console is not None and not console.is_terminal:
-                console.line()  # the last render ends without a newline off a terminal
     return view.result if view.result is not None else await client.gate(gate_id)
 
 
@@ -214,7 +285,8 @@ def write_sarif(path: Path, result: dict[str, Any]) -> None:
 async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: str, base: str | None,
                    head: str | None, agents: list[str] | None, dev_session: str | None, fix: bool,
                    rounds: int | None, scripted: dict[str, Any] | None, as_json: bool,
-                   sarif: Path | None) -> int:
+                   sarif: Path | None, test_command: str | None = None,
+                   allow_unsandboxed: bool = False) -> int:
     import orjson
     from rich.console import Console
 
@@ -226,7 +298,8 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
     async def one(client: DaemonClient) -> int:
         gate_id = await client.start_gate(repo, base=base, head=head, agents=agents,
                                           dev_session_id=dev_session, fix=fix, rounds=rounds,
-                                          scripted=scripted)
+                                          scripted=scripted, test_command=test_command,
+                                          allow_unsandboxed=allow_unsandboxed)
         try:
             result = await follow_gate(client, gate_id, console=None if as_json else console)
         except BaseException:
@@ -290,6 +363,12 @@ def register(app: typer.Typer) -> None:
         rounds: int = typer.Option(None, "--rounds", help="Gate rounds with --fix (default 2)."),
         agent: list[str] = typer.Option(None, "--agent", help="Only this gate agent (repeatable)."),
         scripted: str = typer.Option(None, "--scripted", help="Hints for the scripted model (JSON object)."),
+        test_cmd: str = typer.Option(None, "--test-cmd", help="The test command qa_automation runs (default: "
+                                     "the base's .hopline/gate.toml, else detected: pytest, go, cargo, npm, "
+                                     "make)."),
+        allow_unsandboxed: bool = typer.Option(
+            False, "--allow-unsandboxed", help="Run the pull request's code even where no sandbox (bwrap, "
+                                               "unshare) runs."),
     ) -> None:
         """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
         from hopline.cli.run import parse_scripted
@@ -302,5 +381,6 @@ def register(app: typer.Typer) -> None:
         code = run_client("gate", run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
                                            agents=list(agent) if agent else None, dev_session=dev_session,
                                            fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
-                                           as_json=as_json, sarif=Path(sarif) if sarif else None))
+                                           as_json=as_json, sarif=Path(sarif) if sarif else None,
+                                           test_command=test_cmd, allow_unsandboxed=allow_unsandboxed))
         raise typer.Exit(code)

@@ -218,7 +218,10 @@ class AcpChild:
                 chunk = await stdout.read(LARGE_READ_BYTES if large else READ_CHUNK_BYTES)
                 if not chunk:
                     break
+                errors_before = self.decoder.frame_errors
                 items = self.decoder.feed(chunk)
+                # The read's frames feed the inbound tap at once (one call per read, not per frame).
+                self.inbound.notify_read_frames(items, errors=self.decoder.frame_errors != errors_before)
                 index = 0
                 while index < len(items):
                     # Frames handled synchronously share one batch (one journal transaction); a
@@ -270,7 +273,6 @@ class AcpChild:
             self._frame_error(item, item.size, item.reason)
             return None
         message = item.message
-        self.inbound.notify_read(item.size, message)
         kind = message_kind(message)
         try:
             if kind in ("response", "error_response"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import hashlib
 import json
 import logging
@@ -20,36 +21,35 @@ import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
+from hopline.client.events import Event
 from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
 from hopline.daemon.routes.sse import open_event_stream
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.gate.git import Checkout, RepoError
-from hopline.gate.run import (
-    CHECKOUT_DIR,
-    DEFAULT_ROUNDS,
-    GATE_COMPLETE,
-    RUN_FILE,
-    GateRequest,
-    GateRun,
-    SessionEvent,
-)
+from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
-from hopline.harness.review import GATE_AGENTS
 from hopline.harness.scripted import scripted_hints
-from hopline.harness.tools import REVIEW_META
 from hopline.sidecars.projection import restore_update
 from hopline.store.journal import EventJournal
-from hopline.vocabulary import CLIENT_EVICTED, STREAM_KIND, STREAM_KIND_GATE
+from hopline.vocabulary import (
+    CLIENT_EVICTED,
+    GATE_AGENTS,
+    GATE_COMPLETE,
+    REVIEW_META,
+    STREAM_KIND,
+    STREAM_KIND_GATE,
+    gate_vocabulary,
+)
 
 log = logging.getLogger("hopline.daemon.gates")
 
@@ -66,7 +66,7 @@ class ManagerDriver:
         self.budget = budget
 
     async def create_session(self, *, cwd: str, profile: str, scripted: dict[str, Any] | None,
-                             review: dict[str, str] | None) -> str:
+                             review: dict[str, Any] | None) -> str:
         session = await self.manager.create(cwd=cwd, profile=profile, permission_mode="auto",
                                             scripted=scripted,
                                             extra_meta={REVIEW_META: review} if review else None)
@@ -75,7 +75,7 @@ class ManagerDriver:
     async def prompt(self, session_id: str, text: str) -> str:
         return await self.manager.prompt(await self.manager.get(session_id), text)
 
-    async def events(self, session_id: str, *, after: int) -> AsyncIterator[SessionEvent]:
+    async def events(self, session_id: str, *, after: int) -> AsyncIterator[Event]:
         """Replay then live, as an SSE stream serves them; an eviction resubscribes after the last id."""
         cursor = after
         while True:
@@ -84,7 +84,7 @@ class ManagerDriver:
                 async for page in self.bus.replay(session_id, cursor, upto):
                     for event in page:
                         cursor = max(cursor, event.id or 0)
-                        yield SessionEvent(event.id, event.type, orjson.loads(event.data), event.size)
+                        yield Event(event.id, event.type, orjson.loads(event.data), event.size)
                 while True:
                     live = await subscriber.next(self.budget.sse_heartbeat_seconds)
                     if live is None:
@@ -97,7 +97,7 @@ class ManagerDriver:
                         if live.id <= cursor:
                             continue
                         cursor = live.id
-                    yield SessionEvent(live.id, live.type, orjson.loads(live.data), live.size)
+                    yield Event(live.id, live.type, orjson.loads(live.data), live.size)
             finally:
                 self.bus.unsubscribe(subscriber)
 
@@ -152,18 +152,23 @@ class SidecarUnavailable(HoplineError):
     """A moved field of an update cannot be read back (truncated, reaped, or changed)."""
 
 
+# The gate agents' names as a type: the names themselves are vocabulary.GATE_AGENTS (spelled once).
+GateAgentName = enum.StrEnum("GateAgentName", {name: name for name in GATE_AGENTS})  # type: ignore[misc]
+
+
 class GateBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repo: Annotated[str, Field(min_length=1, max_length=4096)]
     base: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     head: Annotated[str, Field(min_length=1, max_length=255)] | None = None
-    agents: Annotated[list[Literal["qa_automation", "qa_performance_security", "qa_strategy", "appsec"]],
-                      Field(min_length=1, max_length=4)] | None = None
+    agents: Annotated[list[GateAgentName], Field(min_length=1, max_length=len(GATE_AGENTS))] | None = None
     devSessionId: Annotated[str, Field(min_length=1, max_length=128)] | None = None
     fix: bool = False
     rounds: int | None = None
     scripted: dict[str, Any] | None = None
+    testCommand: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    allowUnsandboxed: bool = False
 
 
 class GateCreated(BaseModel):
@@ -243,9 +248,10 @@ class GateRegistry:
             raise SessionError(422, "invalid_repo", "repo must be an absolute path", hop=HOP_GATE,
                                field="repo")
         request = GateRequest(repo=Path(body.repo), base=body.base, head=body.head,
-                              agents=tuple(body.agents) if body.agents else GATE_AGENTS,
+                              agents=tuple(a.value for a in body.agents) if body.agents else GATE_AGENTS,
                               dev_session_id=body.devSessionId, fix=body.fix, rounds=rounds,
-                              scripted=body.scripted)
+                              scripted=body.scripted, test_command=body.testCommand,
+                              allow_unsandboxed=body.allowUnsandboxed)
         run = GateRun(request, self.driver, budget, work_dir=self.work_root, slots=self.slots)
         try:
             await asyncio.to_thread(run.resolve)
@@ -351,6 +357,11 @@ def gate_router(registry: GateRegistry) -> APIRouter:
         """Start a gate run over ``repo``'s ``base..head`` (defaults: the merge base with the upstream
         or main, and HEAD); ``devSessionId`` attaches a dev session, ``fix`` makes one that fixes."""
         return {"gateId": (await registry.start(body)).id}
+
+    @router.get("/gate/vocabulary", responses=errors)
+    async def vocabulary() -> dict[str, Any]:
+        """The gate's agent names and event types (the console reads them here: spelled once)."""
+        return gate_vocabulary()
 
     @router.get("/gate", responses=errors)
     async def list_gates() -> dict[str, Any]:

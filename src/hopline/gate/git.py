@@ -2,8 +2,9 @@
 worktree``, read-only while the gates read it, removed at the end). Blocking: call it off the loop.
 
 Everything goes through :func:`hopline.harness.git.run_git` (argument lists, bounded output, the
-command timeout). Revisions from a client are checked before git sees them (no option, no
-whitespace), then resolved to commit ids; only commit ids go further.
+command timeout, no hook or filter of the repository: :func:`hopline.harness.git.add_worktree`).
+Revisions from a client are checked before git sees them (no option, no whitespace), then resolved
+to commit ids; only commit ids go further.
 """
 
 from __future__ import annotations
@@ -11,12 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
 from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
-from hopline.harness.git import GitError, run_git
+from hopline.harness.git import GitError, add_worktree, driver_overrides, remove_worktree, run_git
 
 # A revision a client may name: a ref, a commit id, HEAD~2, main@{upstream}... never an option.
 REVISION_RE = re.compile(r"^[A-Za-z0-9._/@{}^~:+][A-Za-z0-9._/@{}^~:+-]{0,254}$")
@@ -81,6 +81,12 @@ def default_base(repo: Path, budget: Budget, head: str) -> tuple[str, str]:
                     "give base")
 
 
+def changes_nothing(repo: Path, budget: Budget, base: str, head: str) -> bool:
+    """True when ``base`` and ``head`` hold the same tree: an empty range, nothing to review."""
+    return base == head or _git(repo, budget, "rev-parse", f"{base}^{{tree}}") == _git(
+        repo, budget, "rev-parse", f"{head}^{{tree}}")
+
+
 def _chmod_tree(root: Path, *, writable: bool) -> None:
     """Files and directories of the checkout without (or with back) their write bits; ``.git``
     (a file pointing at the repository) is left alone."""
@@ -104,12 +110,21 @@ class Checkout:
         self.repo = repo
         self.path = path
         self.budget = budget
+        self._blanks: list[str] | None = None  # the repository's filter drivers, blanked (git add, reset)
+
+    def _in_checkout(self, *args: str) -> str:
+        """``git args`` in the checkout with every filter driver of the repository blanked."""
+        if self._blanks is None:
+            self._blanks = driver_overrides(self.path, timeout=self.budget.command_timeout_seconds,
+                                            max_bytes=self.budget.gate_git_output_max_bytes)
+        return _git(self.path, self.budget, *self._blanks, *args)
 
     @classmethod
     def create(cls, repo: Path, path: Path, head: str, budget: Budget) -> Checkout:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            _git(repo, budget, "worktree", "add", "--detach", "--quiet", str(path), head)
+            add_worktree(repo, path, head, timeout=budget.command_timeout_seconds,
+                         max_bytes=budget.gate_git_output_max_bytes)
         except GitError as exc:
             raise RepoError(f"the head checkout could not be made: {exc}") from None
         checkout = cls(repo, path, budget)
@@ -122,25 +137,31 @@ class Checkout:
     def writable(self) -> None:
         _chmod_tree(self.path, writable=True)
 
-    def commit_all(self, message: str) -> str | None:
-        """Commit whatever the dev agent changed (a detached commit in the checkout): its id, or None
-        when nothing changed. Hooks do not run: the commit is the agent's, the review judges it."""
-        _git(self.path, self.budget, "add", "--all")
-        try:
-            _git(self.path, self.budget, "diff", "--cached", "--quiet")
-            return None
-        except GitError:
-            pass  # there are staged changes
-        _git(self.path, self.budget, *_COMMITTER, "commit", "--quiet", "--no-verify", "-m", message)
+    def stage_all(self) -> list[str]:
+        """Stage whatever the dev agent changed; the paths staged (none: it changed nothing)."""
+        self._in_checkout("add", "--all")
+        names = self._in_checkout("diff", "--cached", "--name-only", "-z")
+        return [n for n in names.split("\0") if n]
+
+    def changed_since(self, base: str) -> list[str]:
+        """The paths that exist now (staged) and differ from ``base``: what a fix check compiles."""
+        names = self._in_checkout("diff", "--cached", "--name-only", "--diff-filter=d", "-z", base)
+        return [n for n in names.split("\0") if n]
+
+    def commit_staged(self, message: str) -> str:
+        """Commit what is staged (a detached commit in the checkout): its id. Hooks do not run: the
+        commit is the agent's, the review judges it."""
+        self._in_checkout(*_COMMITTER, "commit", "--quiet", "--no-verify", "-m", message)
         return _git(self.path, self.budget, "rev-parse", "HEAD")
+
+    def discard(self) -> None:
+        """The dev agent's refused changes taken back: the checkout is its last commit again."""
+        self._in_checkout("reset", "--quiet", "--hard")
+        self._in_checkout("clean", "--quiet", "-fd")
 
     def remove(self) -> None:
         if self.path.exists():
             with contextlib.suppress(OSError):
                 self.writable()
-        try:
-            _git(self.repo, self.budget, "worktree", "remove", "--force", str(self.path))
-        except GitError:
-            shutil.rmtree(self.path, ignore_errors=True)
-            with contextlib.suppress(GitError):
-                _git(self.repo, self.budget, "worktree", "prune")
+        remove_worktree(self.repo, self.path, timeout=self.budget.command_timeout_seconds,
+                        max_bytes=self.budget.gate_git_output_max_bytes)

@@ -15,10 +15,15 @@ the loop retries a transient model-origin failure; no event for ``HOPLINE_GATE_S
 is retried once on a fresh session (``gate_retrying``), then it is ``gate_error``. A final answer with
 no valid verdict is asked for once more in the same session, then it is ``gate_error``: never a pass.
 
+Before any agent: an empty range is "nothing to review" (exit 0, no agent, no checkout); with no
+sandbox that runs here the run fails unless the operator allowed unsandboxed runs; the test command
+is chosen (:mod:`hopline.gate.testcmd`) and travels to the gate sessions in their review meta.
+
 With ``fix`` and a ``fail`` verdict while rounds remain, the dev agent (a session on the checkout,
-``dev`` profile) gets one prompt with the findings; what it writes is committed in the checkout
-(a detached commit: the new head) and the gate runs again. The checkout is removed at the end,
-whatever the end (verdicts, an error, a cancel).
+``dev`` profile) gets one prompt with the findings; what it writes becomes a commit (the new head)
+only once :mod:`hopline.gate.verify` found that it builds and keeps the base's passing tests, and
+the gate runs again; else the round records ``fix_failed`` and the run ends. The checkout is removed
+at the end, whatever the end (verdicts, an error, a cancel).
 """
 
 from __future__ import annotations
@@ -31,14 +36,24 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import Budget
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
-from hopline.gate.git import Checkout, RepoError, default_base, repository_root, resolve_commit
+from hopline.gate import testcmd
+from hopline.gate.driver import SessionDriver, Stalled, follow_turn
+from hopline.gate.git import (
+    Checkout,
+    RepoError,
+    changes_nothing,
+    default_base,
+    repository_root,
+    resolve_commit,
+)
+from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
+from hopline.gate.report import AgentReport, track
 from hopline.gate.states import (
     RUN_IN_PROGRESS,
     TERMINAL_TYPES,
@@ -50,69 +65,27 @@ from hopline.gate.states import (
     RunState,
     move_run,
 )
-from hopline.gate.verdict import VERDICT_FORMAT, ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
-from hopline.harness.review import FIX_MARKER, GATE_AGENTS, GATE_REVIEW_MARKER
-from hopline.vocabulary import COMPACTION, PROGRESS, TURN_COMPLETE, TURN_ERROR
+from hopline.gate.verdict import ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
+from hopline.gate.verify import FixVerifier, verified_commit
+from hopline.harness.sandbox import Sandbox, detect_sandbox
+from hopline.vocabulary import (
+    DEV_STATE,
+    GATE_AGENTS,
+    GATE_COMPLETE,
+    GATE_FIX,
+    GATE_ITEM,
+    GATE_ROUND,
+    GATE_STARTED,
+    GATE_VERDICT,
+)
 
 log = logging.getLogger("hopline.gate")
-
-# What a driver's events() yields: a session event as the SDK types it (id, type, data, size).
-SessionEvent = Event
 
 DEFAULT_ROUNDS = 2
 DEV_PROFILE = "dev"
 RUN_FILE = "run.json"  # in the run's work directory: what a restarted daemon needs to clean up
 CHECKOUT_DIR = "checkout"
-# The gate stream's event types (journaled, with ids, like a session's).
-GATE_STARTED = "gate_started"
-GATE_ROUND = "gate_round"
-GATE_ITEM = "gate_item"
-GATE_PROGRESS = "gate_progress"
-GATE_VERDICT = "gate_verdict"
-DEV_STATE = "dev_state"
-GATE_COMPLETE = "gate_complete"
-
-TITLES = {"qa_automation": "QA automation", "qa_performance_security": "QA performance and security",
-          "qa_strategy": "QA strategy", "appsec": "application security"}
-DOMAINS = {
-    "qa_automation": "the tests of the change: run them or read their logs, and report every failing test.",
-    "qa_performance_security": "slow paths, resource leaks and unsafe input handling (text run as code, "
-                               "as with eval or exec).",
-    "qa_strategy": "test coverage and risk: changed code that no test covers, unfinished work (TODO, FIXME).",
-    "appsec": "security: injection, secrets in the code (access keys, passwords), unsafe defaults.",
-}
-
-
-class SessionDriver(Protocol):
-    """What a gate run needs of a daemon: its sessions, their events, and a place to publish."""
-
-    async def create_session(self, *, cwd: str, profile: str, scripted: dict[str, Any] | None,
-                             review: dict[str, str] | None) -> str:
-        """A new session (tools auto-approved); ``review`` = ``{base, head}`` makes it a gate session."""
-        ...
-
-    async def prompt(self, session_id: str, text: str) -> str:
-        """Queue a prompt; its id."""
-        ...
-
-    def events(self, session_id: str, *, after: int) -> AsyncIterator[SessionEvent]:
-        """The session's events with an id above ``after``, then live ones, in order (never ending)."""
-        ...
-
-    async def cancel(self, session_id: str) -> None: ...
-
-    async def delete(self, session_id: str) -> None: ...
-
-    def has_session(self, session_id: str) -> bool: ...
-
-    async def resolve_update(self, session_id: str, update: dict[str, Any]) -> dict[str, Any]:
-        """The original of a projected update: its fields moved to sidecars set back (size and
-        sha256 checked); a :class:`~hopline.budget.HoplineError` when one cannot be."""
-        ...
-
-    def publish(self, stream: str, event_type: str, data: dict[str, Any]) -> None:
-        """Journal and deliver one event on a stream (a gate run's id, or a session's)."""
-        ...
+NOTHING_TO_REVIEW = "nothing to review: base and head hold the same tree"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,79 +98,8 @@ class GateRequest:
     fix: bool = False
     rounds: int = DEFAULT_ROUNDS
     scripted: dict[str, Any] | None = None
-
-
-def _header(agent: str, base: str, head: str) -> str:
-    return f"{GATE_REVIEW_MARKER} · agent {agent} · base {base} · head {head}"
-
-
-def gate_prompt(agent: str, base: str, head: str) -> str:
-    """What a gate agent is asked: its domain, its tools, and the verdict's form."""
-    return (f"{_header(agent, base, head)}\n"
-            f"You are the {TITLES[agent]} gate of this pull request: {DOMAINS[agent]}\n"
-            "Review the change between base and head. git_diff with stat=true lists the changed files "
-            "with their line counts, git_diff with path shows one file's diff, without arguments the "
-            "whole diff. read_file, search_workspace and run_command (tests and linters only) let you "
-            "look closer; the checkout is read-only.\n"
-            f"End with your verdict as one JSON object in a ```json block, in this form:\n{VERDICT_FORMAT}\n"
-            'verdict is "fail" when a finding has severity "error", "pass" otherwise, and "error" only '
-            "when you could not review the change; file is relative to the repository's root.")
-
-
-def verdict_retry_prompt(agent: str, base: str, head: str, reason: str) -> str:
-    return (f"{_header(agent, base, head)}\nYour last answer held no valid verdict ({reason}). Answer "
-            f"again with only your verdict, as one JSON object in a ```json block:\n{VERDICT_FORMAT}")
-
-
-def fix_prompt(round_number: int, findings: list[dict[str, Any]]) -> str:
-    """The dev agent's one prompt after a round with a fail: the findings to fix, as JSON."""
-    return (f"{FIX_MARKER} · round {round_number}\nThe gate reviewed your change and found the issues "
-            "below. Fix them in this checkout with write_file (paths relative to its root), then say "
-            "what you changed and what you could not fix.\n"
-            f"```json\n{json.dumps(findings, indent=1)}\n```")
-
-
-@dataclasses.dataclass
-class AgentReport:
-    """One gate agent in one round: where it is, its verdict and its figures."""
-
-    agent: str
-    round: int
-    item: GateItem = GateItem.QUEUED
-    attempt: int = 0
-    session_id: str | None = None
-    verdict: str | None = None
-    summary: str = ""
-    findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    omitted_findings: int = 0
-    iterations: int = 0
-    max_iterations: int = 0
-    compactions: int = 0
-    summarizers: dict[str, int] = dataclasses.field(default_factory=dict)  # compactions by summarizer
-    summarizer_errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # why extractive
-    max_body_bytes: int = 0
-    ceiling_bytes: int = 0
-    http_413s: int = 0
-    model_retries: int = 0
-    stalls: int = 0
-    verdict_asks: int = 0
-    sidecars: int = 0  # fields of its updates moved to sidecars (kept off the wire)
-    sidecar_bytes: int = 0
-    error: dict[str, Any] | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"agent": self.agent, "round": self.round, "item": self.item.value, "attempt": self.attempt,
-                "sessionId": self.session_id, "verdict": self.verdict, "summary": self.summary,
-                "findings": self.findings, "omittedFindings": self.omitted_findings,
-                "iterations": self.iterations, "maxIterations": self.max_iterations,
-                "compactions": self.compactions, "summarizers": dict(self.summarizers),
-                "summarizerErrors": list(self.summarizer_errors), "maxBodyBytes": self.max_body_bytes,
-                "ceilingBytes": self.ceiling_bytes, "http413s": self.http_413s,
-                "modelRetries": self.model_retries, "stalls": self.stalls, "verdictAsks": self.verdict_asks,
-                "sidecars": self.sidecars, "sidecarBytes": self.sidecar_bytes,
-                "error": self.error, "startedAt": self.started_at, "endedAt": self.ended_at}
+    test_command: str | None = None  # --test-cmd: else the base's .hopline/gate.toml, else detected
+    allow_unsandboxed: bool = False  # run the PR's code with no sandbox when none runs here
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,10 +107,6 @@ class _NoVerdict:
     reason: str
     error: dict[str, Any] | None = None
     retry: bool = True  # a fresh attempt may help (a stall, a failed turn); not after a bad answer
-
-
-class _Stalled(HoplineError):
-    pass
 
 
 # What a failed turn's error says that a report keeps (sizes and origins, never a message's payload).
@@ -240,6 +138,10 @@ class GateRun:
         self.dev_turns: list[dict[str, Any]] = []
         self.created_at = time.time()
         self.ended_at: float | None = None
+        self.sandbox: Sandbox | None = None
+        self.test_command: testcmd.TestCommand | None = None
+        self.nothing_to_review = False
+        self._verifier: FixVerifier | None = None
         self._checkout: Checkout | None = None
         self._creating: asyncio.Future[Checkout] | None = None
         self._cursors: dict[str, int] = {}  # last event id seen, per session
@@ -305,7 +207,8 @@ class GateRun:
         try:
             await self._prepare()
             self.move(RunState.RUNNING)
-            await self._rounds()
+            if not self.nothing_to_review:
+                await self._rounds()
             self.move(RunState.DONE)
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -352,6 +255,15 @@ class GateRun:
         if not self.head:
             await asyncio.to_thread(self.resolve)
         repo = self.repo
+        if await asyncio.to_thread(changes_nothing, repo, budget, self.base, self.head):
+            self.nothing_to_review = True  # no agent starts, no checkout is made
+            self._emit(GATE_STARTED, {"base": self.base, "baseFrom": self.base_from, "head": self.head,
+                                      "agents": [], "nothingToReview": NOTHING_TO_REVIEW})
+            return
+        self.sandbox = await asyncio.to_thread(detect_sandbox)
+        if not self.sandbox.available and not request.allow_unsandboxed:
+            raise RepoError(f"the pull request's code runs only in a sandbox, and none runs here "
+                            f"({self.sandbox.detail}); pass --allow-unsandboxed to run it anyway")
         if request.dev_session_id is not None:
             if not self.driver.has_session(request.dev_session_id):
                 raise RepoError("devSessionId names no session of this daemon")
@@ -362,6 +274,11 @@ class GateRun:
         self._creating = asyncio.ensure_future(asyncio.to_thread(
             Checkout.create, repo, self.work_dir / CHECKOUT_DIR, self.head, budget))
         self._checkout = await asyncio.shield(self._creating)
+        try:
+            self.test_command = await asyncio.to_thread(testcmd.choose, request.test_command, repo, self.base,
+                                                        self._checkout.path, budget)
+        except testcmd.TestCommandError as exc:
+            raise RepoError(str(exc)) from None
         if request.fix:
             self.dev_session_id = await self.driver.create_session(
                 cwd=str(self._checkout.path), profile=DEV_PROFILE, scripted=request.scripted, review=None)
@@ -369,7 +286,20 @@ class GateRun:
             self.dev = DevStateMachine()
         self._emit(GATE_STARTED, {"base": self.base, "baseFrom": self.base_from, "head": self.head,
                                   "agents": list(request.agents), "rounds": request.rounds,
-                                  "fix": request.fix, "devSessionId": self.dev_session_id})
+                                  "fix": request.fix, "devSessionId": self.dev_session_id,
+                                  "sandbox": self.sandbox.to_json(),
+                                  "testCommand": self.test_command.to_json() if self.test_command else None})
+
+    @property
+    def sandbox_kind(self) -> str:
+        """What a gate session runs PR code in: the sandbox, or ``none`` when the operator allowed it."""
+        return self.sandbox.kind if self.sandbox is not None else "none"
+
+    def review_meta(self, head: str) -> dict[str, Any]:
+        meta: dict[str, Any] = {"base": self.base, "head": head, "sandbox": self.sandbox_kind}
+        if self.test_command is not None:
+            meta["testCommand"] = list(self.test_command.argv)
+        return meta
 
     async def _rounds(self) -> None:
         head = self.head
@@ -391,7 +321,7 @@ class GateRun:
                 self._dev_fire(DevEvent.GATES_SETTLED)
                 return
             self._dev_fire(DevEvent.FIX_STARTED)
-            new_head = await self._fix(number, [{"agent": r.agent, **f} for r in reports
+            new_head = await self._fix(number, head, [{"agent": r.agent, **f} for r in reports
                                                 if r.verdict == "fail" for f in r.findings])
             if new_head is None:
                 return
@@ -427,18 +357,19 @@ class GateRun:
         assert self._checkout is not None
         session_id = await self.driver.create_session(
             cwd=str(self._checkout.path), profile=report.agent, scripted=self.request.scripted,
-            review={"base": self.base, "head": head})
+            review=self.review_meta(head))
         report.session_id = session_id
         self._cursors[session_id] = 0
         self._set_item(report, GateItem.RUNNING)
         stalled = False
         try:
-            text = gate_prompt(report.agent, self.base, head)
+            text = gate_prompt(report.agent, self.base, head,
+                               self.test_command.to_json() if self.test_command else None)
             for ask in (1, 2):
                 report.verdict_asks += 1
                 try:
                     tracker = await self._follow(session_id, text, report)
-                except _Stalled:
+                except Stalled:
                     stalled = True
                     report.stalls += 1
                     self._set_item(report, GateItem.STALLED,
@@ -467,98 +398,17 @@ class GateRun:
             self._cursors.pop(session_id, None)
 
     async def _follow(self, session_id: str, text: str, report: AgentReport | None) -> TurnTracker:
-        """Prompt the session and fold its events until that turn ends; :class:`_Stalled` after
-        ``HOPLINE_GATE_STALL_SECONDS`` without an event. ``report`` (a gate's) follows its item."""
-        prompt_id = await self.driver.prompt(session_id, text)
-        tracker = TurnTracker(prompt_id)
-        stream = self.driver.events(session_id, after=self._cursors.get(session_id, 0))
-        events = stream.__aiter__()
-        try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(events.__anext__(), self.budget.gate_stall_seconds)
-                except TimeoutError:
-                    raise _Stalled() from None
-                except StopAsyncIteration:  # the session went away under the turn
-                    tracker.error = {"origin": "agent", "reason": "session_closed",
-                                     "message": "the session ended before its turn did"}
-                    return tracker
-                if event.id is not None:
-                    self._cursors[session_id] = event.id
-                if not event.synthetic and not tracker.mine(event):
-                    continue
-                tracker.apply(await self._whole(session_id, event))
-                if report is not None:
-                    self._track(report, event)
-                if event.is_turn_end and event.prompt_id == prompt_id:
-                    return tracker
-        finally:
-            with contextlib.suppress(Exception):
-                await stream.aclose()  # type: ignore[attr-defined]
+        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`); a
+        gate's ``report`` follows its item."""
+        def on_event(event: Event) -> None:
+            if report is not None:
+                track(report, event, self._set_item, self._emit)
 
-    async def _whole(self, session_id: str, event: Event) -> Event:
-        """An agent message whose text went to a sidecar (a long answer in one chunk), restored: the
-        verdict is read from the whole answer, never from its preview. Other events as they are."""
-        if event.update_kind != "agent_message_chunk" or not any(not r.truncated for r in event.sidecars()):
-            return event
-        try:
-            update = await self.driver.resolve_update(session_id, event.update)
-        except HoplineError as exc:  # gone or lost: the preview is all there is (said, sizes only)
-            log.warning("a moved agent message could not be restored", extra={
-                "exception": type(exc).__name__, "bytes": sum(r.bytes for r in event.sidecars())})
-            return event
-        return Event(event.id, event.type, {**event.data, "update": update}, event.size)
-
-    def _track(self, report: AgentReport, event: Event) -> None:
-        moved = [ref for ref in event.sidecars() if not ref.truncated]
-        report.sidecars += len(moved)
-        report.sidecar_bytes += sum(ref.bytes for ref in moved)
-        if event.type == PROGRESS:
-            progress = event.data.get("progress") or {}
-            retry = progress.get("retry")
-            report.iterations = max(report.iterations, int(progress.get("iteration") or 0))
-            report.max_iterations = int(progress.get("maxIterations") or report.max_iterations)
-            report.max_body_bytes = max(report.max_body_bytes, int(progress.get("bodyBytes") or 0))
-            report.ceiling_bytes = int(progress.get("ceilingBytes") or report.ceiling_bytes)
-            if isinstance(retry, dict):
-                if retry.get("status") == 413:
-                    report.http_413s += 1
-                if retry.get("origin") == "model":
-                    report.model_retries += 1
-                    self._set_item(report, GateItem.RETRYING, reason="a transient model failure is retried")
-            else:
-                self._set_item(report, GateItem.RUNNING)
-            self._emit(GATE_PROGRESS, {"agent": report.agent, "round": report.round,
-                                       "attempt": report.attempt, "iteration": report.iterations,
-                                       "maxIterations": report.max_iterations,
-                                       "bodyBytes": int(progress.get("bodyBytes") or 0),
-                                       "maxBodyBytes": report.max_body_bytes,
-                                       "ceilingBytes": report.ceiling_bytes,
-                                       "compactions": report.compactions,
-                                       "extractiveSummaries": len(report.summarizer_errors),
-                                       "http413s": report.http_413s,
-                                       "sidecars": report.sidecars})
-        elif event.type == COMPACTION:
-            record = event.data.get("compaction")
-            record = record if isinstance(record, dict) else {}
-            report.compactions += 1
-            summarizer = str(record.get("summarizer") or "model")
-            report.summarizers[summarizer] = report.summarizers.get(summarizer, 0) + 1
-            failed = record.get("summarizerError")
-            if isinstance(failed, dict):  # the model's summary failed: the extractive one was used
-                report.summarizer_errors.append({k: failed.get(k) for k in ("origin", "status", "hop")
-                                                 if k in failed})
-            self._set_item(report, GateItem.COMPACTING, trigger=record.get("trigger"))
-        elif event.type == TURN_COMPLETE:
-            turn = event.data.get("turn")
-            turn = turn if isinstance(turn, dict) else {}
-            report.max_body_bytes = max(report.max_body_bytes, int(turn.get("maxBodyBytes") or 0))
-        elif event.type == TURN_ERROR:
-            pass
+        return await follow_turn(self.driver, session_id, text, self.budget, self._cursors, on_event)
 
     # --- the dev agent -----------------------------------------------------------------------------
 
-    async def _fix(self, round_number: int, findings: list[dict[str, Any]]) -> str | None:
+    async def _fix(self, round_number: int, head: str, findings: list[dict[str, Any]]) -> str | None:
         """The dev agent's turn on the findings; the new head, or None when there is no new round."""
         assert self._checkout is not None and self.dev_session_id is not None
         checkout = self._checkout
@@ -569,26 +419,28 @@ class GateRun:
             turn["stopReason"] = tracker.stop_reason
             if tracker.error is not None:
                 turn["error"] = {k: tracker.error.get(k) for k in ("origin", "status", "hop")}
-        except _Stalled:
+        except Stalled:
             turn["error"] = {"reason": f"stalled: no event for {self.budget.gate_stall_seconds} s"}
             with contextlib.suppress(Exception):
                 await self.driver.cancel(self.dev_session_id)
         finally:
             await asyncio.to_thread(checkout.read_only)
-        new_head = None
-        if "error" not in turn:
-            new_head = await asyncio.to_thread(checkout.commit_all,
-                                               f"hopline dev agent: fixes after gate round {round_number}")
-            turn["commit"] = new_head
+        if self._verifier is None:
+            self._verifier = FixVerifier(checkout.path, self.base, head, self.budget, self.sandbox_kind,
+                                         self.test_command)
+        new_head = await verified_commit(checkout, self._verifier, self.base, round_number, turn)
         self.dev_turns.append(turn)
+        self._emit(GATE_FIX, turn)
         if new_head is None:
-            reason = "the dev turn failed" if "error" in turn else "the dev agent changed nothing"
-            self._dev_fire(DevEvent.FIX_FAILED, reason=reason)
+            self._dev_fire(DevEvent.FIX_FAILED, reason=turn["reason"])
             return None
         self._dev_fire(DevEvent.FIX_DONE, commit=new_head)
         return new_head
 
     async def _cleanup(self) -> None:
+        if self._verifier is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(self._verifier.close)
         if self.dev_created and self.dev_session_id is not None:
             with contextlib.suppress(Exception):
                 await self.driver.delete(self.dev_session_id)
@@ -612,6 +464,8 @@ class GateRun:
         """0: every gate passed; 1: a gate failed; 2: a gate error, or the run did not finish."""
         if self.in_progress:
             return None
+        if self.nothing_to_review and self.state is RunState.DONE:
+            return 0
         verdicts = [r.verdict for r in self.agents]
         if self.state is not RunState.DONE or not verdicts or any(v not in ("pass", "fail")
                                                                   for v in verdicts):
@@ -629,6 +483,9 @@ class GateRun:
                         for i, reports in enumerate(self.rounds[:-1])],
             "pending": sorted(r.agent for r in self.agents if r.item not in TERMINAL_TYPES),
             "createdAt": self.created_at, "endedAt": self.ended_at,
+            "nothingToReview": NOTHING_TO_REVIEW if self.nothing_to_review else None,
+            "sandbox": self.sandbox.to_json() if self.sandbox is not None else None,
+            "testCommand": self.test_command.to_json() if self.test_command is not None else None,
         }
         if self.dev is not None:
             out["devSessionId"] = self.dev_session_id

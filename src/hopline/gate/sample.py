@@ -41,6 +41,15 @@ password = "correct-horse-battery-staple"
 TIMEOUT_SECONDS = 30
 '''
 
+PYPROJECT = '''[project]
+name = "sample"
+version = "0.1.0"
+
+[tool.pytest.ini_options]
+pythonpath = ["src"]
+testpaths = ["tests"]
+'''
+
 
 def git(repo: Path, *args: str) -> str:
     """Run git in ``repo`` with a fixed identity and dates (the sample's commits are reproducible)."""
@@ -54,6 +63,7 @@ def make_sample_pull_request(root: Path, *, log_bytes: int = DEFAULT_FILE_BYTES,
     """The repository under ``root`` (created), checked out on ``feature``: ``(root, base, head)``."""
     root.mkdir(parents=True, exist_ok=True)
     make_sample_workspace(root, seed=seed, logs=0)
+    (root / "pyproject.toml").write_text(PYPROJECT)  # its tests run with pytest (qa_automation runs them)
     git(root, "init", "--quiet", "--initial-branch=main")
     git(root, "add", "--all")
     git(root, "commit", "--quiet", "-m", "the sample service")

@@ -5,10 +5,17 @@ result per finding (``level`` = the finding's severity; the location relative to
 repository's root). The invocation says whether the gate gave a verdict (``executionSuccessful``);
 the verdict, the commits and the run's figures are in the run's ``properties``. Paths stay relative:
 no absolute path of the machine is written.
+
+For GitHub code scanning: each result has ``partialFingerprints`` (a hash of the agent, rule, file
+and message with its numbers taken out: the same finding keeps it when lines move), each security
+rule ``properties["security-severity"]``, and each run ``automationDetails.id``
+(``hopline-gate/<agent>/<gate run id>``: the category, then the run).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any
 
 from hopline import __version__
@@ -16,23 +23,37 @@ from hopline import __version__
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "SRCROOT"
+FINGERPRINT_KEY = "hoplineFinding/v1"
+# GitHub's scale: over 9.0 critical, 7.0 to 8.9 high, 4.0 to 6.9 medium.
+SECURITY_SEVERITY = {"hardcoded-credential": "8.5", "unsafe-eval": "8.0", "symlink-escape": "6.5"}
 
 
 def _rule(rule_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
     first = next(f for f in findings if f["rule"] == rule_id)
-    return {"id": rule_id, "shortDescription": {"text": rule_id.replace("-", " ")},
-            "defaultConfiguration": {"level": first["severity"]}}
+    rule: dict[str, Any] = {"id": rule_id, "shortDescription": {"text": rule_id.replace("-", " ")},
+                            "defaultConfiguration": {"level": first["severity"]}}
+    if rule_id in SECURITY_SEVERITY:
+        rule["properties"] = {"security-severity": SECURITY_SEVERITY[rule_id], "tags": ["security"]}
+    return rule
 
 
-def _result(finding: dict[str, Any], rule_index: int) -> dict[str, Any]:
+def fingerprint(agent: str, finding: dict[str, Any]) -> str:
+    """A finding's identity that outlives a line move: no line number, no number in its message."""
+    message = re.sub(r"\d+", "N", " ".join(str(finding.get("message")).split()))
+    key = "\0".join((agent, str(finding.get("rule")), str(finding.get("file")), message))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def _result(finding: dict[str, Any], rule_index: int, finding_print: str) -> dict[str, Any]:
     location: dict[str, Any] = {"artifactLocation": {"uri": finding["file"], "uriBaseId": SRCROOT}}
     if isinstance(finding.get("line"), int):
         location["region"] = {"startLine": finding["line"]}
     return {"ruleId": finding["rule"], "ruleIndex": rule_index, "level": finding["severity"],
-            "message": {"text": finding["message"]}, "locations": [{"physicalLocation": location}]}
+            "message": {"text": finding["message"]}, "locations": [{"physicalLocation": location}],
+            "partialFingerprints": {FINGERPRINT_KEY: finding_print}}
 
 
-def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str) -> dict[str, Any]:
+def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: str = "") -> dict[str, Any]:
     """One SARIF run of one gate agent's report (a row of :meth:`GateRun.to_json`'s ``agents``)."""
     findings: list[dict[str, Any]] = list(agent.get("findings") or [])
     rule_ids = sorted({f["rule"] for f in findings})
@@ -47,7 +68,9 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str) -> dict[st
                             "rules": [_rule(r, findings) for r in rule_ids]}},
         "originalUriBaseIds": {SRCROOT: {"description": {"text": "the root of the reviewed repository"}}},
         "invocations": [invocation],
-        "results": [_result(f, index[f["rule"]]) for f in findings],
+        "automationDetails": {"id": f"hopline-gate/{agent['agent']}/{gate_id}"},
+        "results": [_result(f, index[f["rule"]], p)
+                    for f, p in zip(findings, _prints(agent["agent"], findings), strict=True)],
         "properties": {"verdict": verdict, "summary": agent.get("summary") or "", "base": base,
                        "head": head, "iterations": agent.get("iterations", 0),
                        "compactions": agent.get("compactions", 0),
@@ -55,8 +78,20 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str) -> dict[st
     }
 
 
+def _prints(agent: str, findings: list[dict[str, Any]]) -> list[str]:
+    """Each finding's fingerprint; the second of two alike gets ``:2`` (a fingerprint is one result)."""
+    seen: dict[str, int] = {}
+    out = []
+    for finding in findings:
+        value = fingerprint(agent, finding)
+        seen[value] = seen.get(value, 0) + 1
+        out.append(value if seen[value] == 1 else f"{value}:{seen[value]}")
+    return out
+
+
 def to_sarif(result: dict[str, Any]) -> dict[str, Any]:
     """The SARIF log of a gate run's result (``GET /gate/{id}``): one run per gate agent."""
     return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION,
-            "runs": [gate_run_to_sarif(agent, base=result["base"], head=result["head"])
+            "runs": [gate_run_to_sarif(agent, base=result["base"], head=result["head"],
+                                       gate_id=str(result.get("gateId") or ""))
                      for agent in result.get("agents") or []]}

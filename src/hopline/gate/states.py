@@ -60,7 +60,8 @@ class DevEvent(enum.StrEnum):
     GATES_SETTLED = "gates_settled"  # every item is terminal, nothing to fix (or no round left)
     FIX_STARTED = "fix_started"  # every item is terminal, a fail, --fix and a round left
     FIX_DONE = "fix_done"  # the dev turn ended: the gate runs again
-    FIX_FAILED = "fix_failed"  # the dev turn failed: no second round
+    FIX_FAILED = "fix_failed"  # no verified fix (the turn failed, nothing changed, or it does not build
+    # or breaks a test): no commit, no next round, and the dev session keeps waiting for a gate it passes
     CANCELLED = "cancelled"
 
 
@@ -69,7 +70,7 @@ DEV_TRANSITIONS: Mapping[tuple[DevState, DevEvent], DevState] = {
     (DevState.AWAITING_GATE, DevEvent.GATES_SETTLED): DevState.IDLE,
     (DevState.AWAITING_GATE, DevEvent.FIX_STARTED): DevState.WORKING,
     (DevState.WORKING, DevEvent.FIX_DONE): DevState.AWAITING_GATE,
-    (DevState.WORKING, DevEvent.FIX_FAILED): DevState.IDLE,
+    (DevState.WORKING, DevEvent.FIX_FAILED): DevState.AWAITING_GATE,
     (DevState.AWAITING_GATE, DevEvent.CANCELLED): DevState.IDLE,
     (DevState.WORKING, DevEvent.CANCELLED): DevState.IDLE,
 }

@@ -1,10 +1,15 @@
-"""git, read-only and bounded: the one place hopline runs ``git`` (the ``git_diff`` tool here, the gate's
-merge base, worktrees and commits in :mod:`hopline.gate.git`).
+"""git, read-only and bounded: the one place hopline runs ``git`` (the ``git_diff`` tool, the base
+checkout of a review, the gate's merge base, worktrees and commits in :mod:`hopline.gate.git`).
 
 Every call runs ``git`` with an argument list (never a shell), in a given directory, with the tool
-environment (no hopline credential, :func:`hopline.harness.tools.tool_environment`), no pager and no
-terminal prompt, killed after the budget's command timeout; its output is read up to a byte limit
+environment (no hopline credential, :func:`hopline.harness.tools.env.tool_environment`), no pager and
+no terminal prompt, killed after the budget's command timeout; its output is read up to a byte limit
 and the rest is counted, never buffered.
+
+No program of the reviewed repository runs (SPEC T-7): every call disables hooks
+(``core.hooksPath=/dev/null``), the file-system monitor, external diff and textconv; a checkout
+(:func:`add_worktree`) also blanks every filter driver that any configuration names (clean, smudge,
+process), so a ``.gitattributes`` of the pull request selects nothing that runs.
 """
 
 from __future__ import annotations
@@ -23,7 +28,14 @@ from hopline.budget import HoplineError
 # A commit id as hopline passes it to git: full or abbreviated hex, so it can never read as an option.
 COMMIT_RE = re.compile(r"^[0-9a-f]{4,64}$")
 _GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat", "PAGER": "cat", "LC_ALL": "C",
-            "GIT_OPTIONAL_LOCKS": "0"}
+            "GIT_OPTIONAL_LOCKS": "0", "GIT_EXTERNAL_DIFF": "", "GIT_NO_REPLACE_OBJECTS": "1"}
+# Set on every call: what of a repository's configuration could run a program of its own.
+SAFE_CONFIG: tuple[str, ...] = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+                                "-c", "diff.external=", "-c", "core.pager=cat", "-c", "core.editor=true",
+                                "-c", "sequence.editor=true", "-c", "gpg.program=false",
+                                "-c", "commit.gpgsign=false", "-c", "core.sshCommand=false")
+_DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\."
+                        r"(clean|smudge|process|required|textconv|command|driver)$")
 
 
 class GitError(HoplineError):
@@ -37,7 +49,7 @@ class GitOutput:
 
 
 def _environment(environ: Mapping[str, str]) -> dict[str, str]:
-    from hopline.harness.tools import tool_environment
+    from hopline.harness.tools.env import tool_environment
 
     return {**tool_environment(environ), **_GIT_ENV}
 
@@ -47,7 +59,8 @@ def run_git(cwd: Path, args: Sequence[str], *, timeout: float, max_bytes: int,
     """``git args`` in ``cwd``: stdout up to ``max_bytes`` (the rest counted), or :class:`GitError`."""
     with tempfile.TemporaryFile() as errors:  # a file, so a chatty stderr never blocks git
         try:
-            proc = subprocess.Popen(["git", *args], cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            proc = subprocess.Popen(["git", *SAFE_CONFIG, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE,
                                     stderr=errors, env=_environment(os.environ if environ is None
                                                                     else environ))
         except OSError as exc:
@@ -83,13 +96,60 @@ def check_commit(value: str, what: str) -> str:
     return value
 
 
-def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False) -> list[str]:
-    """``git diff`` of ``base..head`` (commit ids), whole or of one path, or its per-file counts."""
+WHOLE_FILE_CONTEXT = "--unified=1000000"  # a diff with the whole file as context: both sides in one hunk
+
+
+def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False,
+              whole: bool = False) -> list[str]:
+    """``git diff`` of ``base..head`` (commit ids), whole or of one path (``whole``: with the whole
+    file as context), or its per-file counts."""
     args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
             check_commit(base, "base"), check_commit(head, "head")]
     if stat:
         args.insert(1, "--numstat")
+    elif whole:
+        args.insert(1, WHOLE_FILE_CONTEXT)
     args.append("--")
     if path is not None:
         args.append(path)
     return args
+
+
+def driver_overrides(cwd: Path, *, timeout: float, max_bytes: int) -> list[str]:
+    """``-c`` options that blank every filter, diff and merge driver any configuration of ``cwd``'s
+    repository names (system, global, local, worktree; reading the configuration runs nothing)."""
+    try:
+        out = run_git(cwd, ["config", "--null", "--get-regexp", r"^(filter|diff|merge)\."], timeout=timeout,
+                      max_bytes=max_bytes)
+    except GitError:  # no such key: exit code 1
+        return []
+    blanks: list[str] = []
+    for entry in out.text.split("\0"):
+        key = entry.split("\n", 1)[0]
+        match = _DRIVER_RE.match(key)
+        if match is not None:
+            value = "false" if match.group(3) == "required" else ""
+            blanks += ["-c", f"{key}={value}"]
+    return blanks
+
+
+def add_worktree(repo: Path, path: Path, commit: str, *, timeout: float, max_bytes: int) -> None:
+    """``commit`` checked out (detached) in a new worktree of ``repo`` at ``path``: no hook, filter,
+    textconv or external diff of the repository runs (see the module docstring)."""
+    check_commit(commit, "commit")
+    blanks = driver_overrides(repo, timeout=timeout, max_bytes=max_bytes)
+    run_git(repo, [*blanks, "-c", "core.autocrlf=false", "worktree", "add", "--detach", "--quiet", str(path),
+                   commit], timeout=timeout, max_bytes=max_bytes)
+
+
+def remove_worktree(repo: Path, path: Path, *, timeout: float, max_bytes: int) -> None:
+    """The worktree at ``path`` removed (forced), or its directory deleted and git's record pruned."""
+    import contextlib
+    import shutil
+
+    try:
+        run_git(repo, ["worktree", "remove", "--force", str(path)], timeout=timeout, max_bytes=max_bytes)
+    except GitError:
+        shutil.rmtree(path, ignore_errors=True)
+        with contextlib.suppress(GitError):
+            run_git(repo, ["worktree", "prune"], timeout=timeout, max_bytes=max_bytes)

@@ -57,6 +57,7 @@ from hopline.harness.profiles import Profile, model_context_window
 from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
 from hopline.harness.tokens import IncrementalEstimator, bytes_per_token
 from hopline.harness.tools import ReviewRange, ToolOutcome, Workspace, tool_schemas
+from hopline.vocabulary import MESSAGE_META
 
 log = logging.getLogger("hopline.harness")
 
@@ -410,7 +411,11 @@ class ToolLoop:
                 except Exception as exc:
                     crash = exc
                     outcome = self.tools.error(f"tool {name} crashed: {type(exc).__name__}")
-            conversation.append({"role": "tool", "tool_call_id": call_id, "content": outcome.model_output})
+            result_message: Message = {"role": "tool", "tool_call_id": call_id,
+                                       "content": outcome.model_output}
+            if outcome.meta:  # for programs that read results (the offline reviewer); no provider gets it
+                result_message[MESSAGE_META] = outcome.meta
+            conversation.append(result_message)
             await self._emit(ToolCallFinished(call_id, outcome.status, outcome.output, outcome.model_output,
                                               outcome.raw_output))
             if crash is not None:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import dataclasses
 
 from hopline.budget import Budget
+from hopline.vocabulary import GATE_AGENTS
 
 READ_TOOLS: tuple[str, ...] = ("read_file", "list_files", "search_workspace", "run_command")
 DEV_TOOLS: tuple[str, ...] = (*READ_TOOLS, "write_file")
 # A gate agent reviews a change: the read tools and the change's diff (no write tool).
 GATE_TOOLS: tuple[str, ...] = (*READ_TOOLS, "git_diff")
 
-GATE_PROFILES: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
+GATE_PROFILES: tuple[str, ...] = GATE_AGENTS  # a gate agent runs under the profile of its name
 PROFILE_NAMES: tuple[str, ...] = ("dev", *GATE_PROFILES)
 
 _COMMON = (

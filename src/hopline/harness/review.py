@@ -1,35 +1,42 @@
-"""Reviewing a diff deterministically: how the offline scripted model plays the four gate agents and
-the dev agent that fixes their findings (the gate workflow of ADR 0098). Pure: no I/O.
+"""Reviewing a diff deterministically: the rules and readers the offline scripted model plays the
+four gate agents with (ADR 0098; the steps are :mod:`hopline.harness.review_plan`, the dev agent's
+fix :mod:`hopline.harness.review_fix`). Pure: no I/O.
 
-A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent; a fix prompt starts with
-:data:`FIX_MARKER` and carries the findings as JSON. The rules, one per gate agent's domain:
+A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent, its second line the test
+command (:data:`TEST_COMMAND_MARKER`); a fix prompt starts with :data:`FIX_MARKER` and carries the
+findings as JSON. The rules, by gate agent:
 
 ============================  ==========================  ========  ===================================
-rule                          agent                       severity  what, in the lines the change adds
+rule                          agent                       severity  what
 ============================  ==========================  ========  ===================================
+``compile-error``             ``qa_automation``           error     a changed Python file does not compile
+``test-failed``               ``qa_automation``           error     a test fails at the head (warning:
+                                                                    it fails at the base too)
+``test-command-failed``       ``qa_automation``           error     the test command fails, no test named
 ``test-failure``              ``qa_automation``           error     a failing test in a test log (*.log)
 ``unsafe-eval``               ``qa_performance_security`` error     ``eval(`` / ``exec(`` in source code
 ``untested-change``           ``qa_strategy``             error     a changed source file, no test changed
+                                                                    (not when its AST stays the same)
 ``todo-added``                ``qa_strategy``             warning   a ``TODO`` / ``FIXME``
 ``hardcoded-credential``      ``appsec``                  error     an AWS key id, ``password = "..."``
+``symlink-escape``            ``appsec``                  error     a symlink that leaves the repository
 ============================  ==========================  ========  ===================================
 
-The review reads the changed files' list (``git_diff`` stat), then each file's diff, and the parts
-of a long one that were cut (``read_file`` of the kept output, as the cut marker says); with the
-iterations the scripted hints leave it reads the changed files themselves (the large test logs).
-What it has found so far travels in its own answers as ``Review notes: {json}`` (and in the
-compaction summary, which keeps the latest notes), so it survives compaction like a real model's
-notes. It ends with a verdict: ``fail`` when a finding is an error, else ``pass``.
+What a tool result says for a program (where it was cut, how a command ended) is read from the tool
+message's ``_meta`` (:class:`Result`), never parsed out of the English a model reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 import re
 from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
+
+from hopline.vocabulary import GATE_AGENTS, MESSAGE_META
 
 GATE_REVIEW_MARKER = "hopline gate review"
 FIX_MARKER = "hopline gate fix"
@@ -38,10 +45,12 @@ NOTES_PREFIX = "Review notes: "
 _GATE_HEADER_RE = re.compile(r"^" + re.escape(GATE_REVIEW_MARKER) + r" · agent ([a-z_]+)\b", re.MULTILINE)
 _FENCED_JSON_RE = re.compile(r"```json\s*\n(.*?)\n```", re.DOTALL)
 _HUNK_RE = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
-# The cut markers of hopline's tool results (harness.tools): where the rest of an output is kept.
-_KEPT_OUTPUT_RE = re.compile(r"read_file path='(@output/[^']+)' offset=(\d+) limit=(\d+)")
-_CUT_PART_RE = re.compile(r"Read the cut part with read_file path='(@output/[^']+)' offset=(\d+) limit=(\d+)")
-_CAP_MARKER = "[hopline: "
+# The second line of a gate prompt: the test command as JSON ({"argv": [...], "file": ...} or null).
+TEST_COMMAND_MARKER = "hopline gate test command:"
+_TEST_COMMAND_RE = re.compile(r"^" + re.escape(TEST_COMMAND_MARKER) + r" (.*)$", re.MULTILINE)
+# Where a cut result's text marker starts (the reviewer reads _meta["hopline.cut"] for the numbers;
+# the marker only breaks the line count of a diff read through it).
+CAP_MARKER = "[hopline: "
 
 SOURCE_SUFFIXES = frozenset({".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".rb", ".php",
                              ".c", ".cc", ".cpp", ".h", ".hpp", ".cs", ".kt", ".swift", ".sh", ".ex",
@@ -95,7 +104,17 @@ LINE_RULES: tuple[LineRule, ...] = (
              "a hard-coded credential ({kind}): read it from the environment or a secret store", "text"),
 )
 UNTESTED_RULE = "untested-change"  # qa_strategy, error: a file-level rule (the changed files' list)
-GATE_AGENTS: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
+SYMLINK_RULE = "symlink-escape"  # appsec, error: a symlink the change adds that points out of the repo
+COMPILE_RULE = "compile-error"  # qa_automation, error: a changed source file that does not compile
+TEST_RULE = "test-failed"  # qa_automation: a test the test command ran failed (error; warning at base too)
+TEST_COMMAND_RULE = "test-command-failed"  # qa_automation: the test command failed, no test named
+# What each agent checks, for its verdict's summary.
+AGENT_RULES: dict[str, tuple[str, ...]] = {
+    "qa_automation": (COMPILE_RULE, TEST_RULE, TEST_COMMAND_RULE, "test-failure"),
+    "qa_performance_security": ("unsafe-eval",),
+    "qa_strategy": (UNTESTED_RULE, "todo-added"),
+    "appsec": ("hardcoded-credential", SYMLINK_RULE),
+}
 # A test log's failures make one finding per log (its first failure), not one per failing line.
 _ONCE_PER_FILE = frozenset({"test-failure"})
 
@@ -125,7 +144,7 @@ def parse_diff(text: str, *, path: str | None = None) -> list[AddedLine]:
             continue
         elif (match := _HUNK_RE.match(raw)) is not None:
             line = int(match.group(1))
-        elif raw.startswith(_CAP_MARKER) or raw.startswith("[file continues"):
+        elif raw.startswith(CAP_MARKER) or raw.startswith("[file continues"):
             line = None
         elif raw.startswith("+"):
             if current is not None:
@@ -162,14 +181,53 @@ def line_findings(agent: str, added: Iterable[AddedLine]) -> list[dict[str, Any]
     return found
 
 
-def untested_findings(files: list[list[Any]], first_lines: dict[str, int]) -> list[dict[str, Any]]:
-    """qa_strategy's file rule: source files the change adds lines to while it changes no test."""
+def untested_findings(files: list[list[Any]], first_lines: dict[str, int],
+                      same_behaviour: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """qa_strategy's file rule: source files the change adds lines to while it changes no test,
+    less those whose AST is the same once annotations, docstrings and comments are stripped."""
     paths = [str(f[0]) for f in files]
     if any(is_test_path(p) for p in paths):
         return []
+    exempt = set(same_behaviour)
+    files = [f for f in files if str(f[0]) not in exempt]
     return [{"severity": "error", "file": p, "line": first_lines.get(p), "rule": UNTESTED_RULE,
              "message": "this source file changes and no test does: the change is not covered"}
             for p, added in ((str(f[0]), int(f[1])) for f in files) if added > 0 and is_source_path(p)]
+
+
+def symlinks_added(text: str) -> dict[str, str]:
+    """The symlinks a diff adds or changes (mode 120000): path -> the target it points to."""
+    links: dict[str, str] = {}
+    current: str | None = None
+    link = False
+    for raw in text.splitlines():
+        if raw.startswith("diff --git "):
+            current, link = None, False
+        elif raw.startswith(("new file mode 120000", "new mode 120000")):
+            link = True
+        elif raw.startswith("+++ ") and raw[4:].strip() != "/dev/null":
+            target = raw[4:].strip()
+            current = target[2:] if target.startswith("b/") else target
+        elif link and current is not None and raw.startswith("+") and not raw.startswith("+++"):
+            links[current] = raw[1:]
+    return links
+
+
+def leaves_repository(path: str, target: str) -> bool:
+    """Whether a symlink at ``path`` pointing to ``target`` resolves outside the repository."""
+    if target.startswith("/") or target.startswith("~"):
+        return True
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return joined == ".." or joined.startswith("../")
+
+
+def symlink_findings(links: dict[str, str]) -> list[dict[str, Any]]:
+    """appsec's finding for each symlink that leaves the repository: one per link."""
+    return [{"severity": "error", "file": path, "line": 1, "rule": SYMLINK_RULE,
+             "message": f"this symlink leaves the repository (it points to {_clip(target, 200)}): a "
+                        f"checkout, "
+                        "a build or a test that follows it reads or writes outside the repository"}
+            for path, target in sorted(links.items()) if leaves_repository(path, target)]
 
 
 def parse_numstat(text: str) -> list[list[Any]]:
@@ -247,123 +305,53 @@ def notes_line(text: str) -> str | None:
     return NOTES_PREFIX + json.dumps(notes, separators=(",", ":")) if notes is not None else None
 
 
-def last_results(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
-    """The previous iteration's calls with their results: ``(tool name, arguments, result text)``."""
+def test_command_of(prompt: str) -> dict[str, Any] | None:
+    """The test command a gate prompt names (``{"argv": [...], "file": ...}``), or None."""
+    match = _TEST_COMMAND_RE.search(prompt)
+    try:
+        value = json.loads(match.group(1)) if match else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("argv"), list) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One call of the previous iteration and its result: the text a model reads, the _meta a
+    program reads (where it was cut, how a command ended)."""
+
+    name: str
+    args: dict[str, Any]
+    text: str
+    meta: dict[str, Any]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.meta.get("hopline.error")) or self.text.startswith("error:")
+
+
+def last_results(messages: list[dict[str, Any]]) -> list[Result]:
+    """The previous iteration's calls with their results."""
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
         calls = message.get("tool_calls") if message.get("role") == "assistant" else None
         if not calls:
             continue
-        results = {m.get("tool_call_id"): message_text(m) for m in messages[index + 1:]
-                   if m.get("role") == "tool"}
-        out: list[tuple[str, dict[str, Any], str]] = []
+        results = {m.get("tool_call_id"): m for m in messages[index + 1:] if m.get("role") == "tool"}
+        out: list[Result] = []
         for call in calls:
             fn = call.get("function") or {}
             try:
                 args = json.loads(fn.get("arguments") or "{}")
             except ValueError:
                 args = {}
-            out.append((str(fn.get("name")), args if isinstance(args, dict) else {},
-                        results.get(call.get("id"), "")))
+            result = results.get(call.get("id")) or {}
+            meta = result.get(MESSAGE_META)
+            out.append(Result(str(fn.get("name")), args if isinstance(args, dict) else {},
+                              message_text(result),
+                              meta if isinstance(meta, dict) else {}))
         return out
     return []
-
-
-# --- the gate agent's plan ------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One answer: ``calls`` to make (tool name, arguments), or the final ``content`` when empty."""
-
-    content: str
-    calls: list[tuple[str, dict[str, Any]]]
-
-
-def _merge(findings: list[dict[str, Any]], new: Iterable[dict[str, Any]]) -> None:
-    seen = {(f["rule"], f["file"], f["line"], f["message"]) for f in findings}
-    once = {(f["rule"], f["file"]) for f in findings if f["rule"] in _ONCE_PER_FILE}
-    for finding in new:
-        key = (finding["rule"], finding["file"], finding["line"], finding["message"])
-        if key in seen or (finding["rule"] in _ONCE_PER_FILE and (finding["rule"], finding["file"]) in once):
-            continue
-        seen.add(key)
-        once.add((finding["rule"], finding["file"]))
-        findings.append(finding)
-
-
-def _fold_results(agent: str, notes: dict[str, Any], results: list[tuple[str, dict[str, Any], str]]) -> None:
-    """What the previous iteration's results add to the notes: the file list, findings, cut parts."""
-    for name, args, text in results:
-        if text.startswith("error:"):
-            if name == "git_diff" and args.get("stat") and notes["files"] is None:
-                notes["files"] = []  # no diff to read: the verdict says so
-            continue
-        kept = None
-        if name == "git_diff" and args.get("stat"):
-            notes["files"] = parse_numstat(text)
-            continue
-        if name == "git_diff":
-            path = str(args.get("path") or "")
-            if path and path not in notes["read"]:
-                notes["read"].append(path)
-            added = parse_diff(text)
-            kept = _KEPT_OUTPUT_RE.search(text)
-        elif name == "read_file" and str(args.get("path", "")).startswith("@output/"):
-            part = next((p for p in notes["parts"] if p["path"] == args.get("path")), None)
-            added = parse_diff(text, path=part["file"] if part else None)
-            kept = _CUT_PART_RE.search(text)
-        else:
-            continue
-        for entry in added:
-            if entry.line is not None and is_source_path(entry.path):
-                notes["firstLines"].setdefault(entry.path, entry.line)
-        _merge(notes["findings"], line_findings(agent, added))
-        if name == "read_file":
-            notes["parts"] = [p for p in notes["parts"] if p["path"] != args.get("path")
-                              or p["offset"] != args.get("offset")]
-        if kept is not None:
-            file = str(args.get("path") or "") if name == "git_diff" else (part["file"] if part else "")
-            notes["parts"].append({"path": kept.group(1), "offset": int(kept.group(2)),
-                                   "limit": int(kept.group(3)), "file": file})
-
-
-def review_step(agent: str, messages: list[dict[str, Any]], tools: set[Any], *, per_iteration: int,
-                iteration: int, explore_until: int, pick: Any) -> Step:
-    """The next answer of ``agent`` reviewing the change (``pick(seq)`` chooses deterministically)."""
-    notes = latest_notes(messages) or {}
-    notes = {"agent": agent, "files": notes.get("files"), "read": list(notes.get("read") or []),
-             "parts": list(notes.get("parts") or []), "findings": list(notes.get("findings") or []),
-             "firstLines": dict(notes.get("firstLines") or {})}
-    _fold_results(agent, notes, last_results(messages))
-    count = max(1, per_iteration)
-    calls: list[tuple[str, dict[str, Any]]] = []
-    if "git_diff" not in tools:
-        return Step(verdict_text(agent, "error", [], "no git_diff tool: the change could not be read"), [])
-    if notes["files"] is None:
-        calls = [("git_diff", {"stat": True})]
-    elif notes["parts"]:
-        calls = [("read_file", {"path": p["path"], "offset": p["offset"], "limit": p["limit"]})
-                 for p in notes["parts"][:count]]
-    else:
-        unread = [str(f[0]) for f in notes["files"] if str(f[0]) not in notes["read"]]
-        if unread:
-            calls = [("git_diff", {"path": p}) for p in unread[:count]]
-        elif iteration <= explore_until and notes["files"] and "read_file" in tools:
-            # Deeper reading of what changed, the largest first (the test logs): outputs near the cap.
-            changed = sorted(notes["files"], key=lambda f: -int(f[1]))
-            paths = [str(f[0]) for f in changed if int(f[1]) > 0] or [str(changed[0][0])]
-            calls = [("read_file", {"path": pick(paths), "offset": 0}) for _ in range(count)]
-    if calls:
-        return Step(NOTES_PREFIX + json.dumps(notes, separators=(",", ":")), calls)
-    findings = list(notes["findings"])
-    if agent == "qa_strategy":
-        _merge(findings, untested_findings(notes["files"] or [], notes["firstLines"]))
-    if not notes["files"]:
-        return Step(verdict_text(agent, "pass", [], "the change is empty: nothing to review"), [])
-    verdict = "fail" if any(f["severity"] == "error" for f in findings) else "pass"
-    return Step(verdict_text(agent, verdict, findings,
-                             f"reviewed {len(notes['files'])} changed files"), [])
 
 
 def verdict_text(agent: str, verdict: str, findings: list[dict[str, Any]], summary: str) -> str:
@@ -372,59 +360,3 @@ def verdict_text(agent: str, verdict: str, findings: list[dict[str, Any]], summa
     body = json.dumps({"verdict": verdict, "summary": summary, "findings": findings}, indent=1)
     return (f"Gate {agent}: {verdict} — {errors} error and {len(findings) - errors} other findings; "
             f"{summary}.\n\n```json\n{body}\n```")
-
-
-# --- the dev agent's fix ---------------------------------------------------------------------------
-
-# Rules a fix removes the offending line for; an untested change gets a test; a failing test log is
-# left for a real test run.
-_LINE_FIXES = frozenset({"unsafe-eval", "todo-added", "hardcoded-credential"})
-_RULES_BY_ID = {r.rule: r for r in LINE_RULES}
-
-
-def _test_for(path: str) -> tuple[str, str]:
-    stem = re.sub(r"\W", "_", PurePosixPath(path).stem)
-    test = f"tests/test_{stem}_gate.py"
-    body = (f'"""Written by the dev agent after the gate: {path} changed with no test."""\n\n'
-            "import importlib.util\nfrom pathlib import Path\n\n\n"
-            f"def test_{stem}_loads() -> None:\n"
-            f"    path = Path(__file__).resolve().parents[1] / {path!r}\n"
-            f"    spec = importlib.util.spec_from_file_location({stem!r}, path)\n"
-            "    assert spec is not None and spec.loader is not None\n")
-    return test, body
-
-
-def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], tools: set[Any]) -> Step:
-    """The dev agent's next answer: read the files with line findings, write them without the
-    flagged lines (and a test for each untested file), then say what was fixed and what was not."""
-    fixable = [f for f in findings if f.get("rule") in _LINE_FIXES and isinstance(f.get("file"), str)]
-    files = sorted({str(f["file"]) for f in fixable})
-    results = last_results(messages)
-    done = any(name == "write_file" for name, _, _ in results)
-    if done or "write_file" not in tools:
-        written = [str(a.get("path")) for n, a, t in results if n == "write_file" and t.startswith("wrote")]
-        left = [f for f in findings if f.get("rule") not in _LINE_FIXES | {UNTESTED_RULE}]
-        return Step(f"Fixed the findings in {len(written)} files ({', '.join(written) or 'none'}); "
-                    f"{len(left)} findings need more than an edit (a failing test needs a test run).", [])
-    read = {str(a.get("path")): t for n, a, t in results if n == "read_file"}
-    if files and not read:
-        return Step("Reading the files with findings.", [("read_file", {"path": p}) for p in files])
-    writes: list[tuple[str, dict[str, Any]]] = []
-    for path in files:
-        text = read.get(path, "")
-        if not text or text.startswith("error:") or _CAP_MARKER in text or "[file continues" in text:
-            continue  # cut or unreadable: never write back a partial file
-        flagged = [f for f in fixable if f["file"] == path]
-        lines = text.splitlines(keepends=True)
-        drop = {int(f["line"]) for f in flagged if isinstance(f.get("line"), int)}
-        patterns = [_RULES_BY_ID[str(f["rule"])].pattern for f in flagged
-                    if not isinstance(f.get("line"), int)]
-        kept = [line for number, line in enumerate(lines, 1)
-                if number not in drop and not any(p.search(line) for p in patterns)]
-        writes.append(("write_file", {"path": path, "content": "".join(kept)}))
-    for path in sorted({str(f["file"]) for f in findings if f.get("rule") == UNTESTED_RULE}):
-        test, body = _test_for(path)
-        writes.append(("write_file", {"path": test, "content": body}))
-    if not writes:
-        return Step("Nothing I can fix by editing: the findings need a test run.", [])
-    return Step("Writing the fixes.", writes)

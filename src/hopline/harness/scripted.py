@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATEWAY, SCRIPTED_SEED_RANGE, Budget
-from hopline.harness import review
+from hopline.harness import review, review_fix, review_plan
 from hopline.harness.context import SUMMARY_MARKER
 from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, LlmTurnResponse, Message, Usage
@@ -210,20 +210,20 @@ class ScriptedModel:
 
     @staticmethod
     def _review_or_fix(messages: list[Message], prompt: str, tools: set[Any], settings: ScriptSettings,
-                       iteration: int, rng: random.Random) -> review.Step | None:
+                       iteration: int, rng: random.Random) -> review_plan.Step | None:
         """A gate agent's or the fixing dev agent's step, when the prompt is one of theirs."""
         agent = review.gate_agent_of(prompt)
         if agent is not None:
-            return review.review_step(agent, messages, tools, per_iteration=settings.tools_per_iteration,
+            return review_plan.review_step(agent, messages, tools, per_iteration=settings.tools_per_iteration,
                                       iteration=iteration, explore_until=settings.iterations,
                                       pick=rng.choice)
         findings = review.fix_findings_of(prompt)
         if findings is not None:
-            return review.fix_step(findings, messages, tools)
+            return review_fix.fix_step(findings, messages, tools)
         return None
 
     @staticmethod
-    def _answer(step: review.Step, turn: int, iteration: int) -> Message:
+    def _answer(step: review_plan.Step, turn: int, iteration: int) -> Message:
         if not step.calls:
             return {"role": "assistant", "content": step.content}
         return {"role": "assistant", "content": step.content,

@@ -95,6 +95,25 @@ class PipeMetrics:
         self._counts[direction][bisect.bisect_left(self._bounds, nbytes)] += 1
         self._sums[direction] += nbytes
 
+    def record_many(self, direction: Direction, sizes: list[int]) -> None:
+        """:meth:`record` for each of ``sizes`` (one read's frames). The frames of one read are
+        mostly of one size class: when the smallest and the largest fall in one bucket, the whole
+        list is one addition."""
+        if sizes:
+            self.add(direction, sizes, len(sizes), sum(sizes), min(sizes), max(sizes))
+
+    def add(self, direction: Direction, sizes: list[int], count: int, total: int, smallest: int,
+            largest: int) -> None:
+        """:meth:`record_many` with the count, sum and extremes of ``sizes`` already known."""
+        bounds, counts = self._bounds, self._counts[direction]
+        low = bisect.bisect_left(bounds, smallest)
+        if low == bisect.bisect_left(bounds, largest):
+            counts[low] += count
+        else:
+            for nbytes in sizes:
+                counts[bisect.bisect_left(bounds, nbytes)] += 1
+        self._sums[direction] += total
+
     def seen(self) -> list[Direction]:
         """The directions with at least one frame (only those are exported)."""
         return [d for d in DIRECTIONS if any(self._counts[d])]

@@ -12,7 +12,6 @@ objects either way.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from hopline.budget import Budget
@@ -40,9 +39,17 @@ class PipeObservability:
         tap = PipeTap(direction)
         if not self.hooks:
             return tap
-        tap.add_byte_hook(partial(self.stats.record, direction))
-        if self.histogram:
-            tap.add_byte_hook(partial(self.metrics.record, direction))
+        # One sizes hook: a read's frames are recorded in one call (PipeTap.notify_read_frames), the
+        # stats and the histogram sharing the count, the sum and the extremes of the read.
+        stats, metrics = self.stats.direction(direction), self.metrics if self.histogram else None
+
+        def record(sizes: list[int]) -> None:
+            count, total, largest = len(sizes), sum(sizes), max(sizes)
+            stats.add(count, total, largest)
+            if metrics is not None:
+                metrics.add(direction, sizes, count, total, min(sizes), largest)
+
+        tap.add_sizes_hook(record)
         tap.add_observer(self._observe_large, min_bytes=self.large_frames.threshold_bytes)
         return tap
 

@@ -21,6 +21,13 @@ class DirectionStats:
     dropped_bytes: int = 0
     max_dropped_bytes: int = 0
 
+    def add(self, count: int, total: int, largest: int) -> None:
+        """``count`` frames of ``total`` bytes, the largest of ``largest`` bytes."""
+        self.count += count
+        self.total_bytes += total
+        if largest > self.max_bytes:
+            self.max_bytes = largest
+
     def to_json(self) -> dict[str, int]:
         return {"count": self.count, "totalBytes": self.total_bytes, "maxBytes": self.max_bytes,
                 "dropped": self.dropped, "droppedBytes": self.dropped_bytes,
@@ -39,6 +46,12 @@ class PipeStats:
         stats.total_bytes += nbytes
         if nbytes > stats.max_bytes:
             stats.max_bytes = nbytes
+
+    def record_many(self, direction: Direction, sizes: list[int]) -> None:
+        """:meth:`record` for each of ``sizes`` (one read's frames), in one call."""
+        if not sizes:
+            return
+        self._by_direction[direction].add(len(sizes), sum(sizes), max(sizes))
 
     def record_dropped(self, direction: Direction, nbytes: int) -> None:
         """A frame of ``nbytes`` that was dropped, not relayed."""

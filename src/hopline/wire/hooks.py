@@ -7,20 +7,28 @@ swallowed and counted: observation must never break the transport.
 
 Sizes are frame bytes without the ``\\n`` (as :class:`hopline.wire.ndjson.Frame.size`), so the
 same message measures the same in both directions.
+
+A reader that decodes many frames per read notifies them at once (:meth:`PipeTap.notify_read_frames`):
+the sizes hooks then get one list per read instead of one call per frame. At 1 KiB frames the
+per-frame calls (a tap, two byte hooks) cost ~0.3 us, about 2 % of the daemon's CPU per frame; the
+list form costs a fraction of that (SPEC W-3 holds: sizes only, after the frames were decoded).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from hopline.wire.ndjson import encode
+from hopline.wire.ndjson import Frame, FrameError, encode
 
 Direction = Literal["inbound", "outbound"]  # inbound = child -> daemon, outbound = daemon -> child
 DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
 
 ByteHook = Callable[[int], None]
+SizesHook = Callable[[list[int]], None]  # the sizes of several frames, in stream order
+_SIZE = operator.attrgetter("size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +53,17 @@ class PipeTap:
         self.observers: list[Observer] = list(observers or [])
         self._observer_min_bytes: list[int] = [0] * len(self.observers)
         self._observe_from = 0 if self.observers else None  # the smallest frame any observer takes
+        self.sizes_hooks: list[SizesHook] = []
         self.hook_errors = 0  # hooks that raised (swallowed)
         self.notified = 0
 
     def add_byte_hook(self, hook: ByteHook) -> None:
         self.byte_hooks.append(hook)
+
+    def add_sizes_hook(self, hook: SizesHook) -> None:
+        """``hook`` gets the sizes of several frames at once (one call per read); for a single
+        frame, a list of one."""
+        self.sizes_hooks.append(hook)
 
     def add_observer(self, observer: Observer, *, min_bytes: int = 0) -> None:
         """``observer`` hears of frames of at least ``min_bytes`` (the large-frame observer's
@@ -65,8 +79,20 @@ class PipeTap:
                 hook(size)
             except Exception:
                 self.hook_errors += 1
+        if self.sizes_hooks:
+            self._notify_sizes([size])
         if self._observe_from is None or size < self._observe_from:
             return
+        self._observe(size, message)
+
+    def _notify_sizes(self, sizes: list[int]) -> None:
+        for sizes_hook in self.sizes_hooks:
+            try:
+                sizes_hook(sizes)
+            except Exception:
+                self.hook_errors += 1
+
+    def _observe(self, size: int, message: Any) -> None:
         observation = FrameObservation(self.direction, size, message)
         for observer, min_bytes in zip(self.observers, self._observer_min_bytes, strict=True):
             if size < min_bytes:
@@ -79,6 +105,31 @@ class PipeTap:
     def notify_read(self, size: int, message: Any) -> None:
         """A message of ``size`` frame bytes was successfully read and decoded."""
         self._notify(size, message)
+
+    def notify_read_frames(self, items: list[Frame | FrameError], *, errors: bool = True) -> None:
+        """The frames of one read were decoded (the errors among ``items`` are skipped): what
+        :meth:`notify_read` does for each, with one call of each sizes hook for all of them.
+        ``errors=False`` tells that ``items`` holds frames only (the decoder counted no error in
+        this read): their sizes are then taken without a per-item type check."""
+        if self.byte_hooks:  # the per-frame hooks keep their per-frame calls, in stream order
+            for item in items:
+                if item.__class__ is Frame:
+                    self._notify(item.size, item.message)
+            return
+        if errors:
+            sizes = [item.size for item in items if item.__class__ is Frame]
+        else:
+            sizes = list(map(_SIZE, items))
+        if not sizes:
+            return
+        self.notified += len(sizes)
+        self._notify_sizes(sizes)
+        observe_from = self._observe_from
+        if observe_from is None or max(sizes) < observe_from:
+            return
+        for item in items:
+            if item.__class__ is Frame and item.size >= observe_from:
+                self._observe(item.size, item.message)
 
     async def write_observed(self, write: Callable[[bytes], Awaitable[None]], message: Any) -> int:
         """Encode ``message``, await ``write(line)``, then notify; return the frame size.

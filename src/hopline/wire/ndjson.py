@@ -155,6 +155,11 @@ class NdjsonDecoder:
         return len(self._pending)
 
     @property
+    def frame_errors(self) -> int:
+        """Lines that did not become frames so far (too large, invalid, incomplete)."""
+        return self.frames_too_large + self.frames_invalid + self.frames_incomplete
+
+    @property
     def discarding(self) -> bool:
         """True while the rest of an oversized line is being discarded."""
         return self._discarding

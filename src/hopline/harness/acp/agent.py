@@ -69,7 +69,6 @@ from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model, TurnFailure
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
-from hopline.harness.tools import REVIEW_META as META_REVIEW
 from hopline.harness.tools import ReviewRange
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
@@ -88,6 +87,7 @@ from hopline.vocabulary import (
     PERMISSION_MODE_ENV,
     PROGRESS_METHOD,
 )
+from hopline.vocabulary import REVIEW_META as META_REVIEW
 from hopline.wire.input import InputRefused, parse_decimal_id
 
 log = logging.getLogger("hopline.agent")
@@ -126,17 +126,16 @@ def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
                               sidecar_write_token=tokens[CREDENTIAL_SIDECAR_WRITE_TOKEN])
 
 
-def review_of(value: Any) -> dict[str, str]:
-    """``_meta["hopline.review"]`` checked: ``{base, head}``, two commit ids."""
-
-    if not isinstance(value, dict) or set(value) != {"base", "head"}:
+def review_of(value: Any) -> dict[str, Any]:
+    """``_meta["hopline.review"]`` checked: ``{base, head}`` (two commit ids), optionally the gate's
+    ``testCommand`` and ``sandbox``."""
+    if not isinstance(value, dict):
         raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}",
                                            "reason": "an object with base and head"})
     try:
-        ReviewRange(value["base"], value["head"])
+        return ReviewRange.from_meta(value).to_meta()
     except ValueError as exc:
         raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}", "reason": str(exc)}) from None
-    return {"base": value["base"], "head": value["head"]}
 
 
 ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model

@@ -64,7 +64,7 @@ def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
         review = live.record.options.get("review")
         return ToolLoop(model, profile, Path(live.record.cwd), budget, sink=sink, permit=permit,
                         params=params, naive=naive,
-                        review=ReviewRange(review["base"], review["head"]) if review else None)
+                        review=ReviewRange.from_meta(review) if review else None)
 
     return build
 

@@ -1,7 +1,8 @@
 // Gate runs (ADR 0098): the daemon's runs (GET /gate, polled) with a form that starts one
-// (POST /gate), and one run live (GET /gate/{id}/events): a row per gate agent with its item,
-// iteration, compactions, largest body against the ceiling, 413s, verdict and findings, and the
-// dev session's states.
+// (POST /gate), and one run live (GET /gate/{id}/events): one table per round, a row per gate agent
+// with its item, iteration, compactions, largest body against the ceiling, 413s, verdict and
+// findings; each dev fix with its commit and how it was verified; the dev session's states. The
+// event types are the daemon's own names (GET /gate/vocabulary), never spelled here.
 
 import { ceilingOf, getJson, postJson } from '../api.js';
 import { h, render } from '../dom.js';
@@ -82,22 +83,35 @@ class GateRunView {
     this.head = h('p', { class: 'hint', 'data-testid': 'gate-head-line' });
     this.dev = h('p', { 'data-testid': 'gate-dev', class: 'hint' });
     this.result = h('p', { 'data-testid': 'gate-result', 'aria-live': 'polite' });
-    this.body = h('tbody');
+    this.rounds = h('div', { class: 'gate-rounds' });
+    this.fixes = h('ul', { class: 'gate-fixes', 'data-testid': 'gate-fixes' });
+    this.sandbox = h('p', { class: 'hint', 'data-testid': 'gate-sandbox' });
+    this.body = null;
     render(root,
       h('nav', { class: 'crumbs', 'aria-label': 'Breadcrumb' }, h('a', { href: '#/gates' }, 'Gate runs'), ' › ',
         h('span', { class: 'mono' }, shortId(gateId.slice(2)))),
       h('h1', {}, 'Gate run ', h('span', { class: 'mono', title: gateId }, shortId(gateId.slice(2)))),
-      this.streamLine, this.head, this.dev,
-      h('section', { class: 'card', 'data-testid': 'gate-agents', 'aria-label': 'Gate agents' },
-        h('div', { class: 'table-wrap' }, h('table', {},
-          h('thead', {}, h('tr', {},
-            ['gate', 'item', 'iteration', 'compactions', 'largest body / ceiling', '413s', 'verdict', 'findings']
-              .map((c) => h('th', { scope: 'col' }, c)))),
-          this.body))),
+      this.streamLine, this.head, this.sandbox, this.dev,
+      h('section', { class: 'card', 'data-testid': 'gate-agents', 'aria-label': 'Gate agents, by round' }, this.rounds),
+      this.fixes,
       this.result);
   }
 
+  newRound(number, head) {
+    // A round's table stays when the next one starts: every round, the fix between them, is shown.
+    this.body = h('tbody');
+    this.rows = new Map();
+    this.rounds.append(h('div', { class: 'table-wrap', 'data-round': String(number) },
+      h('h2', {}, `Round ${number} · head ${shortId(head)}`),
+      h('table', {},
+        h('thead', {}, h('tr', {},
+          ['gate', 'item', 'iteration', 'compactions', 'largest body / ceiling', '413s', 'verdict', 'findings']
+            .map((c) => h('th', { scope: 'col' }, c)))),
+        this.body)));
+  }
+
   async start() {
+    this.ev = (await getJson('/gate/vocabulary')).events;
     const status = await getJson('/daemon/status');
     const budget = status.budget || {};
     this.stream = new EventStream(`/gate/${encodeURIComponent(this.gateId)}/events`, {
@@ -119,6 +133,7 @@ class GateRunView {
   }
 
   row(agent) {
+    if (!this.body) this.newRound(1, '');
     let entry = this.rows.get(agent);
     if (!entry) {
       const cells = {
@@ -137,23 +152,32 @@ class GateRunView {
 
   onEvent(event) {
     const data = event.data || {};
+    const ev = this.ev;
     switch (event.type) {
-      case 'gate_started':
+      case ev.GATE_STARTED:
         this.head.textContent = `base ${shortId(data.base)} (${data.baseFrom}) · head ${shortId(data.head)} · `
-          + (data.fix ? `fix, up to ${data.rounds} rounds` : 'no fix');
+          + (data.nothingToReview || (data.fix ? `fix, up to ${data.rounds} rounds` : 'no fix'));
+        if (data.sandbox) {
+          this.sandbox.textContent = `sandbox: ${data.sandbox.kind} · test command: `
+            + (data.testCommand ? `${data.testCommand.shown} (${data.testCommand.source})` : 'none found');
+        }
         break;
-      case 'gate_round':
-        for (const entry of this.rows.values()) entry.row.remove();
-        this.rows.clear();
-        this.head.textContent = `${this.head.textContent.split(' · round')[0]} · round ${data.round}: head ${shortId(data.head)}`;
+      case ev.GATE_ROUND:
+        this.newRound(data.round, data.head);
         break;
-      case 'gate_item': {
+      case ev.GATE_FIX:
+        this.fixes.append(h('li', { 'data-testid': 'gate-fix', 'data-ok': String(Boolean(data.commit)),
+          class: data.commit ? 'good' : 'bad' },
+          `dev fix after round ${data.round}: `
+          + (data.commit ? `commit ${data.commit} · verified: ${data.reason}` : `fix_failed: ${data.reason}`)));
+        break;
+      case ev.GATE_ITEM: {
         const { cells, row } = this.row(data.agent);
         render(cells.item, itemBadge(data.item));
         row.dataset.item = data.item;
         break;
       }
-      case 'gate_progress': {
+      case ev.GATE_PROGRESS: {
         const { cells } = this.row(data.agent);
         cells.iteration.textContent = `${data.iteration}/${data.maxIterations}`;
         cells.compactions.textContent = exact(data.compactions);
@@ -161,27 +185,18 @@ class GateRunView {
         cells.http413s.textContent = exact(data.http413s);
         break;
       }
-      case 'gate_verdict': {
-        const { cells, row } = this.row(data.agent);
-        row.dataset.verdict = data.verdict;
-        render(cells.verdict, badge(data.verdict, VERDICT_CLASS[data.verdict]));
-        cells.http413s.textContent = exact(data.http413s);
-        cells.iteration.textContent = `${data.iterations}/${data.maxIterations}`;
-        cells.compactions.textContent = exact(data.compactions);
-        render(cells.findings, (data.findings || []).length
-          ? h('ul', { class: 'findings' }, data.findings.map((f) => h('li', { 'data-rule': f.rule, class: f.severity === 'error' ? 'bad' : 'warn' },
-            `${f.severity} · ${f.file}${f.line ? `:${f.line}` : ''} · ${f.rule}: ${f.message}`)))
-          : h('span', { class: 'hint' }, data.verdict === 'error' ? data.summary : 'no finding'));
+      case ev.GATE_VERDICT:
+        this.verdict(data);
         break;
-      }
-      case 'dev_state':
+      case ev.DEV_STATE:
         this.dev.textContent = `dev session ${shortId(data.devSessionId)}: ${data.previous} → ${data.state} (${data.event})`;
         this.dev.dataset.state = data.state;
         break;
-      case 'gate_complete': {
+      case ev.GATE_COMPLETE: {
         const result = data.result || {};
         this.result.className = result.exitCode === 0 ? 'good' : 'bad';
         this.result.textContent = `${result.state} · exit ${result.exitCode}`
+          + (result.nothingToReview ? ` · ${result.nothingToReview}` : '')
           + (result.devStates?.length ? ` · dev session ${[result.devStates[0].previous, ...result.devStates.map((c) => c.state)].join(' → ')}` : '')
           + (result.error ? ` · ${result.error}` : '');
         this.result.dataset.exit = String(result.exitCode);
@@ -190,6 +205,19 @@ class GateRunView {
       default:
         break;
     }
+  }
+
+  verdict(data) {
+    const { cells, row } = this.row(data.agent);
+    row.dataset.verdict = data.verdict;
+    render(cells.verdict, badge(data.verdict, VERDICT_CLASS[data.verdict]));
+    cells.http413s.textContent = exact(data.http413s);
+    cells.iteration.textContent = `${data.iterations}/${data.maxIterations}`;
+    cells.compactions.textContent = exact(data.compactions);
+    render(cells.findings, (data.findings || []).length
+      ? h('ul', { class: 'findings' }, data.findings.map((f) => h('li', { 'data-rule': f.rule, class: f.severity === 'error' ? 'bad' : 'warn' },
+        `${f.severity} · ${f.file}${f.line ? `:${f.line}` : ''} · ${f.rule}: ${f.message}`)))
+      : h('span', { class: 'hint' }, data.verdict === 'error' ? data.summary : `no finding · ${data.summary || ''}`));
   }
 }
 

@@ -1,0 +1,70 @@
+"""How the offline scripted model plays the dev agent that fixes a gate's findings (``--fix``).
+Pure: no I/O.
+
+It reads the files with line findings and writes them back without the flagged lines (a finding
+without a line: the lines its rule's pattern matches), and writes a test for each untested file. It
+does not check that what it wrote still builds: the gate does (:mod:`hopline.gate.verify`), and
+refuses a fix that does not.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any
+
+from hopline.harness.review import CAP_MARKER, LINE_RULES, UNTESTED_RULE, last_results
+from hopline.harness.review_plan import Step
+
+# Rules a fix removes the offending line for; an untested change gets a test; a failing test log is
+# left for a real test run.
+_LINE_FIXES = frozenset({"unsafe-eval", "todo-added", "hardcoded-credential"})
+_RULES_BY_ID = {r.rule: r for r in LINE_RULES}
+
+
+def _test_for(path: str) -> tuple[str, str]:
+    stem = re.sub(r"\W", "_", PurePosixPath(path).stem)
+    test = f"tests/test_{stem}_gate.py"
+    body = (f'"""Written by the dev agent after the gate: {path} changed with no test."""\n\n'
+            "import importlib.util\nfrom pathlib import Path\n\n\n"
+            f"def test_{stem}_loads() -> None:\n"
+            f"    path = Path(__file__).resolve().parents[1] / {path!r}\n"
+            f"    spec = importlib.util.spec_from_file_location({stem!r}, path)\n"
+            "    assert spec is not None and spec.loader is not None\n")
+    return test, body
+
+
+def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], tools: set[Any]) -> Step:
+    """The dev agent's next answer: read the files with line findings, write them without the
+    flagged lines (and a test for each untested file), then say what was fixed and what was not."""
+    fixable = [f for f in findings if f.get("rule") in _LINE_FIXES and isinstance(f.get("file"), str)]
+    files = sorted({str(f["file"]) for f in fixable})
+    results = [(r.name, r.args, r.text) for r in last_results(messages)]
+    done = any(name == "write_file" for name, _, _ in results)
+    if done or "write_file" not in tools:
+        written = [str(a.get("path")) for n, a, t in results if n == "write_file" and t.startswith("wrote")]
+        left = [f for f in findings if f.get("rule") not in _LINE_FIXES | {UNTESTED_RULE}]
+        return Step(f"Fixed the findings in {len(written)} files ({', '.join(written) or 'none'}); "
+                    f"{len(left)} findings need more than an edit (a failing test needs a test run).", [])
+    read = {str(a.get("path")): t for n, a, t in results if n == "read_file"}
+    if files and not read:
+        return Step("Reading the files with findings.", [("read_file", {"path": p}) for p in files])
+    writes: list[tuple[str, dict[str, Any]]] = []
+    for path in files:
+        text = read.get(path, "")
+        if not text or text.startswith("error:") or CAP_MARKER in text or "[file continues" in text:
+            continue  # cut or unreadable: never write back a partial file
+        flagged = [f for f in fixable if f["file"] == path]
+        lines = text.splitlines(keepends=True)
+        drop = {int(f["line"]) for f in flagged if isinstance(f.get("line"), int)}
+        patterns = [_RULES_BY_ID[str(f["rule"])].pattern for f in flagged
+                    if not isinstance(f.get("line"), int)]
+        kept = [line for number, line in enumerate(lines, 1)
+                if number not in drop and not any(p.search(line) for p in patterns)]
+        writes.append(("write_file", {"path": path, "content": "".join(kept)}))
+    for path in sorted({str(f["file"]) for f in findings if f.get("rule") == UNTESTED_RULE}):
+        test, body = _test_for(path)
+        writes.append(("write_file", {"path": test, "content": body}))
+    if not writes:
+        return Step("Nothing I can fix by editing: the findings need a test run.", [])
+    return Step("Writing the fixes.", writes)

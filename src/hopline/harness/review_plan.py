@@ -1,0 +1,227 @@
+"""How the offline scripted model plays a gate agent, step by step (ADR 0098). Pure: no I/O.
+
+Every agent reads the changed files' list (``git_diff`` stat), then each file's diff, and the parts
+of a long one that were cut (``read_file`` of the kept output, where ``_meta["hopline.cut"]`` says).
+Then, by agent:
+
+- ``qa_strategy`` reads each untested Python source file's diff with its whole file as context
+  (``git_diff whole``) and drops ``untested-change`` for one whose AST is the same once annotations,
+  docstrings and comments are stripped;
+- ``qa_automation`` compiles the changed Python files (``run_command python -m py_compile``, in the
+  sandbox), runs the gate's test command at the head, and at the base when the head fails, and
+  reads the runs' results: a failing test is a finding at its file and line, an error unless it
+  fails at the base too;
+- ``appsec`` finds the symlinks the change adds that leave the repository (one finding each).
+
+With the iterations the scripted hints leave, an agent then reads the changed files themselves.
+What it found so far travels in its own answers as ``Review notes: {json}``, so it survives
+compaction like a real model's notes. It ends with a verdict whose summary says what it checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from hopline.harness import review
+from hopline.harness.review import Result, is_source_path
+from hopline.harness.review_checks import automation_findings, summary_of
+from hopline.harness.testresults import same_behaviour, sides_of_diff
+from hopline.vocabulary import META_COMMAND, META_CUT
+
+_ONCE_PER_FILE = frozenset({"test-failure"})
+_NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no test
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One answer: ``calls`` to make (tool name, arguments), or the final ``content`` when empty."""
+
+    content: str
+    calls: list[tuple[str, dict[str, Any]]]
+
+
+def _merge(findings: list[dict[str, Any]], new: Iterable[dict[str, Any]]) -> None:
+    seen = {(f["rule"], f["file"], f["line"], f["message"]) for f in findings}
+    once = {(f["rule"], f["file"]) for f in findings if f["rule"] in _ONCE_PER_FILE}
+    for finding in new:
+        key = (finding["rule"], finding["file"], finding["line"], finding["message"])
+        if key in seen or (finding["rule"] in _ONCE_PER_FILE and (finding["rule"], finding["file"]) in once):
+            continue
+        seen.add(key)
+        once.add((finding["rule"], finding["file"]))
+        findings.append(finding)
+
+
+def _new_notes(agent: str, previous: dict[str, Any]) -> dict[str, Any]:
+    return {"agent": agent, "files": previous.get("files"), "read": list(previous.get("read") or []),
+            "parts": list(previous.get("parts") or []), "findings": list(previous.get("findings") or []),
+            "firstLines": dict(previous.get("firstLines") or {}), "whole": list(previous.get("whole") or []),
+            "sameBehaviour": list(previous.get("sameBehaviour") or []),
+            "runs": dict(previous.get("runs") or {}),
+            "unreadable": list(previous.get("unreadable") or [])}
+
+
+def _keep_cut(notes: dict[str, Any], result: Result, file: str) -> None:
+    cut = result.meta.get(META_CUT)
+    if isinstance(cut, dict) and isinstance(cut.get("path"), str) and str(cut["path"]).startswith("@output/"):
+        notes["parts"].append({"path": cut["path"], "offset": int(cut["readOffset"]),
+                               "limit": int(cut["cut"]),
+                               "file": file})
+
+
+def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
+    path = str(result.args.get("path") or "")
+    if result.args.get("stat"):
+        notes["files"] = [] if result.failed else review.parse_numstat(result.text)
+        return
+    if result.args.get("whole"):
+        notes["whole"].append(path)
+        sides = None if result.failed or result.meta.get(META_CUT) else sides_of_diff(result.text)
+        if sides is not None and same_behaviour(*sides):
+            notes["sameBehaviour"].append(path)
+        return
+    if path and path not in notes["read"]:
+        notes["read"].append(path)
+    if result.failed:
+        notes["unreadable"].append(path)
+        return
+    _fold_added(agent, notes, review.parse_diff(result.text))
+    if agent == "appsec":
+        _merge(notes["findings"], review.symlink_findings(review.symlinks_added(result.text)))
+    _keep_cut(notes, result, path)
+
+
+def _fold_added(agent: str, notes: dict[str, Any], added: list[review.AddedLine]) -> None:
+    for entry in added:
+        if entry.line is not None and is_source_path(entry.path):
+            notes["firstLines"].setdefault(entry.path, entry.line)
+    _merge(notes["findings"], review.line_findings(agent, added))
+
+
+def _fold_part(agent: str, notes: dict[str, Any], result: Result) -> None:
+    part = next((p for p in notes["parts"] if p["path"] == result.args.get("path")
+                 and p["offset"] == result.args.get("offset")), None)
+    notes["parts"] = [p for p in notes["parts"] if p is not part]
+    if part is None or result.failed:
+        return
+    _fold_added(agent, notes, review.parse_diff(result.text, path=part["file"]))
+    _keep_cut(notes, result, part["file"])
+
+
+def _fold_run(notes: dict[str, Any], result: Result) -> None:
+    command_line = str(result.args.get("command") or "")
+    at_base = result.args.get("at") == "base"
+    which = "compile" if "py_compile" in command_line else ("base" if at_base else "head")
+    found = result.meta.get(META_COMMAND)
+    command: dict[str, Any] = found if isinstance(found, dict) else {}
+    notes["runs"][which] = {"text": result.text[-24_000:], "failed": result.failed,
+                            "exitCode": command.get("exitCode"), "timedOut": command.get("timedOut"),
+                            "sandbox": command.get("sandbox")}
+
+
+def fold_results(agent: str, notes: dict[str, Any], results: list[Result]) -> None:
+    """What the previous iteration's results add to the notes."""
+    for result in results:
+        if result.name == "git_diff":
+            _fold_diff(agent, notes, result)
+        elif result.name == "read_file" and str(result.args.get("path", "")).startswith("@output/"):
+            _fold_part(agent, notes, result)
+        elif result.name == "run_command":
+            _fold_run(notes, result)
+
+
+def _python_changed(notes: dict[str, Any]) -> list[str]:
+    return [str(f[0]) for f in notes["files"] or [] if str(f[0]).endswith(".py") and int(f[1]) > 0]
+
+
+def _untested_python(notes: dict[str, Any]) -> list[str]:
+    files = notes["files"] or []
+    if any(review.is_test_path(str(f[0])) for f in files):
+        return []
+    return [str(f[0]) for f in files
+            if int(f[1]) > 0 and is_source_path(str(f[0])) and str(f[0]).endswith(".py")]
+
+
+def _run(command: str, at: str = "head") -> tuple[str, dict[str, Any]]:
+    args: dict[str, Any] = {"command": command}
+    if at != "head":
+        args["at"] = at
+    return "run_command", args
+
+
+def _checks(agent: str, notes: dict[str, Any], test: dict[str, Any] | None,
+            count: int) -> list[tuple[str, dict[str, Any]]]:
+    """The agent's own checks still to make once the diffs are read (see the module docstring)."""
+    if agent == "qa_strategy":
+        todo = [p for p in _untested_python(notes) if p not in notes["whole"]]
+        return [("git_diff", {"path": p, "whole": True}) for p in todo[:count]]
+    if agent != "qa_automation":
+        return []
+    runs = notes["runs"]
+    python = _python_changed(notes)
+    if python and "compile" not in runs:
+        return [_run(shlex.join(["python", "-m", "py_compile", *python]))]
+    if test is None:
+        return []
+    shown = shlex.join(str(a) for a in test["argv"])
+    if "head" not in runs:
+        return [_run(shown)]
+    head = runs["head"]
+    if not head["failed"] and head["exitCode"] not in (0, _NO_TESTS_COLLECTED) and "base" not in runs:
+        return [_run(shown, "base")]
+    return []
+
+
+def review_step(agent: str, messages: list[dict[str, Any]], tools: set[Any], *, per_iteration: int,
+                iteration: int, explore_until: int, pick: Callable[[list[str]], str]) -> Step:
+    """The next answer of ``agent`` reviewing the change (``pick(seq)`` chooses deterministically)."""
+    notes = _new_notes(agent, review.latest_notes(messages) or {})
+    fold_results(agent, notes, review.last_results(messages))
+    count = max(1, per_iteration)
+    if "git_diff" not in tools:
+        return Step(review.verdict_text(agent, "error", [],
+                                        "no git_diff tool: the change could not be read"), [])
+    prompt = next((review.message_text(m) for m in reversed(messages) if m.get("role") == "user"
+                   and review.gate_agent_of(review.message_text(m))), "")
+    test = review.test_command_of(prompt)
+    calls: list[tuple[str, dict[str, Any]]] = []
+    if notes["files"] is None:
+        calls = [("git_diff", {"stat": True})]
+    elif notes["parts"]:
+        calls = [("read_file", {"path": p["path"], "offset": p["offset"], "limit": p["limit"]})
+                 for p in notes["parts"][:count]]
+    elif unread := [str(f[0]) for f in notes["files"] if str(f[0]) not in notes["read"]]:
+        calls = [("git_diff", {"path": p}) for p in unread[:count]]
+    elif checks := _checks(agent, notes, test, count):
+        calls = checks if "run_command" in tools or checks[0][0] != "run_command" else []
+    elif iteration <= explore_until and notes["files"] and "read_file" in tools:
+        # Deeper reading of what changed, the largest first (the test logs): outputs near the cap.
+        changed = sorted(notes["files"], key=lambda f: -int(f[1]))
+        paths = [str(f[0]) for f in changed if int(f[1]) > 0] or [str(changed[0][0])]
+        calls = [("read_file", {"path": pick(paths), "offset": 0}) for _ in range(count)]
+    if calls:
+        return Step(review.NOTES_PREFIX + json.dumps(notes, separators=(",", ":")), calls)
+    return _verdict(agent, notes, test)
+
+
+def _verdict(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -> Step:
+    if not notes["files"]:
+        return Step(review.verdict_text(agent, "pass", [], "the change is empty: nothing to review"), [])
+    findings = list(notes["findings"])
+    if agent == "qa_strategy":
+        _merge(findings, review.untested_findings(notes["files"] or [], notes["firstLines"],
+                                                  notes["sameBehaviour"]))
+    error: str | None = None
+    if agent == "qa_automation":
+        found, error = automation_findings(notes, test)
+        _merge(findings, found)
+    summary = summary_of(agent, notes, test)
+    if error is not None:
+        return Step(review.verdict_text(agent, "error", findings, f"{error}; {summary}"), [])
+    verdict = "fail" if any(f["severity"] == "error" for f in findings) else "pass"
+    return Step(review.verdict_text(agent, verdict, findings, summary), [])
+

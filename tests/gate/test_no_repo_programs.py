@@ -1,0 +1,134 @@
+"""No hook, filter, textconv or external diff of the reviewed repository runs (issue #29, item 4),
+and the sandbox every command on PR code runs in holds (SPEC T-7): one planted repository each."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from hopline.budget import Budget
+from hopline.gate.git import Checkout
+from hopline.gate.sample import git
+from hopline.harness.sandbox import detect_sandbox
+from hopline.harness.tools import ReviewRange, Workspace
+
+from .conftest import make_repo, worktrees
+
+BUDGET = Budget.defaults()
+
+
+def _planted(tmp_path: Path) -> tuple[Path, str, str, Path]:
+    canary = tmp_path / "ran"
+    repo, base, head = make_repo(tmp_path / "repo", {"a.txt": "one\n", ".gitattributes": "*.txt filter=evil "
+                                                                                         "diff=evil\n"},
+                                 {"a.txt": "two\n"})
+    return repo, base, head, canary
+
+
+def test_a_post_checkout_hook_does_not_run(tmp_path: Path) -> None:
+    repo, _, head, canary = _planted(tmp_path)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {canary}\n")
+    hook.chmod(0o755)
+    git(repo, "checkout", "--quiet", "main")  # the hook works: git runs it on a plain checkout
+    assert canary.exists()
+    canary.unlink()
+    checkout = Checkout.create(repo, tmp_path / "wt", head, BUDGET)
+    try:
+        assert (checkout.path / "a.txt").read_text() == "two\n" and not canary.exists()
+        checkout.writable()
+        (checkout.path / "b.txt").write_text("new\n")
+        assert checkout.stage_all() == ["b.txt"]
+        checkout.commit_staged("a commit: no pre-commit or post-commit hook either")
+        assert not canary.exists()
+    finally:
+        checkout.remove()
+
+
+@pytest.mark.parametrize("key", ["smudge", "clean", "process"])
+def test_a_filter_driver_does_not_run(tmp_path: Path, key: str) -> None:
+    repo, _, head, canary = _planted(tmp_path)
+    git(repo, "config", f"filter.evil.{key}", f"sh -c 'touch {canary}; cat'")
+    git(repo, "config", "filter.evil.required", "true")
+    checkout = Checkout.create(repo, tmp_path / "wt", head, BUDGET)
+    try:
+        checkout.writable()
+        (checkout.path / "c.txt").write_text("three\n")  # `git add` would run the clean filter
+        checkout.stage_all()
+        checkout.discard()
+        assert (checkout.path / "a.txt").read_text() == "two\n"
+        assert not canary.exists()
+    finally:
+        checkout.remove()
+
+
+@pytest.mark.parametrize("setting", ["diff.evil.textconv", "diff.external", "diff.evil.command"])
+def test_git_diff_runs_no_textconv_or_external_diff(tmp_path: Path, setting: str) -> None:
+    repo, base, head, canary = _planted(tmp_path)
+    git(repo, "config", setting, f"sh -c 'touch {canary}; cat'")
+    checkout = Checkout.create(repo, tmp_path / "wt", head, BUDGET)
+    try:
+        tools = Workspace(checkout.path, BUDGET, review=ReviewRange(base, head))
+        diff = tools.git_diff({"path": "a.txt"})
+        assert "-one" in diff and "+two" in diff and not canary.exists()
+        tools.close()
+    finally:
+        checkout.remove()
+
+
+def _run(tools: Workspace, command: str, at: str = "head") -> tuple[str, dict[str, object]]:
+    outcome = asyncio.run(tools.run("run_command", {"command": command, "at": at}, "c"))
+    assert outcome.meta is not None
+    return outcome.output, outcome.meta["hopline.command"]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_the_sandbox_holds_read_only_tree_tmpfs_no_network_rlimits(tmp_path: Path, kind: str) -> None:
+    assert detect_sandbox().available, detect_sandbox().detail
+    probe = ("import os, pathlib, socket\n"
+             "def test_probe():\n"
+             "    limits = pathlib.Path('/proc/self/limits').read_text()\n"
+             "    print('LIMITS=' + ' | '.join(l for l in limits.splitlines() if l.startswith(('Max cpu', "
+             "'Max address', 'Max processes', 'Max file size'))))\n"
+             "    pathlib.Path(os.environ['TMPDIR'], 'scratch').write_text('ok')\n"
+             "    for target in ('tests/made', os.path.expanduser('~root/made-by-pr')):\n"
+             "        try:\n            pathlib.Path(target).write_text('x')\n            print('WROTE', "
+             "target)\n"
+             "        except OSError:\n            pass\n"
+             "    try:\n        socket.create_connection(('192.0.2.1', 80), 1)\n        print('NETWORK')\n"
+             "    except OSError:\n        pass\n")
+    repo, base, head = make_repo(tmp_path / "repo", {"tests/test_probe.py": "def test_probe(): pass\n"},
+                                 {"tests/test_probe.py": probe})
+    budget = BUDGET.replace(sandbox_cpu_seconds=77, sandbox_max_processes=333,
+                            sandbox_file_max_bytes=5 * 1024 * 1024, sandbox_memory_bytes=3 * 1024 ** 3)
+    tools = Workspace(repo, budget, review=ReviewRange(base, head, sandbox=kind))
+    try:
+        output, command = _run(tools, "python -m pytest -q -s tests/test_probe.py")
+        assert command["exitCode"] == 0 and command["sandbox"] == kind, output
+        assert "WROTE" not in output and "NETWORK" not in output
+        limits = next(line for line in output.splitlines() if line.startswith("LIMITS="))
+        for expected in ("Max cpu time              77", "Max processes             333",
+                         f"Max file size             {5 * 1024 * 1024}", f"Max address space         "
+                                                                         f"{3 * 1024 ** 3}"):
+            assert expected in limits, limits
+        assert not (repo / "tests" / "made").exists() and not Path("/root/made-by-pr").exists()
+        base_output, base_command = _run(tools, "python -m pytest -q tests/test_probe.py", at="base")
+        assert base_command["exitCode"] == 0 and "1 passed" in base_output
+    finally:
+        tools.close()
+    assert worktrees(repo) == [str(repo)]  # the base checkout went with the session
+
+
+def test_a_memory_hog_hits_its_rlimit(tmp_path: Path) -> None:
+    hog = "def test_hog():\n    blob = bytearray(600 * 1024 * 1024)\n    assert blob\n"
+    repo, base, head = make_repo(tmp_path / "repo", {"tests/test_hog.py": "def test_hog(): pass\n"},
+                                 {"tests/test_hog.py": hog})
+    tools = Workspace(repo, BUDGET.replace(sandbox_memory_bytes=256 * 1024 * 1024), review=ReviewRange(base,
+                                                                                                       head))
+    try:
+        output, command = _run(tools, "python -m pytest -q tests/test_hog.py")
+        assert command["exitCode"] != 0 and "MemoryError" in output
+    finally:
+        tools.close()
