@@ -14,6 +14,8 @@ COMPACTION = "compaction"
 TURN_COMPLETE = "turn_complete"
 TURN_ERROR = "turn_error"
 PERMISSION_REQUEST = "permission_request"
+PERMISSION_ANSWERED = "permission_answered"  # journaled before the answer goes to the agent (T-1)
+CANCEL_REQUESTED = "cancel_requested"  # journaled before session/cancel goes to the agent (T-1)
 TURN_END_TYPES = frozenset({TURN_COMPLETE, TURN_ERROR})
 # Without an id (synthetic: live subscribers only, never journaled):
 REPLAY_COMPLETE = "replay_complete"
@@ -22,10 +24,11 @@ CLIENT_EVICTED = "client_evicted"
 STATE_RESYNC_REQUIRED = "state_resync_required"
 STREAM_ERROR = "stream_error"
 FRAME_DROPPED = "frame_dropped"
+DATA_CORRUPT = "data_corrupt"  # a stored event that failed its check on read: its id and why (T-3)
 # With an id, several daemons only (SPEC X): another daemon took the session over.
 SESSION_ADOPTED = "session_adopted"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
-                             STREAM_ERROR, FRAME_DROPPED})
+                             STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT})
 
 # --- ACP ``_meta`` keys ---------------------------------------------------------------------------
 META_PROFILE = "hopline.profile"

@@ -27,7 +27,8 @@ makes a later session/load (bulk mode) answer N updates in one response (default
 update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_START_DELAY``
 (seconds) delays the start (a slow agent); ``BIG_AGENT_NO_LOAD=1`` leaves out the loadSession
 capability (an agent that cannot load); ``BIG_AGENT_ACTION_LOG`` names a file each prompt run is
-appended to, with the agent's process id.
+appended to, with the agent's process id; ``BIG_AGENT_PROMPT_LOG`` names a file each prompt's text
+is appended to when it arrives.
 """
 
 from __future__ import annotations
@@ -163,6 +164,10 @@ class BigUpdateAgent(Agent):
         if action_log:  # every prompt run, with this process's id: a double execution shows
             with open(action_log, "a") as handle:
                 handle.write(f"{os.getpid()} {text}\n")
+        prompt_log = os.environ.get("BIG_AGENT_PROMPT_LOG")
+        if prompt_log:  # what this agent was sent, for tests that assert a prompt never reached it
+            with open(prompt_log, "a") as handle:
+                handle.write(text + "\n")
         words = text.split()
         command = words[0] if words else ""
         if command == "big":

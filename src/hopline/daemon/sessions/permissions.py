@@ -31,7 +31,8 @@ from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
 from hopline.daemon.errors import SessionError
 from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission
-from hopline.vocabulary import PERMISSION_METHOD, PERMISSION_REQUEST
+from hopline.daemon.storage_faults import commit_first
+from hopline.vocabulary import PERMISSION_ANSWERED, PERMISSION_METHOD, PERMISSION_REQUEST
 from hopline.wire.ndjson import Frame
 
 # JSON-RPC's implementation-defined server error range: the request was refused by a ceiling.
@@ -152,8 +153,9 @@ async def answer_cancelled(pending: list[PendingPermission]) -> None:
                                        result={"outcome": {"outcome": "cancelled"}})
 
 
-async def answer_permission(session: DaemonSession, request_id: str, *, option_id: str | None,
+async def answer_permission(bus: EventBus, session: DaemonSession, request_id: str, *, option_id: str | None,
                             reject: bool) -> dict[str, Any]:
+    """The client's answer, committed to the journal before the agent hears it (T-1)."""
     pending = session.permissions.get(request_id)
     if pending is None:
         raise SessionError(404, "unknown_permission_request", "no pending permission request with this id")
@@ -169,6 +171,9 @@ async def answer_permission(session: DaemonSession, request_id: str, *, option_i
             raise SessionError(422, "unknown_option", "optionId is not one of the request's options",
                                options=[i for i in ids if isinstance(i, str)])
         outcome = {"outcome": "selected", "optionId": option_id}
-    release(session, request_id)
+    await commit_first(bus, session.id, PERMISSION_ANSWERED, {"requestId": request_id, "outcome": outcome},
+                       "the permission answer")
+    if release(session, request_id) is None:  # answered by another request meanwhile
+        raise SessionError(404, "unknown_permission_request", "no pending permission request with this id")
     await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
     return outcome
