@@ -66,7 +66,9 @@ log = logging.getLogger("hopline.daemon")
 
 def _error(exc: SessionError) -> JSONResponse:
     exc.body["error"].setdefault("hop", HOP_DAEMON_API)
-    return JSONResponse(exc.body, status_code=exc.status)
+    retry = exc.body["error"].get("retryAfterSeconds")  # a 503 says when to retry, as a header too
+    headers = {"retry-after": str(retry)} if isinstance(retry, int) else None
+    return JSONResponse(exc.body, status_code=exc.status, headers=headers)
 
 
 def open_journal(budget: Budget, settings: Settings, data_dir: Path,
