@@ -67,7 +67,7 @@ def test_demo_gate_run_passes_after_the_fix_with_no_413_and_compacts() -> None:
     assert 0 < summary["largestPipeFrame"]["bytes"] < 256 * 1024
     assert summary["largeFrames"]["logged"] == 0
 
-    console = Console(record=True, width=140)
+    console = Console(record=True, width=140, force_terminal=True)  # the tables
     print_summary(console, summary)
     table = console.export_text()
     for label in ("hopline gate —", "compactions", "largest llm-turn body", "engine ceiling",
@@ -94,7 +94,7 @@ def test_demo_naive_reproduces_the_413_and_the_dev_session_stays_awaiting_gate()
     assert [(c["previous"], c["state"]) for c in summary["devStates"]] == [
         ("idle", "awaiting_gate"), ("awaiting_gate", "idle")]
     assert summary["devStayedAwaiting"] and summary["exitCode"] == 2
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=200, force_terminal=True)  # the tables
     print_summary(console, summary)
     shown = console.export_text()  # each gate's body against the limit that refused it, not 8 MiB
     assert shown.count("/ 100 KiB (gateway.llm_turn refused it)") >= 4 and "/ 8 MiB" not in shown

@@ -60,11 +60,12 @@ def test_the_head_checkout_is_read_only_takes_a_commit_and_is_removed(repo: tupl
     assert worktrees(root)[1:] == [str(checkout.path)]
     for path in (checkout.path, checkout.path / "src", checkout.path / "src" / "app.py"):
         assert not path.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH), path
-    assert checkout.commit_all("nothing") is None  # no change, no commit
+    assert checkout.stage_all() == []  # no change, nothing to commit
     checkout.writable()
     (checkout.path / "src" / "app.py").write_text("x = 3\n")
-    fixed = checkout.commit_all("the dev agent's fix")
-    assert fixed is not None and git(root, "rev-parse", f"{fixed}~1") == head  # a detached commit on head
+    assert checkout.stage_all() == ["src/app.py"]
+    fixed = checkout.commit_staged("the dev agent's fix")
+    assert git(root, "rev-parse", f"{fixed}~1") == head  # a detached commit on head
     checkout.read_only()
     checkout.remove()
     assert worktrees(root) == [str(root)] and not checkout.path.exists()

@@ -67,6 +67,10 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
             for k in s if isinstance(s, dict) else ():
                 if k not in keys and k not in ("id", "sessionId", "cwd"):  # the id is shown short; no path
                     keys.append(k)
+        # the hostile-child counters only when one is set (the table stays readable)
+        quiet = ("pendingPermissionBytes", "refusedRequests", "agentNotReading")
+        keys = [k for k in keys if k not in quiet
+                or any(isinstance(s, dict) and s.get(k) for s in sessions)]
         table.add_column("session")
         for k in keys:
             table.add_column(k)
