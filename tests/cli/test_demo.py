@@ -72,7 +72,7 @@ def test_demo_gate_run_passes_after_the_fix_with_no_413_and_compacts() -> None:
     table = console.export_text()
     for label in ("hopline gate —", "compactions", "largest llm-turn body", "engine ceiling",
                   "gateway limit", "largest pipe frame", "large-frame records", "kept off the wire", "413s",
-                  "idle → awaiting_gate → working → awaiting_gate → idle", "round 1 · "):
+                  "idle → awaiting_gate → working → awaiting_gate → idle", "round 1 (head "):
         assert label in table
 
 
