@@ -20,6 +20,7 @@ RESOLVED_BY_CLIENT = "client"
 RESOLVED_BY_CANCEL = "cancel"
 RESOLVED_BY_TIMEOUT = "timeout"
 RESOLVED_BY_AGENT_EXIT = "agent_exited"
+CANCEL_REQUESTED = "cancel_requested"  # journaled before session/cancel goes to the agent (T-1)
 TURN_END_TYPES = frozenset({TURN_COMPLETE, TURN_ERROR})
 # Without an id (synthetic: live subscribers only, never journaled):
 REPLAY_COMPLETE = "replay_complete"
@@ -28,10 +29,11 @@ CLIENT_EVICTED = "client_evicted"
 STATE_RESYNC_REQUIRED = "state_resync_required"
 STREAM_ERROR = "stream_error"
 FRAME_DROPPED = "frame_dropped"
+DATA_CORRUPT = "data_corrupt"  # a stored event that failed its check on read: its id and why (T-3)
 # With an id, several daemons only (SPEC X): another daemon took the session over.
 SESSION_ADOPTED = "session_adopted"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
-                             STREAM_ERROR, FRAME_DROPPED})
+                             STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT})
 
 # --- ACP ``_meta`` keys ---------------------------------------------------------------------------
 META_PROFILE = "hopline.profile"

@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
         import secrets
         import shlex
         import socket
+        import sqlite3
         import sys
         from pathlib import Path
 
@@ -102,6 +103,11 @@ def register(app: typer.Typer) -> None:
         except StoreUnavailable as exc:
             sock.close()
             print(f"hopline serve: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
+        except (sqlite3.DatabaseError, OSError) as exc:  # a store file that cannot be opened: one line
+            sock.close()
+            print(f"hopline serve: a store file under {root} cannot be used ({type(exc).__name__}: {exc}). "
+                  f"Next: run `hopline store check --data-dir {root}`", file=sys.stderr)
             raise typer.Exit(1) from None
 
         class DaemonServer(uvicorn.Server):

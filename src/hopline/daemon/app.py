@@ -53,6 +53,7 @@ from hopline.gateway.incidents import LastResort
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
+from hopline.store.check import check_recent_events, require_usable
 from hopline.store.journal import EventJournal
 from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
 from hopline.store.pg_journal import PgJournal
@@ -65,7 +66,9 @@ log = logging.getLogger("hopline.daemon")
 
 def _error(exc: SessionError) -> JSONResponse:
     exc.body["error"].setdefault("hop", HOP_DAEMON_API)
-    return JSONResponse(exc.body, status_code=exc.status)
+    retry = exc.body["error"].get("retryAfterSeconds")  # a 503 says when to retry, as a header too
+    headers = {"retry-after": str(retry)} if isinstance(retry, int) else None
+    return JSONResponse(exc.body, status_code=exc.status, headers=headers)
 
 
 def open_journal(budget: Budget, settings: Settings, data_dir: Path,
@@ -74,6 +77,8 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
     several daemons (its cluster settings checked, its schema migrated, this daemon's id minted)."""
     location = store_location(settings.store_url, data_dir)
     if not location.shared:
+        assert location.path is not None
+        require_usable(location.path, data_dir)  # quick_check, segments agree (T-3): else one line
         return SqliteJournal(data_dir, path=location.path), None, Ownership(None)
     if not settings.cluster_token:
         raise StoreSettingError(f"{SETTINGS_BY_KEY['cluster_token'].env} must be set with a "
@@ -83,6 +88,7 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
         raise StoreSettingError(f"{SETTINGS_BY_KEY['advertise_url'].env} must name where the other "
                                 "daemons reach this one (it listens on every address)")
     migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
+    check_recent_events(location.dsn)  # a bounded check (T-3): reachable, recent rows whole
     daemon_id = new_daemon_id()
     cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
                       token=settings.cluster_token)

@@ -47,12 +47,22 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
-from hopline.store.journal import EventJournal
-from hopline.vocabulary import CLIENT_EVICTED, FRAME_DROPPED, SLOW_CLIENT_WARNING
+from hopline.errors import HoplineError
+from hopline.store.integrity import CorruptCount, corrupt_json
+from hopline.store.journal import EventJournal, JournalRow
+from hopline.vocabulary import CLIENT_EVICTED, DATA_CORRUPT, FRAME_DROPPED, SLOW_CLIENT_WARNING
 
 log = logging.getLogger("hopline.daemon.bus")
 
 WARN_FRACTION = 0.75  # SPEC D-4: warn at 75 % of a subscriber's queue, evict at 100 %
+
+
+class JournalReadFailed(HoplineError):
+    """Reading the journal failed (not a client's disconnect): the stream says so and ends."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"reading the journal failed ({type(cause).__name__})")
+        self.exception = type(cause).__name__
 
 
 class Event:
@@ -301,6 +311,9 @@ class EventBus:
         self.evictions = 0
         self.oversize_dropped = 0
         self.journal_failed = 0  # events whose commit failed (each one said to its session)
+        # Called with the session of each event whose commit failed (the manager ends its turn, T-1).
+        self.on_journal_failed: Callable[[str], None] = lambda _session_id: None
+        self.corrupt = CorruptCount()  # damaged events met on reads (T-3), for /daemon/status
         self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
         self._commits: collections.deque[_Commit] = collections.deque()  # in commit order
         self.queued_events = 0  # handed to the journal, not yet committed
@@ -369,6 +382,19 @@ class EventBus:
             self._batch.append((session_id, event))
         else:
             self._hand_over([(session_id, event)])
+        return event
+
+    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event:
+        """:meth:`publish` outside any batch, returning once the event is durable; raises the
+        commit's error when it is not (T-1: the caller answers 2xx, or acts, only after this)."""
+        if self._batch is not None:
+            raise RuntimeError("publish_committed inside a batch")
+        event = self.publish(session_id, event_type, data)
+        if event is None:
+            raise RuntimeError("a control event over the SSE event limit")
+        commit = self._commits[-1] if self._commits else None
+        if commit is not None and commit.committed is not None and commit.events[-1][1] is event:
+            await asyncio.shield(commit.committed)
         return event
 
     def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
@@ -482,6 +508,7 @@ class EventBus:
         self._deliver(session_id, synthetic(FRAME_DROPPED, {
             "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
             "hop": HOP_JOURNAL, "eventType": event.type}))
+        self.on_journal_failed(session_id)
 
     def _unqueue(self, commit: _Commit) -> None:
         queued_by = self._queued_by
@@ -599,12 +626,24 @@ class EventBus:
             return
         cursor = after
         while cursor < upto:
-            rows = await self.journal.read_page(session_id, cursor, upto=upto,
-                                                max_bytes=self.budget.sse_queue_max_bytes)
+            try:
+                rows = await self.journal.read_page(session_id, cursor, upto=upto,
+                                                    max_bytes=self.budget.sse_queue_max_bytes)
+            except Exception as exc:
+                raise JournalReadFailed(exc) from exc
             if not rows:
                 return
-            yield [Event(r.seq, r.type, r.data) for r in rows]
+            yield [self.event_of(session_id, r) for r in rows]
             cursor = rows[-1].seq
+
+    def event_of(self, session_id: str, row: JournalRow) -> Event:
+        """The event a journal row is, or the ``data_corrupt`` that says it is damaged (T-3): a
+        damaged event is never served as if it were whole."""
+        if row.corrupt is None:
+            return Event(row.seq, row.type, row.data)
+        self.corrupt.seen(session_id, row.seq)
+        log.error("damaged journal event not served", extra={"eventType": row.type, "reason": row.corrupt})
+        return synthetic(DATA_CORRUPT, corrupt_json(row))
 
     # --- another daemon's events (SPEC X) -----------------------------------------------------------
 
@@ -644,7 +683,9 @@ class EventBus:
                 for row in rows:
                     if row.seq > self._delivered.get(session_id, 0):
                         self.remote_events += 1
-                        self._deliver(session_id, Event(row.seq, row.type, row.data))
+                        if row.corrupt is not None:  # said in its place; the next good one goes on
+                            self._delivered[session_id] = row.seq
+                        self._deliver(session_id, self.event_of(session_id, row))
         except Exception as exc:  # the next notification tries again; a reconnecting client resumes
             log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
         finally:

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import HoplineError
+from hopline.store.private import private_dir, private_file
 from hopline.vocabulary import DATA_DIR_ENV
 
 DB_FILE = "sessions.sqlite3"
@@ -85,8 +86,8 @@ class SessionStore:
     """Sessions and their update logs in one SQLite file."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / DB_FILE
+        private_dir(data_dir)
+        self.path = private_file(data_dir / DB_FILE)  # 0600 before SQLite opens it (WAL, SHM alike)
         self._db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")

@@ -39,6 +39,7 @@ from typing import Any
 from hopline.budget import HOP_SIDECARS, Budget, HoplineError
 from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
 from hopline.store.locations import S3, SidecarLocation, StoreLocation
+from hopline.store.private import private_dir, private_file
 
 log = logging.getLogger("hopline.sidecars")
 
@@ -180,7 +181,8 @@ class SidecarStore:
         self._dsn = dsn
         self._db: Any
         if dsn is None:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self.root)
+            private_file(self.db_path)  # 0600 before SQLite opens it: its WAL and SHM take its mode
             self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
                                        timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from hopline.store.locations import S3Options
+from hopline.store.private import private_dir
 
 READ_CHUNK_BYTES = 64 * 1024  # I/O granularity, not a ceiling
 # S3 multipart part size (S3's minimum part is 5 MiB); a body goes up in parts of this size.
@@ -91,7 +92,7 @@ class FileBlobs:
         self.tmp_dir = self.root / "tmp"
         self.shared = shared
         for directory in (self.root, self.blobs_dir, self.tmp_dir):
-            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(directory)
 
     def path(self, key: str) -> Path:
         return self.blobs_dir / key

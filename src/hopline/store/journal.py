@@ -24,11 +24,14 @@ class SessionRecord:
     created: float
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class JournalRow:
     seq: int
     type: str
-    data: bytes  # the event's JSON, exactly as published
+    data: bytes  # the event's JSON, exactly as published (empty when ``corrupt``)
+    # Why the stored bytes are not the event's (``hopline.store.integrity`` reasons), or None: a
+    # damaged row is returned in its place, never raised, so a reader goes on with the next one.
+    corrupt: str | None = None
 
 
 class EventJournal(Protocol):
@@ -135,7 +138,9 @@ class EventJournal(Protocol):
                         max_bytes: int) -> list[JournalRow]:
         """Committed events with ``after < id <= upto`` (``upto`` None: the last committed), in id
         order, until their ``data`` bytes pass ``max_bytes``. At least one row when one exists, so
-        a single event larger than ``max_bytes`` still makes progress."""
+        a single event larger than ``max_bytes`` still makes progress. Every row's bytes are checked
+        against their checksum; a row that fails (or whose bytes cannot be read) comes back with
+        ``corrupt`` set and no data."""
         ...
 
     async def last_id(self, session_id: str) -> int:

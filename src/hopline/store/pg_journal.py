@@ -30,6 +30,7 @@ import orjson
 
 from hopline.budget import Budget, HoplineError
 from hopline.store.bounded import is_broken, session_options
+from hopline.store.integrity import CHECKSUM_MISMATCH, checksum, verified
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -213,11 +214,12 @@ class PgJournal(StagedIds, EventJournal):
             if rows:
                 # One statement, not a pipelined executemany: its end is a protocol sync, so a
                 # daemon frozen after it leaves a transaction PostgreSQL sees idle, and ends.
-                columns = list(zip(*rows, strict=True))
+                columns = [list(column) for column in zip(*rows, strict=True)]
+                columns.append([checksum(row[3]) for row in rows])  # checked on every read (T-3)
                 await self._conn.execute(
-                    "INSERT INTO events (session_id, seq, type, data) "
-                    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[])",
-                    [list(column) for column in columns])
+                    "INSERT INTO events (session_id, seq, type, data, crc) "
+                    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[], %s::bigint[])",
+                    columns)
                 last: dict[str, int] = {}
                 for session_id, seq, _, _ in rows:
                     last[session_id] = max(seq, last.get(session_id, 0))
@@ -388,10 +390,10 @@ class PgJournal(StagedIds, EventJournal):
                 total += int(size)
                 cut = int(seq)
             cursor = await conn.execute(
-                "SELECT seq, type, data FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
+                "SELECT seq, type, data, crc FROM events WHERE session_id = %s AND seq > %s AND seq <= %s "
                 "ORDER BY seq", (session_id, after, cut))
             rows = await cursor.fetchall()
-        return [JournalRow(int(seq), str(kind), bytes(data)) for seq, kind, data in rows]
+        return [checked_row(int(seq), str(kind), bytes(data), crc) for seq, kind, data, crc in rows]
 
     async def last_id(self, session_id: str) -> int:
         async with self._pool.connection() as conn:
@@ -422,6 +424,13 @@ class PgJournal(StagedIds, EventJournal):
             await self._pool.close()
         if self._conn is not None:
             await self._conn.close()
+
+
+def checked_row(seq: int, event_type: str, data: bytes, crc: int | None) -> JournalRow:
+    """A row whose bytes passed their checksum, or the row saying they did not (T-3)."""
+    if verified(data, crc):
+        return JournalRow(seq, event_type, data)
+    return JournalRow(seq, event_type, b"", CHECKSUM_MISMATCH)
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

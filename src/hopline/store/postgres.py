@@ -82,6 +82,10 @@ CREATE TABLE counters (
     value BIGINT NOT NULL
 );
 """),
+    # SPEC T-3: every stored event's bytes carry a CRC-32, checked on read (NULL: written before).
+    (2, "event checksums", """
+ALTER TABLE events ADD COLUMN crc BIGINT;
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

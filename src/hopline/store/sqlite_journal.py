@@ -28,8 +28,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hashlib
-import os
 import queue
 import sqlite3
 import threading
@@ -38,9 +36,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
+from zlib import crc32
 
 import orjson
 
+from hopline.store.integrity import ROW_UNREADABLE
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -50,6 +50,8 @@ from hopline.store.journal import (
     prompt_id_of,
 )
 from hopline.store.locations import JOURNAL_FILE
+from hopline.store.private import private_dir, private_file
+from hopline.store.segments import SegmentWriter, read_rows
 from hopline.vocabulary import TURN_END_TYPES
 
 # Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
@@ -68,12 +70,8 @@ CHECKPOINT_BYTES = 1000 * PAGE_SIZE_BYTES
 # control events and word deltas stay in their rows.
 INLINE_MAX_BYTES = 256
 SEGMENTS_DIR = "journal.segments"
-# I/O granularity, not a limit: contiguous external events smaller than this are read in one pread
-# per run and sliced (a replay page of 1 KiB events is then one read, not thousands); a larger one
-# is read alone, into its own buffer (no second copy of it).
-READ_RUN_MAX_EVENT_BYTES = 64 * 1024
-OPEN_SEGMENTS = 64  # the writer's open segment files (the least recently written are closed)
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers per writev
+# A query's work, not a payload ceiling: the ids one page looks up one by one past a damaged page.
+PROBE_MAX_IDS = 4096
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -89,6 +87,7 @@ CREATE TABLE IF NOT EXISTS events (
     data BLOB NOT NULL,
     ext_offset INTEGER,
     ext_bytes INTEGER,
+    crc INTEGER,
     PRIMARY KEY (session_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS prompts (
@@ -99,12 +98,13 @@ CREATE TABLE IF NOT EXISTS prompts (
 ) WITHOUT ROWID;
 """
 
-_INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes) VALUES "
+JOURNAL_SCHEMA = _SCHEMA  # what `hopline store check --repair` makes a new journal with
+_INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes, crc) VALUES "
 # Rows per INSERT statement: one statement is one sqlite3_step, which is one release of the GIL by
 # the writer (executemany releases it once per row: with many small events the event loop and the
-# writer then pass the GIL back and forth per row). 6 parameters a row, well under SQLite's 32766.
+# writer then pass the GIL back and forth per row). 7 parameters a row, well under SQLite's 32766.
 ROWS_PER_INSERT = 512
-_EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes"
+_EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes, crc"
 
 T = TypeVar("T")
 
@@ -130,7 +130,8 @@ class SqliteJournal(StagedIds, EventJournal):
         """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
         self.path = path if path is not None else data_dir / JOURNAL_FILE
         self.segments_dir = self.path.parent / SEGMENTS_DIR  # beside the journal file, wherever it is
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent, tighten=path is None)  # the data dir is ours; a named one's parent not
+        private_file(self.path)  # 0600 before SQLite opens it: its WAL and SHM take the file's mode
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
         db.execute("PRAGMA journal_mode=WAL")
@@ -138,11 +139,11 @@ class SqliteJournal(StagedIds, EventJournal):
         db.execute("PRAGMA wal_autocheckpoint=0")  # the writer checkpoints between batches
         db.executescript(_SCHEMA)
         columns = {row[1] for row in db.execute("PRAGMA table_info(events)")}
-        for column in ("ext_offset", "ext_bytes"):  # a journal written before segment files
+        for column in ("ext_offset", "ext_bytes", "crc"):  # a journal from before segments, checksums
             if column not in columns:
                 db.execute(f"ALTER TABLE events ADD COLUMN {column} INTEGER")
         self._db = db  # the writer thread's alone from here on
-        self._segments = _SegmentWriter(self.segments_dir)  # the writer thread's too
+        self._segments = SegmentWriter(self.segments_dir)  # the writer thread's too
         self._unlink_after_commit: list[str] = []
         self._queue: queue.SimpleQueue[_Write | _Stop] = queue.SimpleQueue()
         self._writer = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
@@ -310,7 +311,7 @@ class SqliteJournal(StagedIds, EventJournal):
                 pair = (str(session_id), str(prompt_id))
                 ends = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
                                   "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES)).fetchall()
-                found = _read_rows(self._segments.root, str(session_id), ends)
+                found = read_rows(self._segments.root, str(session_id), ends, JournalRow)
                 (ended if any(prompt_id_of(r.data) == prompt_id for r in found) else unended).append(pair)
             return unended, ended
         unended, ended = await self._read(query)
@@ -360,13 +361,13 @@ class SqliteJournal(StagedIds, EventJournal):
             if size > INLINE_MAX_BYTES:
                 offset = offsets[session_id]
                 offsets[session_id] = offset + size
-                extend((session_id, seq, event_type, b"", offset, size))
+                extend((session_id, seq, event_type, b"", offset, size, crc32(data)))
             else:
-                extend((session_id, seq, event_type, data, None, None))
-        width = 6 * ROWS_PER_INSERT
+                extend((session_id, seq, event_type, data, None, None, crc32(data)))
+        width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
             chunk = params[start:start + width]
-            db.execute(_insert_statement(len(chunk) // 6), chunk)
+            db.execute(_insert_statement(len(chunk) // 7), chunk)
 
     def _settle_ids(self, rows: Sequence[StagedRow], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
@@ -389,22 +390,32 @@ class SqliteJournal(StagedIds, EventJournal):
 
     async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
                         max_bytes: int) -> list[JournalRow]:
+        # A damaged page stops a range scan: past the last row read, the ids up to the last
+        # committed one are looked up one by one, each unreadable one said (never a silent gap).
+        bound = upto if upto is not None else self._last.get(session_id, 2**63 - 1)
+
         def query(db: sqlite3.Connection) -> list[JournalRow]:
-            bound = upto if upto is not None else 2**63 - 1
-            cursor = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
-                                "AND seq <= ? ORDER BY seq", (session_id, after, bound))
             page: list[tuple[Any, ...]] = []
             total = 0
             try:
-                for row in cursor:
-                    size = len(row[2]) if row[3] is None else int(row[4])
-                    if page and total + size > max_bytes:
-                        break
-                    page.append(row)
-                    total += size
-            finally:
-                cursor.close()
-            return _read_rows(self.segments_dir, session_id, page)
+                cursor = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
+                                    "AND seq <= ? ORDER BY seq", (session_id, after, bound))
+                try:
+                    for row in cursor:
+                        size = len(row[2]) if row[3] is None else int(row[4])
+                        if page and total + size > max_bytes:
+                            break
+                        page.append(row)
+                        total += size
+                finally:
+                    cursor.close()
+            except sqlite3.DatabaseError:
+                if bound >= 2**62:
+                    raise
+                rows = read_rows(self.segments_dir, session_id, page, JournalRow)
+                return rows + probe_rows(db, self.segments_dir, session_id, page[-1][0] if page else after,
+                                         bound, max_bytes - total)
+            return read_rows(self.segments_dir, session_id, page, JournalRow)
         return await self._read(query)
 
     async def last_id(self, session_id: str) -> int:
@@ -441,124 +452,32 @@ class SqliteJournal(StagedIds, EventJournal):
             self._reader_db = None
 
 
-class _SegmentWriter:
-    """The writer thread's segment files: append-only, one per session, named by a hash of the
-    session id (any id is a safe file name)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._fds: dict[str, int] = {}  # in order of last write (the oldest first)
-        self._unsynced: set[str] = set()
-
-    def append(self, session_id: str, datas: Sequence[bytes]) -> int:
-        """Write ``datas`` one after the other at the end of the session's file, in as few
-        ``writev`` calls as it takes; return the offset of the first."""
-        fd = self._fds.pop(session_id, None)
-        if fd is None:
-            self.root.mkdir(exist_ok=True)
-            fd = os.open(segment_path(self.root, session_id), os.O_WRONLY | os.O_CREAT, 0o600)
-            while len(self._fds) >= OPEN_SEGMENTS:
-                self._close(next(iter(self._fds)))
-        self._fds[session_id] = fd
-        offset = os.lseek(fd, 0, os.SEEK_END)
-        pending: list[bytes | memoryview] = list(datas)
-        first = 0  # pending[first:] is still to write
-        while first < len(pending):
-            written = os.writev(fd, pending[first:first + _IOV_MAX])
-            while first < len(pending) and written >= len(pending[first]):
-                written -= len(pending[first])
-                first += 1
-            if written:  # a short write: the rest of that buffer comes next
-                pending[first] = memoryview(pending[first])[written:]
-        self._unsynced.add(session_id)
-        return offset
-
-    def sync(self) -> None:
-        for session_id in list(self._unsynced):
-            fd = self._fds.get(session_id)
-            if fd is not None:
-                os.fsync(fd)
-        self._unsynced.clear()
-
-    def _close(self, session_id: str) -> None:
-        fd = self._fds.pop(session_id)
-        if session_id in self._unsynced:
-            os.fsync(fd)
-            self._unsynced.discard(session_id)
-        os.close(fd)
-
-    def remove(self, session_id: str) -> None:
-        fd = self._fds.pop(session_id, None)
-        if fd is not None:
-            os.close(fd)
-        self._unsynced.discard(session_id)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(segment_path(self.root, session_id))
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sync()
-        for session_id in list(self._fds):
-            os.close(self._fds.pop(session_id))
-
-
 @functools.lru_cache(maxsize=ROWS_PER_INSERT)
 def _insert_statement(rows: int) -> str:
-    return _INSERT_EVENTS + ",".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+    return _INSERT_EVENTS + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * rows)
 
 
-def segment_path(root: Path, session_id: str) -> Path:
-    return root / (hashlib.sha256(session_id.encode()).hexdigest()[:32] + ".seg")
-
-
-def _read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]]) -> list[JournalRow]:
-    """``(seq, type, data, ext_offset, ext_bytes)`` rows as :class:`JournalRow`, the external ones'
-    data read from the session's segment file: small events that lie end to end in it (a session's
-    events are appended in order) in one read per run, each larger one in a read of its own."""
+def probe_rows(db: sqlite3.Connection, root: Path, session_id: str, after: int, upto: int,
+               max_bytes: int) -> list[JournalRow]:
+    """The rows ``after < id <= upto`` looked up one id at a time (a range scan hit a damaged
+    page): each that reads is checked as usual, each that fails to read is returned as
+    ``row_unreadable``; an id with no row is a gap ids may have (a failed commit), not damage."""
     out: list[JournalRow] = []
-    fd: int | None = None
-    run: list[tuple[int, str, int, int]] = []  # (seq, type, offset, size), contiguous in the file
-
-    def read(seq: int, offset: int, nbytes: int) -> bytes:
-        nonlocal fd
-        if fd is None:
-            fd = os.open(segment_path(root, session_id), os.O_RDONLY)
-        data = os.pread(fd, nbytes, offset)
-        if len(data) != nbytes:
-            raise OSError(f"journal segment: event {seq} has {len(data)} of its {nbytes} bytes")
-        return data
-
-    def flush() -> None:
-        if len(run) == 1:
-            seq, event_type, offset, nbytes = run[0]
-            out.append(JournalRow(seq, event_type, read(seq, offset, nbytes)))
-        elif run:
-            start = run[0][2]
-            try:
-                view = memoryview(read(run[0][0], start, run[-1][2] + run[-1][3] - start))
-            except OSError:  # short: read them one by one, for the error naming the first short one
-                view = None
-            for seq, event_type, offset, nbytes in run:
-                data = (read(seq, offset, nbytes) if view is None
-                        else view[offset - start:offset - start + nbytes].tobytes())
-                out.append(JournalRow(seq, event_type, data))
-        run.clear()
-
-    try:
-        for seq, event_type, data, offset, nbytes in rows:
-            if offset is None:
-                flush()
-                out.append(JournalRow(int(seq), str(event_type), bytes(data)))
-                continue
-            if run and (int(offset) != run[-1][2] + run[-1][3] or int(nbytes) >= READ_RUN_MAX_EVENT_BYTES):
-                flush()
-            run.append((int(seq), str(event_type), int(offset), int(nbytes)))
-            if int(nbytes) >= READ_RUN_MAX_EVENT_BYTES:
-                flush()
-        flush()
-    finally:
-        if fd is not None:
-            os.close(fd)
+    total = 0
+    for seq in range(after + 1, min(upto, after + PROBE_MAX_IDS) + 1):
+        try:
+            found = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq = ?",
+                               (session_id, seq)).fetchone()
+        except sqlite3.DatabaseError:
+            out.append(JournalRow(seq, "", b"", ROW_UNREADABLE))
+            continue
+        if found is None:
+            continue
+        size = len(found[2]) if found[3] is None else int(found[4])
+        if out and total + size > max_bytes:
+            break
+        out.extend(read_rows(root, session_id, [found], JournalRow))
+        total += size
     return out
 
 

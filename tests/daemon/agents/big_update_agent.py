@@ -32,7 +32,8 @@ update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_STA
 capability (an agent that cannot load); ``BIG_AGENT_PROMPT_CAPS=image,audio,embeddedContext`` the
 promptCapabilities it advertises (none by default); ``BIG_AGENT_TAKES_CREDENTIALS=1`` makes it claim
 hopline's credentials in its initialize ``_meta`` (as hopline's own agent does); ``BIG_AGENT_ACTION_LOG``
-names a file each prompt run is appended to, with the agent's process id.
+names a file each prompt run is appended to, with the agent's process id; ``BIG_AGENT_PROMPT_LOG``
+names a file each prompt's text is appended to when it arrives.
 """
 
 from __future__ import annotations
@@ -177,6 +178,10 @@ class BigUpdateAgent(Agent):
         if action_log:  # every prompt run, with this process's id: a double execution shows
             with open(action_log, "a") as handle:
                 handle.write(f"{os.getpid()} {text}\n")
+        prompt_log = os.environ.get("BIG_AGENT_PROMPT_LOG")
+        if prompt_log:  # what this agent was sent, for tests that assert a prompt never reached it
+            with open(prompt_log, "a") as handle:
+                handle.write(text + "\n")
         words = text.split()
         command = words[0] if words else ""
         if command == "big":

@@ -12,10 +12,16 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
-from hopline.daemon.bus import Event, EventBus, Subscriber, synthetic
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
+from hopline.daemon.bus import Event, EventBus, JournalReadFailed, Subscriber, synthetic
 from hopline.daemon.errors import SessionError
-from hopline.vocabulary import CLIENT_EVICTED, REPLAY_COMPLETE, STATE_RESYNC_REQUIRED, STREAM_ERROR
+from hopline.vocabulary import (
+    CLIENT_EVICTED,
+    DATA_CORRUPT,
+    REPLAY_COMPLETE,
+    STATE_RESYNC_REQUIRED,
+    STREAM_ERROR,
+)
 from hopline.wire.input import parse_decimal_id
 
 log = logging.getLogger("hopline.daemon")
@@ -115,12 +121,14 @@ class SseStream(Response):
         try:
             if self.resync is not None:
                 await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync)])
-            replayed = 0
+            replayed = corrupt = 0
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
-                replayed += len(page)
-            await self._emit(send, [synthetic(REPLAY_COMPLETE,
-                                              {"replayed": replayed, "lastEventId": self.upto})])
+                damaged = sum(1 for event in page if event.type == DATA_CORRUPT)
+                replayed += len(page) - damaged
+                corrupt += damaged
+            await self._emit(send, [synthetic(REPLAY_COMPLETE, {
+                "replayed": replayed, "lastEventId": self.upto, "corrupt": corrupt})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
                 if live is None:
@@ -138,7 +146,13 @@ class SseStream(Response):
                 await self._emit(send, batch)
                 if batch[-1].type == CLIENT_EVICTED:
                     return
-        except OSError:
+        except JournalReadFailed as exc:  # the store's fault, not the client's: said, not swallowed
+            log.error("sse replay: reading the journal failed", extra={"exception": exc.exception})
+            with contextlib.suppress(Exception):
+                await self._emit(send, [synthetic(STREAM_ERROR, {
+                    "reason": "journal_read_failed", "hop": HOP_JOURNAL, "exception": exc.exception,
+                    "message": "reading this session's journal failed; reconnect with Last-Event-ID"})])
+        except OSError:  # the client went away mid-write
             return
         except Exception as exc:
             log.warning("sse stream failed", extra={"exception": type(exc).__name__})

@@ -33,7 +33,7 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
             "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
             "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
-                        "failedEvents": bus.journal_failed},
+                        "failedEvents": bus.journal_failed, **bus.corrupt.status()},
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),

@@ -33,6 +33,7 @@ from hopline.daemon.sessions.prompts import Prompts, end_open_prompts
 from hopline.daemon.sessions.relay import Relay
 from hopline.daemon.sessions.state import LIVE_STATES, DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
+from hopline.daemon.storage_faults import is_storage_fault, refusal
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
@@ -68,6 +69,7 @@ class SessionManager:
                                     agent_cmd=agent_cmd, data_dir=data_dir, child_env=child_env,
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
         self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership, sidecars)
+        bus.on_journal_failed = self._journal_failed
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
         self.ownership.on_lost(lambda session_ids: self.tasks.spawn(self.lose(set(session_ids))))
@@ -128,7 +130,12 @@ class SessionManager:
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted,
                    "extraMeta": dict(extra_meta) if extra_meta else None}  # kept for a load or an adoption
-        await self.journal.create_session(session_id, options)
+        try:
+            await self.journal.create_session(session_id, options)
+        except Exception as exc:
+            if not is_storage_fault(exc):
+                raise
+            raise refusal(exc, "the session") from None
         session = DaemonSession(session_id, options, None, state=SessionState.STARTING)
         session.early = []
         self.sessions[session_id] = session
@@ -136,13 +143,15 @@ class SessionManager:
             await self.ownership.claim_new(session_id)  # this daemon owns what it creates
             child, _ = await self.agents.spawn(session)
             agent_session_id = await self.agents.new_agent_session(session, child)
+            await self.agents.bind(session, agent_session_id)  # journaled: a refusal fails the create
         except BaseException as exc:
             await self._forget(session)
             failure = agent_failure(exc, "session/new", self.budget)
+            if failure is None and isinstance(exc, Exception) and is_storage_fault(exc):
+                failure = refusal(exc, "the session")
             if failure is None:
                 raise
             raise failure from None
-        await self.agents.bind(session, agent_session_id)
         self.relay.release_early(session)
         session.move(SessionState.READY)
         # Read your writes: what the agent sent during the handshake (its commands, a greeting) is
@@ -159,7 +168,12 @@ class SessionManager:
         if child is not None:
             await child.stop()
         self.bus.close_session(session.id)
-        await self.journal.delete_session(session.id)  # with its lease, on a shared store
+        try:
+            await self.journal.delete_session(session.id)  # with its lease, on a shared store
+        except Exception as exc:  # a full or failing store: the row stays (a later delete removes it)
+            if not is_storage_fault(exc):
+                raise
+            log.error("a session's rows could not be deleted", extra={"exception": type(exc).__name__})
         self.ownership.forget(session.id)
         if self.sidecars is not None:
             await asyncio.to_thread(self.sidecars.delete_session, session.id)
@@ -182,6 +196,13 @@ class SessionManager:
     async def answer_permission(self, session: DaemonSession, request_id: str, *,
                                 option_id: str | None, reject: bool) -> dict[str, Any]:
         return await answer_permission(self.bus, session, request_id, option_id=option_id, reject=reject)
+
+    def _journal_failed(self, session_id: str) -> None:
+        """The bus could not store an event of the session: its turn in flight is cut (T-1)."""
+        session = self.sessions.get(session_id)
+        cancel = self.prompts.journal_failed(session) if session is not None else None
+        if cancel is not None:
+            self.tasks.spawn(cancel)
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
         await self.ensure_owner(session)  # (forwarded before this when another daemon owns it)

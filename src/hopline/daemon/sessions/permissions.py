@@ -31,6 +31,7 @@ from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
 from hopline.daemon.errors import SessionError
 from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission
+from hopline.daemon.storage_faults import commit_first
 from hopline.vocabulary import (
     PERMISSION_METHOD,
     PERMISSION_REQUEST,
@@ -140,12 +141,16 @@ class AgentRequests:
         return child.respond(frame.message["id"], error=error)
 
 
+def _resolution(request_id: str, pending: PendingPermission, outcome: dict[str, Any],
+                by: str) -> dict[str, Any]:
+    return {"requestId": request_id, "promptId": pending.prompt_id, "outcome": outcome, "resolvedBy": by}
+
+
 def permission_resolved(bus: EventBus, session: DaemonSession, request_id: str, pending: PendingPermission,
                         outcome: dict[str, Any], by: str) -> None:
     """``permission_resolved`` (T-8): every subscriber, and every replay, sees the request answered,
     with the outcome and who answered it (client, cancel, or the agent's exit)."""
-    bus.publish(session.id, PERMISSION_RESOLVED, {
-        "requestId": request_id, "promptId": pending.prompt_id, "outcome": outcome, "resolvedBy": by})
+    bus.publish(session.id, PERMISSION_RESOLVED, _resolution(request_id, pending, outcome, by))
 
 
 def resolve_all(bus: EventBus, session: DaemonSession, by: str) -> None:
@@ -182,6 +187,8 @@ async def answer_cancelled(pending: list[PendingPermission]) -> None:
 
 async def answer_permission(bus: EventBus, session: DaemonSession, request_id: str, *,
                             option_id: str | None, reject: bool) -> dict[str, Any]:
+    """The client's answer: taken out (a second answer finds nothing), its ``permission_resolved``
+    committed to the journal before the agent hears it (T-1); a refused commit puts it back."""
     pending = session.permissions.get(request_id)
     if pending is None:
         raise SessionError(404, "unknown_permission_request", "no pending permission request with this id")
@@ -198,7 +205,13 @@ async def answer_permission(bus: EventBus, session: DaemonSession, request_id: s
                                options=[i for i in ids if isinstance(i, str)])
         outcome = {"outcome": "selected", "optionId": option_id}
     release(session, request_id)
-    permission_resolved(bus, session, request_id, pending, outcome, RESOLVED_BY_CLIENT)
+    try:
+        await commit_first(bus, session.id, PERMISSION_RESOLVED,
+                           _resolution(request_id, pending, outcome, RESOLVED_BY_CLIENT),
+                           "the permission answer")
+    except BaseException:
+        session.permissions[request_id] = pending  # not answered: still open, for a retry
+        session.permission_bytes += pending.bytes
+        raise
     await pending.child.respond(pending.child_request_id, result={"outcome": outcome})
-    await bus.flushed()  # acknowledged once journaled (T-1)
     return outcome

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections.abc import Awaitable
 from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, HOP_PIPE, Budget
@@ -15,17 +16,19 @@ from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
+from hopline.daemon.sessions.durable_end import end_turn_durably
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
+from hopline.daemon.storage_faults import commit_first, is_storage_fault, refusal
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.sidecars.projection import StoreSink
 from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import LeaseLost
 from hopline.store.postgres import StoreUnavailable
-from hopline.vocabulary import TURN_COMPLETE, TURN_ERROR
+from hopline.vocabulary import CANCEL_REQUESTED, TURN_COMPLETE, TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -81,8 +84,10 @@ class Prompts:
                                           pending + 1, message, hop=HOP_DAEMON_API)
         prompt_id = "p_" + secrets.token_hex(8)
         # Registered at once (it counts toward the limit while the prompt is stored); the task
-        # starts after open_prompt is queued, so its events follow it in the journal's write order.
-        task = asyncio.create_task(self._run(session, prompt_id, blocks))
+        # waits for open_prompt's commit before it sends anything (write-ahead, T-1): a prompt the
+        # journal refused never reaches the agent, and a 202 means the prompt is durable.
+        accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._run(session, prompt_id, blocks, accepted))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
@@ -90,9 +95,14 @@ class Prompts:
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
             task.cancel()
             raise await self.ownership.stale_write(session.id) from None
-        except BaseException:
+        except BaseException as exc:
             task.cancel()
+            if isinstance(exc, Exception) and is_storage_fault(exc):
+                log.error("prompt refused: the journal could not store it",
+                          extra={"exception": type(exc).__name__})
+                raise refusal(exc, "the prompt") from None
             raise
+        accepted.set_result(None)
         return prompt_id
 
     def _sink(self, session: DaemonSession) -> StoreSink | None:
@@ -102,12 +112,31 @@ class Prompts:
                         data: dict[str, Any], lost_here: int = 0) -> None:
         """Publish the turn's end with the D-8 fields (the bytes it could not deliver, ``lost_here``
         of them in this very event); the prompt is then no longer open (a turn cut before this point
-        is ended by the next daemon start)."""
+        is ended by the next daemon start). A turn whose events the journal refused ends with
+        ``turn_error`` (origin daemon, reason storage), stored once the store takes it again
+        (:func:`end_turn_durably`)."""
         lost = session.turn_lost.pop(prompt_id, 0) + lost_here
-        self.bus.publish(session.id, event_type, {**data, "lostBytes": lost, "degraded": lost > 0})
-        await self.journal.close_prompt(session.id, prompt_id)  # after the end event, in write order
+        await end_turn_durably(self.bus, self.journal, session, prompt_id,
+                               (event_type, {**data, "lostBytes": lost, "degraded": lost > 0}))
 
-    async def _run(self, session: DaemonSession, prompt_id: str, blocks: list[dict[str, Any]]) -> None:
+    def journal_failed(self, session: DaemonSession) -> Awaitable[None] | None:
+        """An event of the session was not stored: the prompt in flight is cut (its agent is told
+        to stop: what it does next could not be recorded) and will end with a storage turn_error.
+        The cancel to send, on the first refusal of the turn."""
+        prompt_id = session.current_prompt
+        if prompt_id is None:
+            return None
+        first = prompt_id not in session.storage_faults
+        session.storage_faults[prompt_id] = session.storage_faults.get(prompt_id, 0) + 1
+        child = session.child
+        if not first or child is None or session.agent_session_id is None:
+            return None
+        log.error("a turn's events could not be stored: the agent's turn is cancelled")
+        return _quietly(child.notify("session/cancel", {"sessionId": session.agent_session_id}))
+
+    async def _run(self, session: DaemonSession, prompt_id: str, blocks: list[dict[str, Any]],
+                   accepted: asyncio.Future[None]) -> None:
+        await accepted  # open_prompt committed (else this task is cancelled: nothing was sent)
         async with session.turn_lock:
             child = session.child
             if child is None or not child.alive or session.agent_session_id is None:
@@ -162,6 +191,10 @@ class Prompts:
         the write deadline)."""
         child = require_ready(session)
         running = session.current_prompt is not None
+        # Write-ahead (T-1): the cancel is journaled before it is answered; the writes to the child
+        # then go in the background.
+        await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
+                           "the cancel")
         self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
         return running
 
@@ -172,3 +205,7 @@ class Prompts:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
 
+
+async def _quietly(awaitable: Awaitable[Any]) -> None:
+    with contextlib.suppress(AgentExited, OSError):
+        await awaitable

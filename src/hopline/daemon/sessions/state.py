@@ -91,6 +91,7 @@ class DaemonSession:
         self.early: list[tuple[Any, dict[str, Any]]] | None = None
         self.early_bytes = 0
         self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
+        self.storage_faults: dict[str, int] = {}  # events of a prompt in flight the journal refused (T-1)
         self.lost_bytes = 0
 
     @property

@@ -1,0 +1,116 @@
+"""`hopline store check [--repair] [--json]`: the store checked by its operator (SPEC T-3, issue #25).
+
+Reads the journal the daemon would open (``--data-dir`` / ``--store`` as `hopline serve` takes
+them), checks it as the daemon's startup does, then reads every event and checks its checksum;
+every damaged event is named by session and id. ``--repair`` quarantines what it found (nothing is
+deleted): see :mod:`hopline.store.check`. Exit 0 when the store is whole (after a repair: when it
+is usable), 1 when damage remains, 2 for a bad setting.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+store_app = typer.Typer(name="store", help="Check (and repair) the daemon's store.", no_args_is_help=True)
+
+
+def default_data_dir() -> Path:
+    if os.environ.get("HOPLINE_DATA_DIR"):
+        return Path(os.environ["HOPLINE_DATA_DIR"])
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
+
+
+@store_app.command("check")
+def check(
+    data_dir: str = typer.Option("", "--data-dir", help="The daemon's data dir (as `hopline serve`)."),
+    store: str = typer.Option("", "--store", metavar="URL", help="sqlite:///PATH or postgresql://… "
+                              "(also HOPLINE_STORE_URL)."),
+    repair: bool = typer.Option(False, "--repair", help="Quarantine what is damaged (never deletes)."),
+    as_json: bool = typer.Option(False, "--json", help="The report as JSON."),
+) -> None:
+    """Check every stored event; name each damaged one by session and id."""
+    import orjson
+
+    from hopline.budget import Settings
+    from hopline.store.check import check_sqlite
+    from hopline.store.check import repair as repair_sqlite
+    from hopline.store.locations import StoreSettingError, store_location
+
+    root = Path(data_dir) if data_dir else default_data_dir()
+    try:
+        location = store_location(Settings.from_env(store_url=store).store_url, root)
+    except StoreSettingError as exc:
+        print(f"hopline store check: bad setting: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if location.path is None:
+        report = _check_postgres(location.dsn, repair)
+    else:
+        from hopline.store.sqlite_journal import JOURNAL_SCHEMA
+
+        found = repair_sqlite(location.path, JOURNAL_SCHEMA) if repair else check_sqlite(location.path)
+        report = found.to_json()
+    if as_json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _print_text(report)
+    usable = report["problem"] is None and not report["orphanSegments"]
+    whole = usable and all(d["reason"] == "quarantined" for d in report["damagedEvents"])
+    raise typer.Exit(0 if (whole if repair else report["ok"]) else 1)
+
+
+def _print_text(report: dict[str, Any]) -> None:
+    print(f"store: {report['journal']}")
+    print(f"events checked: {report['eventsChecked']}")
+    if report["problem"]:
+        print(f"PROBLEM: {report['problem']}")
+    for name in report["orphanSegments"]:
+        print(f"orphan segment file: {name}")
+    for damage in report["damagedEvents"]:
+        print(f"damaged: session {damage['sessionId']} event {damage['eventId']} "
+              f"({damage['eventType'] or 'type unknown'}): {damage['reason']}")
+    for line in report["repaired"]:
+        print(f"repaired: {line}")
+    print("ok: the store is whole" if report["ok"] else
+          "not ok: run `hopline store check --repair` to quarantine the damage (nothing is deleted)")
+
+
+def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
+    """Every event of a PostgreSQL store read and checked, in pages (repairs are SQLite's only)."""
+    import psycopg
+
+    from hopline.budget import redact_url
+    from hopline.store.integrity import CHECKSUM_MISMATCH, verified
+    from hopline.store.postgres import StoreUnavailable, connect
+
+    damaged: list[dict[str, Any]] = []
+    checked = 0
+    problem = None
+    try:
+        with connect(dsn) as conn:
+            after: tuple[str, int] = ("", 0)
+            while True:
+                rows = conn.execute("SELECT session_id, seq, type, data, crc FROM events WHERE "
+                                    "(session_id, seq) > (%s, %s) ORDER BY session_id, seq LIMIT 2048",
+                                    after).fetchall()
+                if not rows:
+                    break
+                for session_id, seq, event_type, data, crc in rows:
+                    checked += 1
+                    if not verified(bytes(data), crc):
+                        damaged.append({"sessionId": session_id, "eventId": seq, "eventType": event_type,
+                                        "reason": CHECKSUM_MISMATCH})
+                after = (rows[-1][0], rows[-1][1])
+    except (psycopg.Error, StoreUnavailable) as exc:
+        problem = f"the PostgreSQL store could not be read ({type(exc).__name__})"
+    return {"journal": redact_url(dsn), "ok": problem is None and not damaged, "problem": problem,
+            "orphanSegments": [], "eventsChecked": checked, "damagedEvents": damaged,
+            "repaired": ["--repair quarantines on SQLite only; nothing was changed"] if repair else []}
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(store_app)

@@ -1,0 +1,85 @@
+"""What a storage fault tells a client (SPEC T-1): a write the journal refused is answered, never acted on.
+
+A request whose row could not be committed gets hopline's JSON error: 507 ``storage_full`` when the
+disk is full (``ENOSPC`` anywhere in the exception's chain, SQLite's ``SQLITE_FULL``, PostgreSQL's
+``disk_full``), 503 ``storage_unavailable`` for any other storage failure (an I/O error, a store
+that stopped answering, a connection killed). Both name the hop (``daemon.journal``) and the
+exception's type, never a path or a value. :func:`refusal` is the one mapping; the routes and the
+session manager call it wherever a commit stands between a request and its 2xx (:func:`commit_first`
+for a request that is one event).
+"""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+from typing import Any
+
+from hopline.budget import HOP_JOURNAL
+from hopline.daemon.bus import EventBus
+from hopline.daemon.errors import SessionError
+
+STORAGE_FULL = "storage_full"
+STORAGE_UNAVAILABLE = "storage_unavailable"
+REASON_STORAGE = "storage"  # turn_error reason of a turn whose record a storage fault cut
+
+_RETRY_SECONDS = 1  # a store reconnects at once; a client's retry a second later (Retry-After)
+_PG_DISK_FULL = "53100"  # SQLSTATE disk_full
+_PG_INSUFFICIENT_RESOURCES = "53000"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 16:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    for link in _chain(exc):
+        if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(link, sqlite3.Error) and getattr(link, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return True
+        if getattr(link, "sqlstate", None) in (_PG_DISK_FULL, _PG_INSUFFICIENT_RESOURCES):
+            return True
+    return False
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    """A failure of the store itself (not a bug of ours, not client input)."""
+    from hopline.store.postgres import StoreUnavailable
+
+    for link in _chain(exc):
+        if isinstance(link, OSError | sqlite3.Error | StoreUnavailable):
+            return True
+        if type(link).__module__.startswith("psycopg"):
+            return True
+    return False
+
+
+def refusal(exc: BaseException, what: str) -> SessionError:
+    """The error answering a request whose ``what`` (e.g. "the prompt") could not be stored."""
+    name = type(exc).__name__
+    if is_disk_full(exc):
+        return SessionError(507, STORAGE_FULL, f"{what} was not accepted: the daemon's store is full "
+                            "(nothing was sent to the agent); free space and retry",
+                            hop=HOP_JOURNAL, reason="disk_full", exception=name)
+    return SessionError(503, STORAGE_UNAVAILABLE, f"{what} was not accepted: the daemon's store failed "
+                        f"({name}; nothing was sent to the agent); retry in {_RETRY_SECONDS} s",
+                        hop=HOP_JOURNAL, reason="store_failed", exception=name,
+                        retryAfterSeconds=_RETRY_SECONDS)
+
+
+async def commit_first(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any],
+                       what: str) -> None:
+    """Write-ahead (T-1): the request's row is committed before the agent hears of it, else the
+    client gets 507/503 (:func:`refusal`) and the agent nothing."""
+    try:
+        await bus.publish_committed(session_id, event_type, data)
+    except Exception as exc:
+        if not is_storage_fault(exc):
+            raise
+        raise refusal(exc, what) from None

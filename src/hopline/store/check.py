@@ -1,0 +1,326 @@
+"""The store checked (SPEC T-3, issue #25): at daemon startup, and by `hopline store check`.
+
+**Startup** (:func:`require_usable`): the SQLite journal must be a database that passes
+``PRAGMA quick_check``, and agree with the segment files beside it (a segment file that no stored
+session owns means the journal lost what it knew: an emptied or replaced journal). A store that is
+unusable or inconsistent raises :class:`StoreDamaged`, whose message is the one line ``hopline
+serve`` prints: the file and the next step. Damaged *events* do not stop a start: every read
+checks them and says ``data_corrupt``.
+
+**The operator's check** (:func:`check_sqlite`): the same, plus every event read and checked,
+each damaged one named by session and id. :func:`repair` quarantines, never deletes: a damaged
+row is copied whole into ``quarantined_events`` and marked (reads then say ``quarantined``), a
+segment file no session owns and a journal that cannot be opened are moved into
+``journal.quarantine/<time>/``; what could be read of such a journal is copied into a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from hopline.store.integrity import QUARANTINED, QUARANTINED_CRC, ROW_UNREADABLE
+from hopline.store.postgres import StoreUnavailable
+from hopline.store.private import private_dir
+from hopline.store.segments import SEGMENT_SUFFIX, read_rows, segment_name
+
+SEGMENTS_DIR = "journal.segments"
+QUARANTINE_DIR = "journal.quarantine"
+SQLITE_HEADER = b"SQLite format 3\x00"
+# A query's work, not a payload ceiling: the rows one step of the full check reads.
+CHECK_PAGE_ROWS = 2048
+
+
+class StoreDamaged(StoreUnavailable):
+    """The store cannot be used as it is; the message names the file and the next step."""
+
+
+@dataclasses.dataclass
+class Damage:
+    session_id: str
+    event_id: int
+    reason: str
+    event_type: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sessionId": self.session_id, "eventId": self.event_id, "reason": self.reason,
+                "eventType": self.event_type}
+
+
+@dataclasses.dataclass
+class Report:
+    journal: Path
+    problem: str | None = None  # the store-level fault (unusable or inconsistent), one sentence
+    orphan_segments: list[str] = dataclasses.field(default_factory=list)
+    damaged: list[Damage] = dataclasses.field(default_factory=list)
+    events_checked: int = 0
+    repaired: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and not self.damaged and not self.orphan_segments
+
+    def to_json(self) -> dict[str, Any]:
+        return {"journal": str(self.journal), "ok": self.ok, "problem": self.problem,
+                "orphanSegments": self.orphan_segments, "eventsChecked": self.events_checked,
+                "damagedEvents": [d.to_json() for d in self.damaged], "repaired": self.repaired}
+
+
+def _segment_files(segments_dir: Path) -> list[str]:
+    if not segments_dir.is_dir():
+        return []
+    return sorted(p.name for p in segments_dir.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
+
+
+def store_problem(journal: Path) -> tuple[str | None, list[str]]:
+    """The journal's store-level fault (None when usable and consistent), and the orphan segment
+    files (owned by no stored session)."""
+    segments = _segment_files(journal.parent / SEGMENTS_DIR)
+    if not journal.exists() or journal.stat().st_size == 0:
+        if segments:
+            return (f"the journal is {'missing' if not journal.exists() else 'empty (0 bytes)'} while "
+                    f"{len(segments)} segment file(s) of its events remain beside it", segments)
+        return None, []
+    with open(journal, "rb") as handle:
+        if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            return "the journal is not an SQLite database (its header is damaged)", []
+    try:
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+        try:
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+            if found != ["ok"]:
+                return f"PRAGMA quick_check found {len(found)} problem(s), first: {str(found[0])[:120]}", []
+            sessions = {segment_name(row[0]) + SEGMENT_SUFFIX
+                        for row in db.execute("SELECT id FROM sessions")}
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return f"the journal cannot be read ({exc})", []
+    orphans = [name for name in segments if name not in sessions]
+    if orphans:
+        return (f"{len(orphans)} segment file(s) beside the journal belong to no session it knows "
+                "(the journal was replaced or emptied)", orphans)
+    return None, []
+
+
+def require_usable(journal: Path, data_dir: Path) -> None:
+    """At startup: the data dir made private, then the journal checked; :class:`StoreDamaged`
+    with the one line to print when it cannot be used."""
+    private_dir(data_dir)
+    problem, _ = store_problem(journal)
+    if problem is not None:
+        raise StoreDamaged(f"the store {journal} cannot be used: {problem}. Next: run `hopline store check "
+                           f"--data-dir {data_dir}` to see the damage, then `hopline store check --repair "
+                           f"--data-dir {data_dir}` to quarantine it (nothing is deleted)")
+
+
+def check_sqlite(journal: Path) -> Report:
+    """The store-level check, then every event read and checked (when the journal opens)."""
+    report = Report(journal)
+    report.problem, report.orphan_segments = store_problem(journal)
+    if not journal.exists() or journal.stat().st_size == 0:
+        return report
+    with contextlib.suppress(sqlite3.DatabaseError):
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+        try:
+            _check_events(db, journal.parent / SEGMENTS_DIR, report)
+        finally:
+            db.close()
+    return report
+
+
+def _session_ids(db: sqlite3.Connection) -> list[str]:
+    ids: set[str] = set()
+    for table, column in (("sessions", "id"), ("events", "DISTINCT session_id")):
+        with contextlib.suppress(sqlite3.DatabaseError):
+            ids.update(str(row[0]) for row in db.execute(f"SELECT {column} FROM {table}"))
+    return sorted(ids)
+
+
+def _check_events(db: sqlite3.Connection, segments_dir: Path, report: Report) -> None:
+    for session_id in _session_ids(db):
+        for seq, event_type, corrupt in _session_rows(db, segments_dir, session_id):
+            report.events_checked += 1
+            if corrupt is not None:
+                report.damaged.append(Damage(session_id, seq, corrupt, event_type))
+
+
+def _session_rows(db: sqlite3.Connection, segments_dir: Path,
+                  session_id: str) -> list[tuple[int, str, str | None]]:
+    """(id, type, damage reason or None) of every event of the session; past a damaged page, the
+    ids up to the highest readable one are looked up one by one."""
+    def make(seq: int, event_type: str, _data: bytes, corrupt: str | None) -> tuple[int, str, str | None]:
+        return seq, event_type, corrupt
+
+    columns = "seq, type, data, ext_offset, ext_bytes, crc"
+    out: list[tuple[int, str, str | None]] = []
+    after = 0
+    while True:
+        try:
+            rows = db.execute(f"SELECT {columns} FROM events WHERE session_id = ? AND seq > ? ORDER BY seq "
+                              "LIMIT ?", (session_id, after, CHECK_PAGE_ROWS)).fetchall()
+        except sqlite3.DatabaseError:
+            return out + _probe(db, segments_dir, session_id, after, make)
+        if not rows:
+            return out
+        out.extend(read_rows(segments_dir, session_id, rows, make))
+        after = int(rows[-1][0])
+
+
+def _probe(db: sqlite3.Connection, segments_dir: Path, session_id: str, after: int, make: Any) -> list[Any]:
+    top = after
+    with contextlib.suppress(sqlite3.DatabaseError):
+        (found,) = db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
+        top = int(found or after)
+    out = []
+    for seq in range(after + 1, top + 1):
+        try:
+            row = db.execute("SELECT seq, type, data, ext_offset, ext_bytes, crc FROM events "
+                             "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+        except sqlite3.DatabaseError:
+            out.append(make(seq, "", b"", ROW_UNREADABLE))
+            continue
+        if row is not None:
+            out.extend(read_rows(segments_dir, session_id, [row], make))
+    return out
+
+
+def repair(journal: Path, schema: str) -> Report:
+    """Quarantine what :func:`check_sqlite` finds (nothing is deleted), then check again;
+    ``schema`` makes a new journal when the old one cannot be used."""
+    report = check_sqlite(journal)
+    quarantine = journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
+    done: list[str] = []
+    if report.problem is not None and not report.orphan_segments and journal.exists():
+        done += _quarantine_journal(journal, quarantine, schema)
+        report.orphan_segments = store_problem(journal)[1]
+    for name in report.orphan_segments:
+        private_dir(quarantine / "segments")
+        os.replace(journal.parent / SEGMENTS_DIR / name, quarantine / "segments" / name)
+        done.append(f"moved the orphan segment file {name} to {quarantine / 'segments'}")
+    if report.damaged and journal.exists():
+        done += _quarantine_rows(journal, report.damaged)
+    after = check_sqlite(journal)
+    after.repaired = done
+    after.damaged = [d for d in after.damaged if d.reason != QUARANTINED] + [
+        d for d in after.damaged if d.reason == QUARANTINED]
+    return after
+
+
+def _quarantine_journal(journal: Path, quarantine: Path, schema: str) -> list[str]:
+    """Move the unusable journal (and its WAL, SHM) aside; copy what reads of it into a new one."""
+    private_dir(quarantine)
+    moved = quarantine / journal.name
+    done = []
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(str(journal) + suffix)
+        if source.exists():
+            os.replace(source, Path(str(moved) + suffix))
+            done.append(f"moved {source.name} to {quarantine}")
+    copied = _salvage(moved, journal, schema)
+    done.append(f"copied {copied} readable event(s) into a new {journal.name}")
+    return done
+
+
+def _quarantine_rows(journal: Path, damaged: list[Damage]) -> list[str]:
+    db = sqlite3.connect(journal, isolation_level=None)
+    try:
+        db.execute("CREATE TABLE IF NOT EXISTS quarantined_events (session_id TEXT NOT NULL, seq INTEGER "
+                   "NOT NULL, type TEXT, data BLOB, ext_offset INTEGER, ext_bytes INTEGER, crc INTEGER, "
+                   "reason TEXT NOT NULL, quarantined_at REAL NOT NULL, PRIMARY KEY (session_id, seq))")
+        db.execute("BEGIN IMMEDIATE")
+        count = 0
+        for item in damaged:
+            if item.reason in (QUARANTINED, ROW_UNREADABLE):
+                continue
+            db.execute("INSERT OR REPLACE INTO quarantined_events SELECT session_id, seq, type, data, "
+                       "ext_offset, ext_bytes, crc, ?, ? FROM events WHERE session_id = ? AND seq = ?",
+                       (item.reason, time.time(), item.session_id, item.event_id))
+            db.execute("UPDATE events SET data = x'', ext_offset = NULL, ext_bytes = NULL, crc = ? "
+                       "WHERE session_id = ? AND seq = ?", (QUARANTINED_CRC, item.session_id, item.event_id))
+            count += 1
+        db.execute("COMMIT")
+    finally:
+        db.close()
+    return [f"quarantined {count} damaged event row(s) into the quarantined_events table"] if count else []
+
+
+_RAW_ROW = ("SELECT session_id, seq, type, data, ext_offset, ext_bytes, crc FROM events "
+            "WHERE session_id = ? AND seq = ?")
+
+
+def _salvage(old: Path, new: Path, schema: str) -> int:
+    """Copy every readable session, prompt and event of ``old`` into a new journal at ``new``;
+    an event id that cannot be read is stored marked (reads say ``quarantined``)."""
+    from hopline.store.private import private_file
+
+    private_file(new)
+    target = sqlite3.connect(new, isolation_level=None)
+    copied = 0
+    try:
+        target.executescript(schema)
+        target.execute("BEGIN IMMEDIATE")
+        try:
+            source = sqlite3.connect(f"file:{old}?mode=ro", uri=True)
+        except sqlite3.DatabaseError:
+            target.execute("COMMIT")
+            return 0
+        try:
+            for table in ("sessions", "prompts"):
+                with contextlib.suppress(sqlite3.DatabaseError):
+                    rows = source.execute(f"SELECT * FROM {table}").fetchall()
+                    if rows:
+                        marks = ",".join("?" * len(rows[0]))
+                        target.executemany(f"INSERT OR IGNORE INTO {table} VALUES ({marks})", rows)
+            for session_id in _session_ids(source):
+                for seq, _, corrupt in _session_rows(source, old.parent / "none", session_id):
+                    row = None
+                    if corrupt != ROW_UNREADABLE:
+                        with contextlib.suppress(sqlite3.DatabaseError):
+                            row = source.execute(_RAW_ROW, (session_id, seq)).fetchone()
+                    if row is None:
+                        row = (session_id, seq, "", b"", None, None, QUARANTINED_CRC)
+                    else:
+                        copied += 1
+                    target.execute("INSERT OR IGNORE INTO events (session_id, seq, type, data, ext_offset, "
+                                   "ext_bytes, crc) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+        finally:
+            source.close()
+        target.execute("COMMIT")
+    finally:
+        target.close()
+    return copied
+
+
+# A query's work, not a payload ceiling: the newest events PostgreSQL's startup check reads.
+PG_CHECK_EVENTS = 256
+
+
+def check_recent_events(dsn: str) -> int:
+    """PostgreSQL at startup (bounded): the newest events read back and checked; the damaged ones
+    are counted and logged (each read says them too). Raises :class:`StoreUnavailable` when the
+    store does not answer."""
+    import logging
+
+    import psycopg
+
+    from hopline.store.integrity import verified
+    from hopline.store.postgres import connect
+
+    try:
+        with connect(dsn) as conn:
+            rows = conn.execute("SELECT data, crc FROM events ORDER BY ctid DESC LIMIT %s",
+                                (PG_CHECK_EVENTS,)).fetchall()
+    except psycopg.Error as exc:
+        raise StoreUnavailable(
+            f"the PostgreSQL store failed its startup check ({type(exc).__name__})") from None
+    damaged = sum(1 for data, crc in rows if not verified(bytes(data), crc))
+    if damaged:
+        logging.getLogger("hopline.store").error("damaged events in the store", extra={
+            "damagedEvents": damaged, "checkedEvents": len(rows)})
+    return damaged

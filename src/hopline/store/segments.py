@@ -1,0 +1,175 @@
+"""The SQLite journal's segment files (SPEC D-5, T-3): event data over a few hundred bytes, appended
+one file per session, and read back checked.
+
+A row that points into a segment file holds the offset, the size and the CRC-32 of its bytes
+(:mod:`hopline.store.integrity`): a file that was truncated, deleted, overwritten, or an offset
+that moved, is caught on read and said (the row comes back with its reason, never its bytes).
+Files and their directory are private (0600 / 0700, whatever the umask).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hopline.store.integrity import (
+    CHECKSUM_MISMATCH,
+    QUARANTINED,
+    QUARANTINED_CRC,
+    SEGMENT_MISSING,
+    SEGMENT_SHORT,
+    verified,
+)
+from hopline.store.private import private_dir
+
+# I/O granularity, not a limit: contiguous external events smaller than this are read in one pread
+# per run and sliced (a replay page of 1 KiB events is then one read, not thousands); a larger one
+# is read alone, into its own buffer (no second copy of it).
+READ_RUN_MAX_EVENT_BYTES = 64 * 1024
+OPEN_SEGMENTS = 64  # the writer's open segment files (the least recently written are closed)
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # buffers per writev
+SEGMENT_SUFFIX = ".seg"
+
+R = TypeVar("R")
+# (seq, type, data, corrupt reason or None) -> the caller's row type
+RowFactory = Callable[[int, str, bytes, "str | None"], R]
+
+
+def segment_path(root: Path, session_id: str) -> Path:
+    return root / (segment_name(session_id) + SEGMENT_SUFFIX)
+
+
+def segment_name(session_id: str) -> str:
+    """The segment file's stem: a hash of the session id (any id is a safe file name)."""
+    return hashlib.sha256(session_id.encode()).hexdigest()[:32]
+
+
+class SegmentWriter:
+    """The writer thread's segment files: append-only, one per session, named by a hash of the
+    session id (any id is a safe file name)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._fds: dict[str, int] = {}  # in order of last write (the oldest first)
+        self._unsynced: set[str] = set()
+
+    def append(self, session_id: str, datas: Sequence[bytes]) -> int:
+        """Write ``datas`` one after the other at the end of the session's file, in as few
+        ``writev`` calls as it takes; return the offset of the first."""
+        fd = self._fds.pop(session_id, None)
+        if fd is None:
+            private_dir(self.root)
+            fd = os.open(segment_path(self.root, session_id), os.O_WRONLY | os.O_CREAT, 0o600)
+            while len(self._fds) >= OPEN_SEGMENTS:
+                self._close(next(iter(self._fds)))
+        self._fds[session_id] = fd
+        offset = os.lseek(fd, 0, os.SEEK_END)
+        pending: list[bytes | memoryview] = list(datas)
+        first = 0  # pending[first:] is still to write
+        while first < len(pending):
+            written = os.writev(fd, pending[first:first + _IOV_MAX])
+            while first < len(pending) and written >= len(pending[first]):
+                written -= len(pending[first])
+                first += 1
+            if written:  # a short write: the rest of that buffer comes next
+                pending[first] = memoryview(pending[first])[written:]
+        self._unsynced.add(session_id)
+        return offset
+
+    def sync(self) -> None:
+        for session_id in list(self._unsynced):
+            fd = self._fds.get(session_id)
+            if fd is not None:
+                os.fsync(fd)
+        self._unsynced.clear()
+
+    def _close(self, session_id: str) -> None:
+        fd = self._fds.pop(session_id)
+        if session_id in self._unsynced:
+            os.fsync(fd)
+            self._unsynced.discard(session_id)
+        os.close(fd)
+
+    def remove(self, session_id: str) -> None:
+        fd = self._fds.pop(session_id, None)
+        if fd is not None:
+            os.close(fd)
+        self._unsynced.discard(session_id)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(segment_path(self.root, session_id))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sync()
+        for session_id in list(self._fds):
+            os.close(self._fds.pop(session_id))
+
+
+def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make: RowFactory[R]) -> list[R]:
+    """``(seq, type, data, ext_offset, ext_bytes, crc)`` rows as ``make(seq, type, data, corrupt)``,
+    the external ones' data read from the session's segment file: small events that lie end to end
+    in it (a session's events are appended in order) in one read per run, each larger one in a
+    read of its own. Every event's bytes are checked against its CRC; a damaged one is made with
+    its reason and no bytes, and the reading goes on."""
+    out: list[R] = []
+    fd: int | None = None
+    missing = False
+    run: list[tuple[int, str, int, int, Any]] = []  # (seq, type, offset, size, crc), contiguous
+
+    def read(offset: int, nbytes: int) -> bytes | None:
+        """The bytes, or None when the file is gone (``missing``) or ends before them."""
+        nonlocal fd, missing
+        if fd is None and not missing:
+            try:
+                fd = os.open(segment_path(root, session_id), os.O_RDONLY)
+            except FileNotFoundError:
+                missing = True
+        if fd is None:
+            return None
+        data = os.pread(fd, nbytes, offset)
+        return data if len(data) == nbytes else None
+
+    def checked(seq: int, event_type: str, data: bytes | None, crc: Any) -> R:
+        if data is None:
+            return make(seq, event_type, b"", SEGMENT_MISSING if missing else SEGMENT_SHORT)
+        if not verified(data, crc):
+            return make(seq, event_type, b"", CHECKSUM_MISMATCH)
+        return make(seq, event_type, data, None)
+
+    def flush() -> None:
+        if len(run) == 1:
+            seq, event_type, offset, nbytes, crc = run[0]
+            out.append(checked(seq, event_type, read(offset, nbytes), crc))
+        elif run:
+            start = run[0][2]
+            whole = read(start, run[-1][2] + run[-1][3] - start)
+            view = memoryview(whole) if whole is not None else None
+            for seq, event_type, offset, nbytes, crc in run:
+                data = (read(offset, nbytes) if view is None  # short: one by one, to find the whole ones
+                        else view[offset - start:offset - start + nbytes].tobytes())
+                out.append(checked(seq, event_type, data, crc))
+        run.clear()
+
+    try:
+        for seq, event_type, data, offset, nbytes, crc in rows:
+            if offset is None:
+                flush()
+                raw = bytes(data)
+                bad = (None if verified(raw, crc) else
+                       QUARANTINED if crc == QUARANTINED_CRC else CHECKSUM_MISMATCH)
+                out.append(make(int(seq), str(event_type), b"" if bad else raw, bad))
+                continue
+            if run and (int(offset) != run[-1][2] + run[-1][3] or int(nbytes) >= READ_RUN_MAX_EVENT_BYTES):
+                flush()
+            run.append((int(seq), str(event_type), int(offset), int(nbytes), crc))
+            if int(nbytes) >= READ_RUN_MAX_EVENT_BYTES:
+                flush()
+        flush()
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return out
