@@ -88,15 +88,7 @@ class BoundedConnection:
         try:
             async with asyncio.timeout(self.deadline):
                 async with self._lock:
-                    if is_broken(self._conn):
-                        await self._drop()
-                        self._conn = await aconnect(self._dsn, options=self._options)
-                    try:
-                        return await work(self._conn)
-                    except BaseException:
-                        if is_broken(self._conn) or not _idle(self._conn):
-                            await self._drop()
-                        raise
+                    return await self._run_once_more_if_dropped(work)
         except TimeoutError:
             await self._drop()
             raise StoreUnavailable(f"the PostgreSQL store did not answer within {self.deadline:g} s "
@@ -109,6 +101,32 @@ class BoundedConnection:
                                    "(HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS)") from None
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"the PostgreSQL store could not be used ({type(exc).__name__})") from None
+
+    async def _run_once_more_if_dropped(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on the connection; when a connection kept from before fails because the server
+        dropped it meanwhile (a restart), once more on a new one, as a pool's check would: the first
+        statement after a restart is not refused for a connection nobody could know was gone.
+        (The statements run here are single reads or compare-and-sets of this daemon's own rows.)"""
+        import psycopg
+
+        for kept in (True, False):
+            if is_broken(self._conn):
+                await self._drop()
+                self._conn = await aconnect(self._dsn, options=self._options)
+                kept = False
+            try:
+                return await work(self._conn)
+            except psycopg.OperationalError:
+                dropped = is_broken(self._conn)
+                if dropped or not _idle(self._conn):
+                    await self._drop()
+                if not (kept and dropped):
+                    raise
+            except BaseException:
+                if is_broken(self._conn) or not _idle(self._conn):
+                    await self._drop()
+                raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         async def work(conn: Any) -> list[tuple[Any, ...]]:
