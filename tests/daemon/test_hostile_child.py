@@ -21,6 +21,8 @@ import httpx
 import orjson
 import pytest
 
+from hopline.client import DaemonClient
+
 from .support import Daemon, SseEvent, read_events, running_daemon
 from .test_serve import new_session, prompt, session_status, texts, turns_done
 
@@ -204,6 +206,32 @@ async def test_a_sessions_setsid_grandchildren_end_with_it(hostile: Daemon, tmp_
         while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert not [pid for pid in pids if _alive(pid)]
+
+
+async def test_a_flood_reaches_a_resuming_reader_whole_and_another_session_still_ends(
+        hostile: Daemon, tmp_path: Path) -> None:
+    """100,000 updates as fast as the child can write: a reader too slow for them is evicted (D-4)
+    and resumes with Last-Event-ID (the client does), so it gets every update once, in order, gap-free;
+    a second session's turn meanwhile ends. How fast each is, is bench/fair_share.py's figure."""
+    updates = 100_000
+    client = DaemonClient(hostile.url, hostile.token)
+    try:
+        flooder = await client.create_session(str(tmp_path))
+        other = await client.create_session(str(tmp_path))
+        flood = await client.prompt(flooder, f"flood {updates}")
+        ping = await client.prompt(other, "echo ping")
+        other_events = [e async for e in client.turn_events(other, ping, last_event_id=0)]
+        assert other_events[-1].type == "turn_complete"
+        events = [e async for e in client.turn_events(flooder, flood, last_event_id=0)]
+        ids = [e.id for e in events if e.id is not None]
+        assert ids == list(range(ids[0], ids[-1] + 1))  # once each, in order, no gap across resumes
+        assert events[-1].type == "turn_complete" and not events[-1].data["degraded"]
+        assert len([e for e in events if e.type == "session_update" and e.prompt_id == flood]) == updates
+        assert not [e for e in events if e.type in ("frame_dropped", "data_corrupt")]
+        for sid in (flooder, other):
+            await client.delete_session(sid)
+    finally:
+        await client.aclose()
 
 
 def _send_huge_head(url: str, size: int) -> bytes:
