@@ -240,3 +240,30 @@ async def test_a_flooding_session_is_held_at_its_share_of_the_queue_and_another_
     await bus.flushed()
     assert held.done() and bus.backpressure("s1") is None  # committed and delivered: room again
 
+
+
+# --- another daemon's events (SPEC X, issue #27 item 6) ----------------------------------------------
+
+async def test_a_non_owners_catch_up_is_paced_to_a_subscriber_that_keeps_reading(make_bus: MakeBus) -> None:
+    owner = await make_bus()
+    reader_bus = EventBus(Budget.defaults(), owner.journal)  # the non-owner (owns() is False)
+    sub, _ = await reader_bus.subscribe("s1", 16)  # a queue of 16: one page of 400 would evict it
+    total = 400
+    with owner.batch():
+        for i in range(total):
+            owner.publish("s1", "e", {"i": i})
+    await owner.flushed()  # committed by "the owner": events the non-owner has not delivered
+    received: list[int] = []
+
+    async def read() -> None:  # one event per turn of the loop: slower than a page, but reading
+        while len(received) < total and not sub.evicted:
+            event = await sub.next(5.0)
+            if event is None:
+                return
+            received.append(orjson.loads(event.data)["i"])
+
+    reader = asyncio.ensure_future(read())
+    reader_bus.on_remote_commit("s1", total)
+    await asyncio.wait_for(reader, 30)
+    assert not sub.evicted and reader_bus.evictions == 0
+    assert received == list(range(total))

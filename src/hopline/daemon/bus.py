@@ -673,6 +673,8 @@ class EventBus:
         task.add_done_callback(self._listening.discard)
 
     async def _catch_up(self, session_id: str) -> None:
+        """Another daemon's events for this daemon's subscribers, read from the journal a page at
+        a time and delivered at the pace the slowest reading subscriber takes them."""
         try:
             while self._delivered.get(session_id, 0) < self._remote_last.get(session_id, 0):
                 after = self._delivered.get(session_id, 0)
@@ -680,12 +682,17 @@ class EventBus:
                                                     max_bytes=self.budget.sse_queue_max_bytes)
                 if not rows:
                     return
-                for row in rows:
+                for row in rows:  # a page read for this catch-up (a local list)
                     if row.seq > self._delivered.get(session_id, 0):
                         self.remote_events += 1
                         if row.corrupt is not None:  # said in its place; the next good one goes on
                             self._delivered[session_id] = row.seq
-                        self._deliver(session_id, self.event_of(session_id, row))
+                        if self._deliver(session_id, self.event_of(session_id, row)):
+                            await asyncio.sleep(0)  # a stream about to drain runs first
+                        # Paced as the owner's pipe reader is (T-6, #27): a subscriber past half
+                        # its queue is waited for (bounded), so a page never evicts one that reads.
+                        if (behind := self.catch_up(session_id)) is not None:
+                            await behind
         except Exception as exc:  # the next notification tries again; a reconnecting client resumes
             log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
         finally:
