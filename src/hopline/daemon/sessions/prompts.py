@@ -21,7 +21,7 @@ from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
-from hopline.daemon.storage_faults import commit_first, is_storage_fault, refusal
+from hopline.daemon.storage_faults import STORAGE_UNAVAILABLE, commit_first, is_storage_fault, refusal
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.sidecars.projection import StoreSink
 from hopline.sidecars.store import SidecarStore
@@ -167,7 +167,7 @@ class Prompts:
             return await self.ownership.still_holds(session.id)
         except StoreUnavailable as exc:
             await self._end_turn(session, prompt_id, TURN_ERROR, {
-                "promptId": prompt_id, "origin": "daemon", "reason": "store_unavailable",
+                "promptId": prompt_id, "origin": "daemon", "reason": STORAGE_UNAVAILABLE,
                 "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
             return False
 
