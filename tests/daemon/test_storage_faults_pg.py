@@ -18,6 +18,7 @@ import pytest
 from services import PostgresCluster
 
 from .support import read_events, start_daemon, stop_daemon_proc
+from .test_cluster_faults import post_until_accepted
 from .test_storage_faults_e2e import _env, _prompt_and_end, _prompts
 
 pytestmark = pytest.mark.e2e
@@ -40,13 +41,7 @@ def _refused_unavailable(response: httpx.Response) -> None:
 async def _until_accepted(client: httpx.AsyncClient, path: str,
                           body: dict[str, Any] | None) -> httpx.Response:
     """The same request again while the store comes back (503 + Retry-After meanwhile)."""
-    for _ in range(100):
-        answer = await client.post(path, json=body)
-        if answer.status_code != 503:
-            return answer
-        _refused_unavailable(answer)
-        await asyncio.sleep(0.2)
-    raise AssertionError("never accepted")
+    return await post_until_accepted(client, path, body, tries=100, check=_refused_unavailable)
 
 
 async def test_a_stopped_postgresql_refuses_prompt_session_cancel_and_permission_before_acting(
