@@ -49,17 +49,21 @@ def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
     import hashlib
 
     from hopline.budget import Settings
-    from hopline.sidecars.store import INDEX_FILE, is_valid_sidecar_id, open_sidecar_store
-    from hopline.store.locations import FILE, SIDECARS_DIR, sidecar_location, store_location
+    from hopline.sidecars.store import INDEX_FILE, index_root, is_valid_sidecar_id, open_sidecar_store
+    from hopline.store.check import StoreDamaged
+    from hopline.store.locations import SIDECARS_DIR, sidecar_location, store_location
 
     settings = Settings.from_env()
     location = store_location(settings.store_url, data_dir)
     bodies = sidecar_location(settings.sidecar_url, data_dir, os.environ)
-    index_dir = bodies.path if bodies.kind == FILE and bodies.path is not None else data_dir / SIDECARS_DIR
-    if not location.shared and not (index_dir / INDEX_FILE).is_file():
+    if not location.shared and not (index_root(bodies, data_dir / SIDECARS_DIR) / INDEX_FILE).is_file():
         print("hopline sidecar: no sidecar store in that data directory", file=sys.stderr)
         return 2
-    store = open_sidecar_store(location, bodies, budget_or_exit(), index_dir=data_dir / SIDECARS_DIR)
+    try:
+        store = open_sidecar_store(location, bodies, budget_or_exit(), index_dir=data_dir / SIDECARS_DIR)
+    except StoreDamaged as exc:
+        print(f"hopline sidecar: {exc}", file=sys.stderr)
+        return 1
     try:
         entry = store.get(session_id, sidecar_id) if is_valid_sidecar_id(sidecar_id) else None
         handle = store.open_blob(entry) if entry is not None else None

@@ -34,33 +34,54 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="The report as JSON."),
 ) -> None:
     """Check every stored event; name each damaged one by session and id."""
+    import os
+
     import orjson
 
     from hopline.budget import Settings
     from hopline.store.check import check_sqlite
     from hopline.store.check import repair as repair_sqlite
-    from hopline.store.locations import StoreSettingError, store_location
+    from hopline.store.locations import StoreSettingError, sidecar_location, store_location
 
     root = Path(data_dir) if data_dir else default_data_dir()
     try:
-        location = store_location(Settings.from_env(store_url=store).store_url, root)
+        settings = Settings.from_env(store_url=store)
+        location = store_location(settings.store_url, root)
+        bodies = sidecar_location(settings.sidecar_url, root, os.environ)
     except StoreSettingError as exc:
         print(f"hopline store check: bad setting: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
     if location.path is None:
         report = _check_postgres(location.dsn, repair)
     else:
+        from hopline.sidecars.store import INDEX_FILE, index_root
+        from hopline.store.locations import SIDECARS_DIR
         from hopline.store.sqlite_journal import JOURNAL_SCHEMA
 
         found = repair_sqlite(location.path, JOURNAL_SCHEMA) if repair else check_sqlite(location.path)
         report = found.to_json()
+        _check_index(report, index_root(bodies, root / SIDECARS_DIR) / INDEX_FILE, repair)
     if as_json:
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         _print_text(report)
-    usable = report["problem"] is None and not report["orphanSegments"]
+    usable = (report["problem"] is None and not report["orphanSegments"]
+              and not report.get("sidecarIndexProblem"))
     whole = usable and all(d["reason"] == "quarantined" for d in report["damagedEvents"])
     raise typer.Exit(0 if (whole if repair else report["ok"]) else 1)
+
+
+def _check_index(report: dict[str, Any], index: Path, repair: bool) -> None:
+    """The SQLite sidecar index beside an SQLite journal (:mod:`hopline.store.index_check`), into
+    ``report``: its problem (after a repair: what is left of it) and what the repair did."""
+    from hopline.sidecars.store import INDEX_SCHEMA
+    from hopline.store.index_check import index_problem, repair_index
+
+    if repair:
+        report["repaired"] += repair_index(index, INDEX_SCHEMA)
+    report["sidecarIndex"] = str(index)
+    report["sidecarIndexProblem"] = index_problem(index)
+    report["ok"] = report["ok"] and report["sidecarIndexProblem"] is None
 
 
 def _print_text(report: dict[str, Any]) -> None:
@@ -68,6 +89,8 @@ def _print_text(report: dict[str, Any]) -> None:
     print(f"events checked: {report['eventsChecked']}")
     if report["problem"]:
         print(f"PROBLEM: {report['problem']}")
+    if report.get("sidecarIndexProblem"):
+        print(f"PROBLEM: {report['sidecarIndexProblem']}")
     for name in report["orphanSegments"]:
         print(f"orphan segment file: {name}")
     for damage in report["damagedEvents"]:

@@ -38,6 +38,7 @@ from typing import Any
 
 from hopline.budget import HOP_SIDECARS, Budget, HoplineError
 from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
+from hopline.store.index_check import require_usable_index
 from hopline.store.locations import S3, SidecarLocation, StoreLocation
 from hopline.store.private import private_dir, private_file
 
@@ -70,7 +71,7 @@ FALLBACK_KEYS = {
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
 INDEX_FILE = "sidecars.sqlite3"  # the SQLite index, in the store's root
 
-_SCHEMA = """
+INDEX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS sidecars (
     id TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
@@ -187,7 +188,7 @@ class SidecarStore:
                                        timeout=30.0)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(INDEX_SCHEMA)
             self._db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
         else:
             import psycopg
@@ -554,18 +555,26 @@ class _Transaction:
             self.store._lock.release()
 
 
+def index_root(sidecars: SidecarLocation, index_dir: Path) -> Path:
+    """Where the SQLite index lives: beside the files, or in ``index_dir`` for S3 bodies."""
+    if sidecars.kind == S3:
+        return sidecars.path or index_dir
+    assert sidecars.path is not None
+    return sidecars.path
+
+
 def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: Budget, *,
                        index_dir: Path, clock: Callable[[], float] | None = None) -> SidecarStore:
     """The sidecar store the settings name (SPEC X): the index in the PostgreSQL store when there is
     one (else SQLite: beside the files, or in ``index_dir`` for S3 bodies), the bodies in files or in
     the bucket."""
     blobs: BlobStore
+    root = index_root(sidecars, index_dir)
     if sidecars.kind == S3:
         assert sidecars.s3 is not None
         blobs = S3Blobs(sidecars.s3)
-        root = sidecars.path or index_dir
     else:
-        assert sidecars.path is not None
-        root = sidecars.path
         blobs = FileBlobs(root, shared=store.shared)
+    if not store.shared:
+        require_usable_index(root / INDEX_FILE)  # quick_check; not emptied under its bodies (T-3)
     return SidecarStore(root, budget, clock=clock, blobs=blobs, dsn=store.dsn if store.shared else None)

@@ -77,6 +77,30 @@ def _segment_files(segments_dir: Path) -> list[str]:
     return sorted(p.name for p in segments_dir.iterdir() if p.name.endswith(SEGMENT_SUFFIX))
 
 
+def sqlite_problem(path: Path) -> str | None:
+    """An existing SQLite file's own fault, said after its name ("... is not an SQLite database"),
+    or None: its header, that it opens, and ``PRAGMA quick_check``."""
+    with open(path, "rb") as handle:
+        if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            return "is not an SQLite database (its header is damaged)"
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            found = [row[0] for row in db.execute("PRAGMA quick_check")]
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as exc:
+        return f"cannot be read ({_one_line(str(exc))})"
+    if found != ["ok"]:
+        return f"fails PRAGMA quick_check: {len(found)} problem(s), first: {_one_line(str(found[0]))[:120]}"
+    return None
+
+
+def _one_line(text: str) -> str:
+    """SQLite's own words, on the one line the daemon prints (quick_check's may span several)."""
+    return " ".join(text.split())
+
+
 def store_problem(journal: Path) -> tuple[str | None, list[str]]:
     """The journal's store-level fault (None when usable and consistent), and the orphan segment
     files (owned by no stored session)."""
@@ -86,15 +110,12 @@ def store_problem(journal: Path) -> tuple[str | None, list[str]]:
             return (f"the journal is {'missing' if not journal.exists() else 'empty (0 bytes)'} while "
                     f"{len(segments)} segment file(s) of its events remain beside it", segments)
         return None, []
-    with open(journal, "rb") as handle:
-        if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
-            return "the journal is not an SQLite database (its header is damaged)", []
+    problem = sqlite_problem(journal)
+    if problem is not None:
+        return f"the journal {problem}", []
     try:
         db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
         try:
-            found = [row[0] for row in db.execute("PRAGMA quick_check")]
-            if found != ["ok"]:
-                return f"PRAGMA quick_check found {len(found)} problem(s), first: {str(found[0])[:120]}", []
             sessions = {segment_name(row[0]) + SEGMENT_SUFFIX
                         for row in db.execute("SELECT id FROM sessions")}
         finally:
@@ -212,16 +233,22 @@ def repair(journal: Path, schema: str) -> Report:
     return after
 
 
-def _quarantine_journal(journal: Path, quarantine: Path, schema: str) -> list[str]:
-    """Move the unusable journal (and its WAL, SHM) aside; copy what reads of it into a new one."""
+def move_sqlite_file(path: Path, quarantine: Path) -> tuple[Path, list[str]]:
+    """Move an SQLite file and its WAL and SHM into ``quarantine``: where it went, and what moved."""
     private_dir(quarantine)
-    moved = quarantine / journal.name
+    moved = quarantine / path.name
     done = []
     for suffix in ("", "-wal", "-shm"):
-        source = Path(str(journal) + suffix)
+        source = Path(str(path) + suffix)
         if source.exists():
             os.replace(source, Path(str(moved) + suffix))
             done.append(f"moved {source.name} to {quarantine}")
+    return moved, done
+
+
+def _quarantine_journal(journal: Path, quarantine: Path, schema: str) -> list[str]:
+    """Move the unusable journal (and its WAL, SHM) aside; copy what reads of it into a new one."""
+    moved, done = move_sqlite_file(journal, quarantine)
     copied = _salvage(moved, journal, schema)
     done.append(f"copied {copied} readable event(s) into a new {journal.name}")
     return done
