@@ -51,9 +51,16 @@ def _take_outside(tmp_path: Path, seq: int) -> None:
 
 
 def _hold_writer(journal: SqliteJournal) -> threading.Event:
-    """Queue a write that blocks the writer thread until the returned event is set."""
-    release = threading.Event()
-    journal._submit(lambda db: release.wait(30))
+    """Block the writer thread, inside a write of its own, until the returned event is set; returns
+    once the writer holds (so what is queued next waits behind it, in a batch of its own)."""
+    release, holding = threading.Event(), threading.Event()
+
+    def hold(db: object) -> None:
+        holding.set()
+        release.wait(30)
+
+    journal._submit(hold)
+    assert holding.wait(30)
     return release
 
 
@@ -168,7 +175,7 @@ async def test_commits_queued_while_the_writer_is_busy_join_one_transaction(tmp_
     assert not any(c.done() for c in commits)
     release.set()
     await asyncio.gather(*commits)
-    assert journal.transactions - before == 1  # the held write, then the ten commits together
+    assert journal.transactions - before == 2  # the held write, then the ten commits together
     assert [r.seq for r in await journal.read_page("s1", 0, max_bytes=1 << 20)] == list(range(1, 11))
     await journal.close()
 
