@@ -91,7 +91,7 @@ class Prompts:
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
-            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+            await self._open(session, prompt_id)  # before the 202: a restart ends it (D-8)
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
             task.cancel()
             raise await self.ownership.stale_write(session.id) from None
@@ -104,6 +104,16 @@ class Prompts:
             raise
         accepted.set_result(None)
         return prompt_id
+
+    async def _open(self, session: DaemonSession, prompt_id: str) -> None:
+        """open_prompt under the lease; a lease that only expired (the store was away longer than
+        it, and nobody took it) is renewed and the open tried once more."""
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)
+        except LeaseLost:
+            if not await self.ownership.renew_own(session.id):
+                raise
+            await self.journal.open_prompt(session.id, prompt_id)
 
     def _sink(self, session: DaemonSession) -> StoreSink | None:
         return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
