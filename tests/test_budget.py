@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ from hopline.budget import (
     Budget,
     BudgetError,
     IncoherentBudget,
+    Unit,
     check_coherence,
     check_engine_within_gateway,
     check_iteration_fits_engine,
@@ -84,8 +86,18 @@ def test_format_size() -> None:
 
 
 def test_table_and_budget_fields_match_one_to_one() -> None:
-    fields = {f for f in Budget.__dataclass_fields__ if f != "sources"}
-    assert fields == {c.key for c in CEILINGS}
+    """Budget's fields are declared by hand (typed, for mypy): they are the table's keys exactly,
+    each typed as its row's unit, and each row's default of that type."""
+    fields = {f.name: f.type for f in dataclasses.fields(Budget) if f.name != "sources"}
+    keys = [c.key for c in CEILINGS]
+    assert len(keys) == len(set(keys)), "a key is in the table twice"
+    assert sorted(set(keys) - set(fields)) == [], "rows with no Budget field"
+    assert sorted(set(fields) - set(keys)) == [], "Budget fields with no row"
+    whole = {Unit.BYTES, Unit.COUNT, Unit.TOKENS}
+    for c in CEILINGS:
+        expected = "int" if c.unit in whole else "float"
+        assert fields[c.key] == expected, (c.key, fields[c.key], c.unit)
+        assert type(c.default) is (int if c.unit in whole else float), (c.key, c.default)
     names = [c.name for c in CEILINGS]
     assert len(names) == len(set(names))
 

@@ -44,12 +44,12 @@ from hopline.gateway.chat import (
 )
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure
+from hopline.vocabulary import OPENAI_API_KEY_ENV
 from hopline.wire.bounded import read_bounded
 from hopline.wire.sse import SseEventTooLarge, SseParser
 
 PROVIDER_ENV = "HOPLINE_PROVIDER"
 OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
-OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
 MODEL_ENV = "HOPLINE_MODEL"
 STREAM_ENV = "HOPLINE_PROVIDER_STREAM"
 EXTRA_HEADERS_ENV = "HOPLINE_PROVIDER_EXTRA_HEADERS"

@@ -1,0 +1,143 @@
+"""One row of the budget table (SPEC B-1): :class:`Ceiling`, its :class:`Unit`, and the byte sizes
+a setting is written in (``10mb``, ``8MiB``, ``262144``).
+
+This module imports nothing of ours but the error tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from hopline.errors import HoplineError, LimitExceeded
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+# The largest size we accept from a setting: above this a value is an overflow, not a ceiling.
+MAX_SIZE_BYTES = 2**62
+
+# 1024-based, as in the `bytes` npm library that Express uses (`10mb` = 10,485,760).
+_SIZE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": KiB,
+    "kib": KiB,
+    "mb": MiB,
+    "mib": MiB,
+    "gb": GiB,
+    "gib": GiB,
+    "tb": 1024 * GiB,
+    "tib": 1024 * GiB,
+}
+_SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+class BudgetError(HoplineError, ValueError):
+    """A setting could not be read; the message names the variable and the value."""
+
+
+def parse_size(value: str | int) -> int:
+    """Parse a byte size: a plain integer (bytes) or a number with a 1024-based unit.
+
+    Units are case-insensitive (`b`, `kb`, `mb`, `gb`, `tb`, `KiB`, `MiB`, `GiB`, `TiB`) and
+    surrounding spaces are allowed. Fractions are floored to whole bytes, as the `bytes` library
+    does. Raises ``ValueError`` for anything else, including negatives and overflow.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        number = Decimal(value)
+        unit = ""
+    else:
+        match = _SIZE_RE.match(value)
+        if match is None:
+            raise ValueError(f"not a size: {value!r} (expected e.g. 10mb, 8MiB, 262144)")
+        try:
+            number = Decimal(match.group(1))
+        except InvalidOperation as exc:  # pragma: no cover - the regex admits only digits
+            raise ValueError(f"not a size: {value!r}") from exc
+        unit = match.group(2).lower()
+    if number < 0:
+        raise ValueError(f"negative size: {value!r}")
+    if unit not in _SIZE_UNITS:
+        raise ValueError(f"unknown size unit {unit!r} in {value!r} (use b, kb, mb, gb, KiB, MiB, GiB)")
+    size = int(number * _SIZE_UNITS[unit])
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"size overflow: {value!r} is more than {MAX_SIZE_BYTES} bytes")
+    return size
+
+
+def format_size(size: int) -> str:
+    """Human units for a byte count, exact when it is a whole number of units (`8 MiB`)."""
+    for unit, factor in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if size >= factor:
+            if size % factor == 0:
+                return f"{size // factor} {unit}"
+            return f"{size / factor:.2f} {unit}"
+    return f"{size} B"
+
+
+class Unit(enum.Enum):
+    BYTES = "bytes"
+    TOKENS = "tokens"
+    COUNT = "count"
+    RATIO = "ratio"
+    SECONDS = "seconds"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ceiling:
+    """One declared ceiling: its attribute name on :class:`Budget`, default, env var, unit, hop."""
+
+    key: str
+    hop: str
+    unit: Unit
+    default: int | float
+    env: str | None
+    description: str
+    minimum: int | float = 1
+    maximum: int | float | None = None
+
+    @property
+    def name(self) -> str:
+        """The public name: the env var when there is one, else the upper-cased key."""
+        return self.env or self.key.upper()
+
+    def parse(self, raw: str) -> int | float:
+        """Parse ``raw`` for this ceiling; the error names the variable and the value."""
+        try:
+            value: int | float
+            if self.unit is Unit.BYTES:
+                value = parse_size(raw)
+            elif self.unit is Unit.RATIO or self.unit is Unit.SECONDS:
+                value = float(raw.strip())
+                if value != value or value in (float("inf"), float("-inf")):
+                    raise ValueError("not a finite number")
+            else:
+                text = raw.strip()
+                if not re.fullmatch(r"-?\d+", text):
+                    raise ValueError("not a whole number")
+                value = int(text)
+        except ValueError as exc:
+            raise BudgetError(f"{self.name}={raw!r}: {exc}") from None
+        self.validate(value, raw)
+        return value
+
+    def exceeded(self, limit: int | float, observed: int | float, message: str | None = None, *,
+                 hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> LimitExceeded:
+        """The :class:`~hopline.errors.LimitExceeded` of this ceiling, a size or a count alike (its
+        hop unless ``hop`` names another; its unit): the one constructor of a limit error."""
+        return LimitExceeded(hop or self.hop, self.name, limit, observed, message, unit=self.unit.value,
+                             kind=kind, **extra)
+
+    def validate(self, value: int | float, shown: object) -> None:
+        if value < self.minimum:
+            raise BudgetError(f"{self.name}={shown!r}: must be at least {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise BudgetError(f"{self.name}={shown!r}: must be at most {self.maximum}")
