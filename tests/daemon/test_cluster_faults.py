@@ -168,13 +168,16 @@ async def assert_sidecar_served(client: httpx.AsyncClient, session_id: str, entr
     assert len(body.content) == entry["bytes"] and hashlib.sha256(body.content).hexdigest() == entry["sha256"]
 
 
-async def post_until_accepted(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> httpx.Response:
-    """A write right after a store restart: JSON 503 + Retry-After while a connection is replaced."""
-    for _ in range(20):
+async def post_until_accepted(client: httpx.AsyncClient, path: str, body: dict[str, Any] | None, *,
+                              tries: int = 20,
+                              check: Callable[[httpx.Response], Any] = assert_json_503) -> httpx.Response:
+    """A write right after a store restart: JSON 503 + Retry-After (each one ``check``-ed) while a
+    connection is replaced."""
+    for _ in range(tries):
         answer = await client.post(path, json=body)
         if answer.status_code != 503:
             return answer
-        assert_json_503(answer)
+        check(answer)
         await asyncio.sleep(0.2)
     raise AssertionError("never accepted")
 

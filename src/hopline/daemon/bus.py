@@ -293,6 +293,9 @@ class _Commit:
     nbytes: int  # their data bytes
     delivered: asyncio.Future[None] | None = None  # made on demand by EventBus.flushed
     next_index: int = 0  # the first event not yet delivered (a commit may take several turns)
+    # A write-ahead request's own event (publish_committed): refused, it is answered to the
+    # requester (507/503) and was never accepted, so it is neither a loss nor a turn's fault.
+    answered: bool = False
 
 
 _AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
@@ -394,6 +397,7 @@ class EventBus:
             raise RuntimeError("a control event over the SSE event limit")
         commit = self._commits[-1] if self._commits else None
         if commit is not None and commit.committed is not None and commit.events[-1][1] is event:
+            commit.answered = len(commit.events) == 1
             await asyncio.shield(commit.committed)
         return event
 
@@ -453,7 +457,7 @@ class EventBus:
                 session_id, event = events[commit.next_index]
                 commit.next_index += 1
                 if error is not None and event.id is not None:
-                    self._journal_failed(session_id, event, error)
+                    self._journal_failed(session_id, event, error, commit.answered)
                 elif self._deliver(session_id, event) and commit.next_index < len(events):
                     asyncio.get_running_loop().call_soon(self._deliver_next)
                     self._deliver_around(commit)
@@ -489,7 +493,7 @@ class EventBus:
                 error = commit.committed.exception()
             for session_id, event in commit.events:
                 if error is not None and event.id is not None:
-                    self._journal_failed(session_id, event, error)
+                    self._journal_failed(session_id, event, error, commit.answered)
                 else:
                     self._deliver(session_id, event)
             commit.next_index = len(commit.events)
@@ -500,7 +504,11 @@ class EventBus:
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
 
-    def _journal_failed(self, session_id: str, event: Event, error: BaseException) -> None:
+    def _journal_failed(self, session_id: str, event: Event, error: BaseException, answered: bool) -> None:
+        if answered:  # the requester was answered 507/503; nothing was accepted, nothing is lost
+            log.warning("journal commit failed: the request was refused",
+                        extra={"eventType": event.type, "exception": type(error).__name__})
+            return
         self.journal_failed += 1
         log.error("journal commit failed: event not delivered",
                   extra={"eventType": event.type, "bytes": len(event.data),

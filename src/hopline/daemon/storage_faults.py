@@ -23,7 +23,7 @@ STORAGE_FULL = "storage_full"
 STORAGE_UNAVAILABLE = "storage_unavailable"
 REASON_STORAGE = "storage"  # turn_error reason of a turn whose record a storage fault cut
 
-_RETRY_SECONDS = 1  # a store reconnects at once; a client's retry a second later (Retry-After)
+RETRY_SECONDS = 1  # a store reconnects at once; a client's retry a second later (Retry-After)
 _PG_DISK_FULL = "53100"  # SQLSTATE disk_full
 _PG_INSUFFICIENT_RESOURCES = "53000"
 
@@ -68,9 +68,9 @@ def refusal(exc: BaseException, what: str) -> SessionError:
                             "(nothing was sent to the agent); free space and retry",
                             hop=HOP_JOURNAL, reason="disk_full", exception=name)
     return SessionError(503, STORAGE_UNAVAILABLE, f"{what} was not accepted: the daemon's store failed "
-                        f"({name}; nothing was sent to the agent); retry in {_RETRY_SECONDS} s",
+                        f"({name}; nothing was sent to the agent); retry in {RETRY_SECONDS} s",
                         hop=HOP_JOURNAL, reason="store_failed", exception=name,
-                        retryAfterSeconds=_RETRY_SECONDS)
+                        retryAfterSeconds=RETRY_SECONDS)
 
 
 async def commit_first(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any],

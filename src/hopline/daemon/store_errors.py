@@ -15,21 +15,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from hopline.budget import HOP_CLUSTER
+from hopline.daemon.storage_faults import RETRY_SECONDS, STORAGE_UNAVAILABLE
 from hopline.gateway.errors import error_response
 from hopline.store.bounded import StoreBusy, retry_after_of
 from hopline.store.postgres import StoreUnavailable
 
-STORE_RETRY_SECONDS = 1  # a store reconnect is tried at once; a client's retry a second later
-
 
 def store_unavailable_response(exc: BaseException) -> JSONResponse:
-    retry = retry_after_of(exc, STORE_RETRY_SECONDS)
+    retry = retry_after_of(exc, RETRY_SECONDS)
     if isinstance(exc, StoreBusy):
         kind, message = "store_busy", str(exc)
     elif isinstance(exc, StoreUnavailable):
-        kind, message = "store_unavailable", str(exc)
+        kind, message = STORAGE_UNAVAILABLE, str(exc)
     else:  # psycopg's or its pool's own error: its type only (its message may name the server)
-        kind, message = "store_unavailable", f"the PostgreSQL store could not be used ({type(exc).__name__})"
+        kind, message = STORAGE_UNAVAILABLE, f"the PostgreSQL store could not be used ({type(exc).__name__})"
     return error_response(503, HOP_CLUSTER, kind, f"{message}; retry in {retry} s",
                           headers={"retry-after": str(retry)}, retryAfterSeconds=retry)
 

@@ -61,6 +61,11 @@ class Ownership:
         for stop in list(self._on_lost):
             stop(session_ids)
 
+    async def renew_own(self, session_id: str) -> bool:
+        """A write refused for a lease that merely expired (the store was away longer than it):
+        renewed when nobody took it, and the write may be tried again once."""
+        return self.cluster is not None and await self.cluster.renew_own(session_id)
+
     async def stale_write(self, session_id: str) -> SessionError:
         """The 409 for a write that came under a lease this daemon no longer holds (it names the
         current owner); the session's children stop here."""
@@ -76,7 +81,8 @@ class Ownership:
         """Checked again just before a prompt reaches the child: the lease is still this daemon's
         (at its epoch); a lost lease stops the session. A store that cannot tell raises
         :class:`~hopline.store.postgres.StoreUnavailable`."""
-        if self.cluster is None or await self.cluster.still_holds(session_id):
+        if self.cluster is None or await self.cluster.still_holds(session_id) \
+                or await self.cluster.renew_own(session_id):
             return True
         self.cluster.stale_refused += 1
         self.fenced((session_id,))

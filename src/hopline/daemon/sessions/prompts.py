@@ -21,7 +21,7 @@ from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
-from hopline.daemon.storage_faults import commit_first, is_storage_fault, refusal
+from hopline.daemon.storage_faults import STORAGE_UNAVAILABLE, commit_first, is_storage_fault, refusal
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.sidecars.projection import StoreSink
 from hopline.sidecars.store import SidecarStore
@@ -91,7 +91,7 @@ class Prompts:
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
         try:
-            await self.journal.open_prompt(session.id, prompt_id)  # before the 202: a restart ends it (D-8)
+            await self._open(session, prompt_id)  # before the 202: a restart ends it (D-8)
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
             task.cancel()
             raise await self.ownership.stale_write(session.id) from None
@@ -104,6 +104,16 @@ class Prompts:
             raise
         accepted.set_result(None)
         return prompt_id
+
+    async def _open(self, session: DaemonSession, prompt_id: str) -> None:
+        """open_prompt under the lease; a lease that only expired (the store was away longer than
+        it, and nobody took it) is renewed and the open tried once more."""
+        try:
+            await self.journal.open_prompt(session.id, prompt_id)
+        except LeaseLost:
+            if not await self.ownership.renew_own(session.id):
+                raise
+            await self.journal.open_prompt(session.id, prompt_id)
 
     def _sink(self, session: DaemonSession) -> StoreSink | None:
         return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
@@ -167,7 +177,7 @@ class Prompts:
             return await self.ownership.still_holds(session.id)
         except StoreUnavailable as exc:
             await self._end_turn(session, prompt_id, TURN_ERROR, {
-                "promptId": prompt_id, "origin": "daemon", "reason": "store_unavailable",
+                "promptId": prompt_id, "origin": "daemon", "reason": STORAGE_UNAVAILABLE,
                 "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
             return False
 
