@@ -36,7 +36,6 @@ import logging
 import secrets
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -400,14 +399,14 @@ class GateRun:
             self._cursors.pop(session_id, None)
 
     async def _follow(self, session_id: str, text: str, report: AgentReport | None,
-                      on_tool: Callable[[dict[str, Any]], None] | None = None) -> TurnTracker:
-        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`); a
-        gate's ``report`` follows its item; ``on_tool`` sees how each command of the turn ran."""
+                      commands: list[dict[str, Any]] | None = None) -> TurnTracker:
+        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`): a gate's
+        ``report`` follows its item, ``commands`` gets how each command of the turn ran."""
         def on_event(event: Event) -> None:
             if report is not None:
                 track(report, event, self._set_item, self._emit)
-            if on_tool is not None and (ran := command_ran(event)) is not None:
-                on_tool(ran)
+            if commands is not None and (ran := command_ran(event)) is not None:
+                commands.append(ran)
 
         return await follow_turn(self.driver, session_id, text, self.budget, self._cursors, on_event)
 
@@ -422,7 +421,7 @@ class GateRun:
         try:
             test = self.test_command.to_json() if self.test_command else None
             tracker = await self._follow(self.dev_session_id, fix_prompt(round_number, findings, test), None,
-                                         on_tool=lambda ran: turn.setdefault("commands", []).append(ran))
+                                         turn.setdefault("commands", []))
             turn["stopReason"] = tracker.stop_reason
             if tracker.error is not None:
                 turn["error"] = {k: tracker.error.get(k) for k in ("origin", "status", "hop")}
@@ -495,8 +494,6 @@ class GateRun:
             "testCommand": self.test_command.to_json() if self.test_command is not None else None,
         }
         if self.dev is not None:
-            out["devSessionId"] = self.dev_session_id
-            out["devState"] = self.dev.state.value
-            out["devStates"] = list(self.dev.history)
-            out["devTurns"] = list(self.dev_turns)
+            out.update(devSessionId=self.dev_session_id, devState=self.dev.state.value,
+                       devStates=list(self.dev.history), devTurns=list(self.dev_turns))
         return out
