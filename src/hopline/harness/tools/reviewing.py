@@ -145,6 +145,8 @@ class ReviewCommands:
         private.mkdir(exist_ok=True)
         env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
                                           limits)
+        if self.review.fix:  # its shell finds the agent's interpreter first, as a gate's python is it
+            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]])
         wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits, writable=self.review.fix)
         try:
             with pids_cap(limits.processes, sandbox.preexec(limits)) as (cap, preexec):
