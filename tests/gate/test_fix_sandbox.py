@@ -106,23 +106,22 @@ class FixDaemon:
 
 
 @pytest.fixture(scope="module", params=["bwrap", "unshare"])
-def fix_daemon(request: pytest.FixtureRequest,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[FixDaemon]:
+def fix_daemon(request: pytest.FixtureRequest) -> Iterator[FixDaemon]:
     """A daemon whose environment holds a canary it passes to its agents (--agent-env); for
-    ``unshare``, with no bwrap on its PATH. Its data dir (the checkout) is under /tmp."""
+    ``unshare``, with no bwrap on its PATH. Its data dir (where the checkout is made) is under /tmp,
+    which the sandbox replaces with its own: the checkout is bound through."""
     kind = request.param
     env = {CANARY_ENV: "canary-" + secrets.token_hex(8)}
     # Outside /tmp: the unshare sandbox hides the host's /tmp, and its setup runs from this PATH
-    with tempfile.TemporaryDirectory(prefix="hopline-nobwrap-", dir="/var/tmp") as farm:
+    with tempfile.TemporaryDirectory(prefix="hopline-nobwrap-", dir="/var/tmp") as farm, \
+            tempfile.TemporaryDirectory(prefix=f"hopline-fix-{kind}-", dir="/tmp") as tmp:
         if kind == "unshare":
             if shutil.which("unshare") is None or shutil.which("setpriv") is None:
                 pytest.skip("util-linux unshare/setpriv are not installed")
             env["PATH"] = _path_without_bwrap(Path(farm))
         elif shutil.which("bwrap") is None:
             pytest.skip("bubblewrap (bwrap) is not installed")
-        tmp = tmp_path_factory.mktemp(f"fix-daemon-{kind}")
-        assert str(tmp).startswith("/tmp/")
-        with running_daemon(tmp, agent_cmd=None, env=env, args=("--agent-env", CANARY_ENV)) as daemon:
+        with running_daemon(Path(tmp), agent_cmd=None, env=env, args=("--agent-env", CANARY_ENV)) as daemon:
             yield FixDaemon(daemon, kind, env[CANARY_ENV])
 
 

@@ -13,8 +13,9 @@ read-only, a tmpfs mounted, every capability dropped with ``setpriv`` before the
 When neither runs, :data:`NO_SANDBOX`: a gate refuses to run the pull request's code unless the
 operator allowed it (``hopline gate --allow-unsandboxed``).
 
-RLIMIT_NPROC counts per user: the kernel does not apply it to root's processes (uid 0 outside the
-namespaces), so as root the process ceiling is set but not enforced; CPU, memory and file size are.
+RLIMIT_NPROC counts per user, and the kernel does not apply it to root's processes (uid 0 outside
+the namespaces): as root the process ceiling is a pids cgroup of the command's own
+(:mod:`hopline.harness.sandbox_pids`), which also counts the forks it refused.
 """
 
 from __future__ import annotations
