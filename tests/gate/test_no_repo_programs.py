@@ -166,3 +166,4 @@ def test_a_fork_bomb_is_refused_by_the_process_ceiling_and_said_in_the_output(tm
             "(HOPLINE_SANDBOX_MAX_PROCESSES=16)]") in outcome.output
     assert not [p for p in cgroups.iterdir() if p.name.startswith(f"hopline-sandbox-{os.getpid()}-")]
     assert subprocess.run(["true"], check=False).returncode == 0
+    assert "processes by a pids cgroup" in detect_sandbox().detail  # what `hopline gate` says at its start

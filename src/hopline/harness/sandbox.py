@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from hopline.budget import Budget
+from hopline.harness.sandbox_pids import pids_cgroup_root
 
 SandboxKind = Literal["bwrap", "unshare", "none"]
 SANDBOX_TMP = "/tmp"  # the private tmpfs, inside the sandbox
@@ -240,6 +241,15 @@ def _probe(kind: SandboxKind) -> str | None:
     return None
 
 
+def _process_ceiling() -> str:
+    """What enforces the process ceiling here, in words (see the module docstring)."""
+    if os.geteuid() != 0:
+        return "processes by RLIMIT_NPROC"
+    if pids_cgroup_root() is not None:
+        return "processes by a pids cgroup"
+    return "processes NOT limited (root, and no writable pids cgroup here)"
+
+
 @functools.cache
 def detect_sandbox() -> Sandbox:
     """The first sandbox that runs here (bwrap, then unshare), probed once per process."""
@@ -250,7 +260,8 @@ def detect_sandbox() -> Sandbox:
         failed = _probe(kind)
         if failed is None:
             return Sandbox(kind, f"{what}: the checkout read-only, a private tmpfs, no network, the "
-                                 "environment allow-listed, rlimits on CPU, memory, processes and file size")
+                                 f"environment allow-listed, rlimits on CPU, memory and file size, "
+                                 f"{_process_ceiling()}")
         reasons.append(failed)
     return Sandbox("none", f"{NO_SANDBOX_REASON} ({'; '.join(reasons)})")
 
