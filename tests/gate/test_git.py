@@ -121,10 +121,12 @@ def test_a_long_diff_is_cut_for_the_model_and_kept_for_read_more(tmp_path: Path)
     tools.close()
 
 
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
 def test_an_allowed_review_command_runs_homed_in_a_temporary_directory(
-        repo: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checked argv runs (no shell), with a temporary HOME, TMPDIR and caches that go with the
-    session, none of hopline's settings, and no cache written into the checkout."""
+        repo: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """The checked argv runs (no shell), in either sandbox, with HOME, TMPDIR and caches in its
+    private /tmp that goes with the session, none of hopline's settings (not even unshare's setup
+    variables), and no cache written into the checkout (bound through when it is under /tmp itself)."""
     root, base, head = repo
     (root / "tests" / "test_env.py").write_text(
         "import json, os\n"
@@ -134,15 +136,14 @@ def test_an_allowed_review_command_runs_homed_in_a_temporary_directory(
         "    print('HOPLINE=' + ','.join(sorted(k for k in os.environ if k.startswith('HOPLINE_'))))\n")
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("HOPLINE_DATA_DIR", str(tmp_path / "hopline-data"))
-    gate = Workspace(root, BUDGET, review=ReviewRange(base, head))
+    gate = Workspace(root, BUDGET, review=ReviewRange(base, head, sandbox=kind))
     ran = asyncio.run(gate.run("run_command", {"command": "python -m pytest -q -s tests/test_env.py"}, "c1"))
     assert ran.status == "completed" and "1 passed" in ran.output, ran.output
     assert "[exit code 0]" in ran.output
     env = json.loads(next(line for line in ran.output.splitlines() if line.startswith("ENV="))[4:])
-    assert ran.meta is not None and ran.meta["hopline.command"]["sandbox"] in ("bwrap", "unshare")
+    assert ran.meta is not None and ran.meta["hopline.command"]["sandbox"] == kind
     assert ran.meta["hopline.command"]["exitCode"] == 0
-    if ran.meta["hopline.command"]["sandbox"] == "bwrap":  # HOME, TMPDIR and caches in its private /tmp
-        assert (env["HOME"], env["TMPDIR"]) == ("/tmp/home", "/tmp")
+    assert (env["HOME"], env["TMPDIR"]) == ("/tmp/home", "/tmp")  # HOME and caches in its private /tmp
     assert env["HOME"] != os.environ.get("HOME")
     assert all(Path(env[k]).is_relative_to(env["TMPDIR"]) for k in ("XDG_CACHE_HOME", "PYTHONPYCACHEPREFIX"))
     assert env["PYTEST_ADDOPTS"] == "-p no:cacheprovider"

@@ -4,6 +4,8 @@ and the sandbox every command on PR code runs in holds (SPEC T-7): one planted r
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from hopline.budget import Budget
 from hopline.gate.git import Checkout
 from hopline.gate.sample import git
 from hopline.harness.sandbox import detect_sandbox
+from hopline.harness.sandbox_pids import pids_cgroup_root
 from hopline.harness.tools import ReviewRange, Workspace
 
 from .conftest import make_repo, worktrees
@@ -132,3 +135,36 @@ def test_a_memory_hog_hits_its_rlimit(tmp_path: Path) -> None:
         assert command["exitCode"] != 0 and "MemoryError" in output
     finally:
         tools.close()
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_a_fork_bomb_is_refused_by_the_process_ceiling_and_said_in_the_output(tmp_path: Path,
+                                                                              kind: str) -> None:
+    """The dev agent's shell (a fix session runs any line) forks sleepers past the ceiling: the
+    sandbox refuses the processes past HOPLINE_SANDBOX_MAX_PROCESSES, the command ends with its
+    shell (the sandbox's PID namespace takes the sleepers with it), the output and the record say
+    how many forks were refused, and nothing of it is left (its pids cgroup is gone, the host
+    starts processes)."""
+    if os.geteuid() != 0:
+        pytest.skip("not root: RLIMIT_NPROC holds, and only the pids cgroup hopline makes as root counts "
+                    "the refused forks")
+    cgroups = pids_cgroup_root()
+    if cgroups is None:
+        pytest.skip("no writable pids cgroup here: as root the process ceiling cannot be enforced")
+    repo, base, head = make_repo(tmp_path / "repo", {"a.txt": "one\n"}, {"a.txt": "two\n"})
+    tools = Workspace(repo, BUDGET.replace(sandbox_max_processes=16), allow_write=True,
+                      review=ReviewRange(base, head, sandbox=kind, fix=True))
+    try:
+        # starts processes until a fork is refused (the shell then exits: "Cannot fork"), 64 at most
+        bomb = "i=0; while [ $i -lt 64 ]; do sleep 600 & i=$((i + 1)); done; echo NOT REFUSED"
+        outcome = asyncio.run(tools.run("run_command", {"command": bomb}, "c"))
+    finally:
+        tools.close()
+    assert outcome.raw_output["sandbox"] == kind and outcome.raw_output["timedOut"] is False
+    refused = outcome.raw_output["refusedProcesses"]
+    assert refused > 0 and "NOT REFUSED" not in outcome.output, outcome.output
+    assert (f"[the sandbox's process limit refused {refused} new processes "
+            "(HOPLINE_SANDBOX_MAX_PROCESSES=16)]") in outcome.output
+    assert not [p for p in cgroups.iterdir() if p.name.startswith(f"hopline-sandbox-{os.getpid()}-")]
+    assert subprocess.run(["true"], check=False).returncode == 0
+    assert "processes by a pids cgroup" in detect_sandbox().detail  # what `hopline gate` says at its start

@@ -90,7 +90,8 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("sandbox_memory_bytes", HOP_TOOLS, Unit.BYTES, 4 * GiB, "HOPLINE_SANDBOX_MEMORY_BYTES",
             "address space of each process of a sandboxed command (RLIMIT_AS)", minimum=64 * MiB),
     Ceiling("sandbox_max_processes", HOP_TOOLS, Unit.COUNT, 512, "HOPLINE_SANDBOX_MAX_PROCESSES",
-            "processes of a sandboxed command (RLIMIT_NPROC, in its own user namespace)", minimum=8),
+            "processes of a sandboxed command: as root, the pids.max of a pids cgroup of its own "
+            "(RLIMIT_NPROC does not bind root); otherwise RLIMIT_NPROC", minimum=8),
     Ceiling("sandbox_file_max_bytes", HOP_TOOLS, Unit.BYTES, 256 * MiB, "HOPLINE_SANDBOX_FILE_MAX_BYTES",
             "one file a sandboxed command writes (RLIMIT_FSIZE)", minimum=64 * KiB),
     Ceiling("sandbox_tmpfs_bytes", HOP_TOOLS, Unit.BYTES, 1 * GiB, "HOPLINE_SANDBOX_TMPFS_BYTES",

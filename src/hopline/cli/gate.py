@@ -139,6 +139,10 @@ def fix_line(turn: dict[str, Any]) -> str:
     head = verification.get("headTests") or {}
     told = head.get("summary") or f"exit {head.get('exitCode')}"
     ran = f"; tests at the fix's head: {told}" if head else ""
+    commands = turn.get("commands") or []
+    if commands:
+        kinds = sorted({str(c.get("sandbox")) for c in commands})
+        ran += f"; the dev agent's {len(commands)} commands ran in the sandbox: {', '.join(kinds)}"
     if turn.get("commit"):
         return (f"dev fix after round {turn.get('round')}: commit {turn['commit']} (git cherry-pick "
                 f"{str(turn['commit'])[:12]}), verified: {turn.get('reason')}{ran}")

@@ -59,9 +59,15 @@ def verdict_retry_prompt(agent: str, base: str, head: str, reason: str) -> str:
             f"again with only your verdict, as one JSON object in a ```json block:\n{VERDICT_FORMAT}")
 
 
-def fix_prompt(round_number: int, findings: list[dict[str, Any]]) -> str:
-    """The dev agent's one prompt after a round with a fail: the findings to fix, as JSON."""
-    return (f"{FIX_MARKER} · round {round_number}\nThe gate reviewed your change and found the issues "
-            "below. Fix them in this checkout with write_file (paths relative to its root), then say "
-            "what you changed and what you could not fix.\n"
+def fix_prompt(round_number: int, findings: list[dict[str, Any]],
+               test_command: dict[str, Any] | None = None) -> str:
+    """The dev agent's one prompt after a round with a fail: the test command (the second line, as
+    in a gate prompt), the findings to fix, as JSON."""
+    shown = (f"Then run the tests with run_command `{shlex.join(test_command['argv'])}` and"
+             if test_command else "Then")
+    return (f"{FIX_MARKER} · round {round_number}\n{test_command_line(test_command)}\nThe gate reviewed "
+            "your change and found the issues below. Fix them in this checkout with write_file (paths "
+            f"relative to its root). {shown} say what you changed and what you could not fix. "
+            "run_command runs in the gate's sandbox: no network, the checkout the only writable place "
+            "besides a private /tmp.\n"
             f"```json\n{json.dumps(findings, indent=1)}\n```")

@@ -104,3 +104,14 @@ def track(report: AgentReport, event: Event, set_item: SetItem, emit: Emit) -> N
         turn = event.data.get("turn")
         turn = turn if isinstance(turn, dict) else {}
         report.max_body_bytes = max(report.max_body_bytes, int(turn.get("maxBodyBytes") or 0))
+
+
+def command_ran(event: Event) -> dict[str, Any] | None:
+    """How a session's ``run_command`` ran (its ``tool_call_update``'s rawOutput: the sandbox, the
+    exit code, the processes the sandbox refused), or None for any other event."""
+    if event.update_kind != "tool_call_update":
+        return None
+    raw = event.update.get("rawOutput")
+    if not isinstance(raw, dict) or "sandbox" not in raw:
+        return None
+    return {k: raw.get(k) for k in ("sandbox", "exitCode", "timedOut", "refusedProcesses")}

@@ -53,7 +53,7 @@ from hopline.gate.git import (
     resolve_commit,
 )
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
-from hopline.gate.report import AgentReport, track
+from hopline.gate.report import AgentReport, command_ran, track
 from hopline.gate.states import (
     RUN_IN_PROGRESS,
     TERMINAL_TYPES,
@@ -281,7 +281,8 @@ class GateRun:
             raise RepoError(str(exc)) from None
         if request.fix:
             self.dev_session_id = await self.driver.create_session(
-                cwd=str(self._checkout.path), profile=DEV_PROFILE, scripted=request.scripted, review=None)
+                cwd=str(self._checkout.path), profile=DEV_PROFILE, scripted=request.scripted,
+                review={**self.review_meta(self.head), "fix": True})  # its commands: in the sandbox
             self.dev_created = True
             self.dev = DevStateMachine()
         self._emit(GATE_STARTED, {"base": self.base, "baseFrom": self.base_from, "head": self.head,
@@ -397,12 +398,15 @@ class GateRun:
                 await self.driver.delete(session_id)
             self._cursors.pop(session_id, None)
 
-    async def _follow(self, session_id: str, text: str, report: AgentReport | None) -> TurnTracker:
-        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`); a
-        gate's ``report`` follows its item."""
+    async def _follow(self, session_id: str, text: str, report: AgentReport | None,
+                      commands: list[dict[str, Any]] | None = None) -> TurnTracker:
+        """Prompt the session and fold its events until that turn ends (:func:`follow_turn`): a gate's
+        ``report`` follows its item, ``commands`` gets how each command of the turn ran."""
         def on_event(event: Event) -> None:
             if report is not None:
                 track(report, event, self._set_item, self._emit)
+            if commands is not None and (ran := command_ran(event)) is not None:
+                commands.append(ran)
 
         return await follow_turn(self.driver, session_id, text, self.budget, self._cursors, on_event)
 
@@ -415,7 +419,9 @@ class GateRun:
         await asyncio.to_thread(checkout.writable)
         turn: dict[str, Any] = {"round": round_number, "findings": len(findings)}
         try:
-            tracker = await self._follow(self.dev_session_id, fix_prompt(round_number, findings), None)
+            test = self.test_command.to_json() if self.test_command else None
+            tracker = await self._follow(self.dev_session_id, fix_prompt(round_number, findings, test), None,
+                                         turn.setdefault("commands", []))
             turn["stopReason"] = tracker.stop_reason
             if tracker.error is not None:
                 turn["error"] = {k: tracker.error.get(k) for k in ("origin", "status", "hop")}
@@ -488,8 +494,6 @@ class GateRun:
             "testCommand": self.test_command.to_json() if self.test_command is not None else None,
         }
         if self.dev is not None:
-            out["devSessionId"] = self.dev_session_id
-            out["devState"] = self.dev.state.value
-            out["devStates"] = list(self.dev.history)
-            out["devTurns"] = list(self.dev_turns)
+            out.update(devSessionId=self.dev_session_id, devState=self.dev.state.value,
+                       devStates=list(self.dev.history), devTurns=list(self.dev_turns))
         return out

@@ -14,6 +14,8 @@ rule                          agent                       severity  what
                                                                     it fails at the base too)
 ``test-command-failed``       ``qa_automation``           error     the test command fails, no test named
 ``test-failure``              ``qa_automation``           error     a failing test in a test log (*.log)
+``process-limit``             ``qa_automation``           error     a run started more processes than the
+                                                                    sandbox allows (it refused them)
 ``unsafe-eval``               ``qa_performance_security`` error     ``eval(`` / ``exec(`` in source code
 ``untested-change``           ``qa_strategy``             error     a changed source file, no test changed
                                                                     (not when its AST stays the same)
@@ -108,9 +110,10 @@ SYMLINK_RULE = "symlink-escape"  # appsec, error: a symlink the change adds that
 COMPILE_RULE = "compile-error"  # qa_automation, error: a changed source file that does not compile
 TEST_RULE = "test-failed"  # qa_automation: a test the test command ran failed (error; warning at base too)
 TEST_COMMAND_RULE = "test-command-failed"  # qa_automation: the test command failed, no test named
+PROCESS_LIMIT_RULE = "process-limit"  # qa_automation, error: the sandbox refused a run's new processes
 # What each agent checks, for its verdict's summary.
 AGENT_RULES: dict[str, tuple[str, ...]] = {
-    "qa_automation": (COMPILE_RULE, TEST_RULE, TEST_COMMAND_RULE, "test-failure"),
+    "qa_automation": (COMPILE_RULE, TEST_RULE, TEST_COMMAND_RULE, "test-failure", PROCESS_LIMIT_RULE),
     "qa_performance_security": ("unsafe-eval",),
     "qa_strategy": (UNTESTED_RULE, "todo-added"),
     "appsec": ("hardcoded-credential", SYMLINK_RULE),

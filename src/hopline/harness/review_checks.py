@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from hopline.harness.review import AGENT_RULES, COMPILE_RULE, TEST_COMMAND_RULE, TEST_RULE
+from hopline.harness.review import AGENT_RULES, COMPILE_RULE, PROCESS_LIMIT_RULE, TEST_COMMAND_RULE, TEST_RULE
 from hopline.harness.testresults import TestReport, parse_compile_errors, parse_pytest
 
 _NO_TESTS_COLLECTED = 5
@@ -62,10 +62,23 @@ def _test_findings(notes: dict[str, Any], test: dict[str, Any]) -> list[dict[str
     return found
 
 
+def _process_findings(notes: dict[str, Any], test: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A run the sandbox's process ceiling cut short (a fork bomb, or a suite that needs a larger
+    HOPLINE_SANDBOX_MAX_PROCESSES): its result is not the code's, whatever its exit code."""
+    found = []
+    for which, run in notes["runs"].items():
+        if int(run.get("refused") or 0) > 0:
+            found.append({"severity": "error", "file": str(test.get("file") or ".") if test else ".",
+                          "line": None, "rule": PROCESS_LIMIT_RULE,
+                          "message": f"the {which} run started more processes than the sandbox allows: "
+                                     f"{run['refused']} refused (HOPLINE_SANDBOX_MAX_PROCESSES)"})
+    return found
+
+
 def automation_findings(notes: dict[str, Any], test: dict[str, Any] | None) -> tuple[list[dict[str, Any]],
                                                                                     str | None]:
     """qa_automation's findings from its runs, and why it could not verify (None when it could)."""
-    found = _compile_findings(notes)
+    found = _compile_findings(notes) + _process_findings(notes, test)
     for which in ("compile", "head", "base"):
         run = notes["runs"].get(which)
         if run is not None and run["failed"]:

@@ -2,18 +2,20 @@
 Pure: no I/O.
 
 It reads the files with line findings and writes them back without the flagged lines (a finding
-without a line: the lines its rule's pattern matches), and writes a test for each untested file. It
-does not check that what it wrote still builds: the gate does (:mod:`hopline.gate.verify`), and
-refuses a fix that does not.
+without a line: the lines its rule's pattern matches), and writes a test for each untested file;
+then, when the prompt names the gate's test command, it runs it once with ``run_command`` (in the
+gate's sandbox) and says how it ended. It does not act on that result: the gate checks the fix
+itself (:mod:`hopline.gate.verify`), and refuses one that does not build or breaks a test.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
-from hopline.harness.review import CAP_MARKER, LINE_RULES, UNTESTED_RULE, last_results
+from hopline.harness.review import CAP_MARKER, LINE_RULES, UNTESTED_RULE, Result, last_results
 from hopline.harness.review_plan import Step
 
 # Rules a fix removes the offending line for; an untested change gets a test; a failing test log is
@@ -34,18 +36,40 @@ def _test_for(path: str) -> tuple[str, str]:
     return test, body
 
 
-def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], tools: set[Any]) -> Step:
+def _turn_results(messages: list[dict[str, Any]]) -> list[Result]:
+    """Every call of the current turn (since the last prompt), with its result, in order."""
+    start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
+    asks = [i for i in range(start + 1, len(messages))
+            if messages[i].get("role") == "assistant" and messages[i].get("tool_calls")]
+    out: list[Result] = []
+    for n in range(len(asks)):
+        out += last_results(messages[:asks[n + 1]] if n + 1 < len(asks) else messages)
+    return out
+
+
+def _finished(findings: list[dict[str, Any]], results: list[tuple[str, dict[str, Any], str]]) -> Step:
+    written = [str(a.get("path")) for n, a, t in results if n == "write_file" and t.startswith("wrote")]
+    left = [f for f in findings if f.get("rule") not in _LINE_FIXES | {UNTESTED_RULE}]
+    ran = [t for n, _, t in results if n == "run_command"]
+    tests = f" The test command ended: {ran[-1].strip().splitlines()[-1]}." if ran and ran[-1].strip() else ""
+    return Step(f"Fixed the findings in {len(written)} files ({', '.join(written) or 'none'}); "
+                f"{len(left)} findings need more than an edit (a failing test needs a test run).{tests}", [])
+
+
+def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], tools: set[Any],
+             test_command: dict[str, Any] | None = None) -> Step:
     """The dev agent's next answer: read the files with line findings, write them without the
-    flagged lines (and a test for each untested file), then say what was fixed and what was not."""
+    flagged lines (and a test for each untested file), run ``test_command`` (the prompt's, when it
+    names one), then say what was fixed and what was not."""
     fixable = [f for f in findings if f.get("rule") in _LINE_FIXES and isinstance(f.get("file"), str)]
     files = sorted({str(f["file"]) for f in fixable})
-    results = [(r.name, r.args, r.text) for r in last_results(messages)]
-    done = any(name == "write_file" for name, _, _ in results)
-    if done or "write_file" not in tools:
-        written = [str(a.get("path")) for n, a, t in results if n == "write_file" and t.startswith("wrote")]
-        left = [f for f in findings if f.get("rule") not in _LINE_FIXES | {UNTESTED_RULE}]
-        return Step(f"Fixed the findings in {len(written)} files ({', '.join(written) or 'none'}); "
-                    f"{len(left)} findings need more than an edit (a failing test needs a test run).", [])
+    results = [(r.name, r.args, r.text) for r in _turn_results(messages)]
+    if any(name == "write_file" for name, _, _ in results) or "write_file" not in tools:
+        if (test_command is not None and "run_command" in tools
+                and not any(name == "run_command" for name, _, _ in results)):
+            shown = shlex.join(str(a) for a in test_command["argv"])
+            return Step(f"Running the tests: {shown}", [("run_command", {"command": shown})])
+        return _finished(findings, results)
     read = {str(a.get("path")): t for n, a, t in results if n == "read_file"}
     if files and not read:
         return Step("Reading the files with findings.", [("read_file", {"path": p}) for p in files])

@@ -130,7 +130,8 @@ def _fold_run(notes: dict[str, Any], result: Result) -> None:
         exit_code = int(said.group(1)) if said else None
     notes["runs"][which] = {"text": result.text[-24_000:], "failed": result.failed,
                             "exitCode": exit_code, "timedOut": command.get("timedOut"),
-                            "sandbox": command.get("sandbox")}
+                            "sandbox": command.get("sandbox"),
+                            "refused": command.get("refusedProcesses") or 0}  # by its process ceiling
 
 
 def fold_results(agent: str, notes: dict[str, Any], results: list[Result]) -> None:

@@ -13,8 +13,9 @@ read-only, a tmpfs mounted, every capability dropped with ``setpriv`` before the
 When neither runs, :data:`NO_SANDBOX`: a gate refuses to run the pull request's code unless the
 operator allowed it (``hopline gate --allow-unsandboxed``).
 
-RLIMIT_NPROC counts per user: the kernel does not apply it to root's processes (uid 0 outside the
-namespaces), so as root the process ceiling is set but not enforced; CPU, memory and file size are.
+RLIMIT_NPROC counts per user, and the kernel does not apply it to root's processes (uid 0 outside
+the namespaces): as root the process ceiling is a pids cgroup of the command's own
+(:mod:`hopline.harness.sandbox_pids`), which also counts the forks it refused.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Literal
 
 from hopline.budget import Budget
+from hopline.harness.sandbox_pids import pids_cgroup_root
 
 SandboxKind = Literal["bwrap", "unshare", "none"]
 SANDBOX_TMP = "/tmp"  # the private tmpfs, inside the sandbox
@@ -44,8 +46,13 @@ _KEPT_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ"})
 _PROBE_TIMEOUT = 20.0
 
 # The unshare backend's setup, run as root of the new user namespace: every mount read-only (its
-# flags kept: a locked nosuid or nodev cannot be cleared), the private tmpfs mounted on an empty
-# directory of the caller's, then the command with no capability left.
+# flags kept: a locked nosuid or nodev cannot be cleared); the private tmpfs made on an empty
+# directory of the caller's ($HOPLINE_SANDBOX_TMP), the paths under /tmp the command needs (the
+# runtime's, then the checkout) bound into it at their place, and the whole moved onto /tmp (as
+# bwrap's --tmpfs /tmp then --ro-bind); outside /tmp, a writable checkout is bound onto itself and
+# made writable again; then the command with no capability left.
+# (-n: /etc is read-only by then, no mount table is written.)
+# Arguments: "rw" or "ro", the number of paths to keep, the paths (the checkout last), the command.
 _UNSHARE_SETUP = r"""
 mount --make-rprivate / 2>/dev/null
 while read -r _id _parent _dev _root mp opts _rest; do
@@ -54,15 +61,27 @@ while read -r _id _parent _dev _root mp opts _rest; do
   case ",$opts," in *,nosuid,*) extra="$extra,nosuid";; esac
   case ",$opts," in *,nodev,*) extra="$extra,nodev";; esac
   case ",$opts," in *,noexec,*) extra="$extra,noexec";; esac
-  mount -o "remount,bind,ro$extra" "$(printf '%b' "$mp")" 2>/dev/null
+  mount -n -o "remount,bind,ro$extra" "$(printf '%b' "$mp")" 2>/dev/null
 done < /proc/self/mountinfo
-mount -t tmpfs -o "size=$HOPLINE_SANDBOX_SIZE,nosuid,nodev,mode=700" tmpfs "$HOPLINE_SANDBOX_TMP" || exit 125
-mkdir -p "$HOPLINE_SANDBOX_TMP/home" || exit 125
+t="$HOPLINE_SANDBOX_TMP"
+mount -n -t tmpfs -o "size=$HOPLINE_SANDBOX_SIZE,nosuid,nodev,mode=700" tmpfs "$t" || exit 125
+mkdir -p "$t/home" || exit 125
+mode="$1"; n="$2"; shift 2
+while [ "$n" -gt 0 ]; do
+  p="$1"; shift; n=$((n - 1)); want=ro
+  [ "$n" -eq 0 ] && want="$mode"
+  case "$p" in
+    /tmp/*) at="$t${p#/tmp}"; mkdir -p "$at" || exit 125; mount -n --rbind "$p" "$at" || exit 125;;
+    *) [ "$want" = rw ] || continue; at="$p"; mount -n --bind "$p" "$at" || exit 125;;
+  esac
+  mount -n -o "remount,bind,$want" "$at" 2>/dev/null || mount -n -o "remount,bind,$want,nosuid,nodev" "$at" \
+    || exit 125
+done
+mount -n --move "$t" /tmp || exit 125
 cd "$HOPLINE_SANDBOX_CWD" || exit 125
-unset HOPLINE_SANDBOX_SIZE HOPLINE_SANDBOX_CWD
+unset HOPLINE_SANDBOX_SIZE HOPLINE_SANDBOX_CWD HOPLINE_SANDBOX_TMP
 exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
-
 
 @dataclasses.dataclass(frozen=True)
 class Sandbox:
@@ -128,10 +147,10 @@ def _runtime_dirs() -> list[str]:
     return seen
 
 
-def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits) -> list[str]:
-    """``argv`` under bubblewrap: ``root`` read-only (and the working directory), ``/tmp`` a
-    private tmpfs (the only writable place: the sandbox's own root is remounted read-only), every
-    namespace unshared, every capability dropped."""
+def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits, writable: bool = False) -> list[str]:
+    """``argv`` under bubblewrap: ``root`` read-only (and the working directory; ``writable``: the
+    dev agent's checkout, the one writable place besides ``/tmp``), ``/tmp`` a private tmpfs, the
+    sandbox's own root remounted read-only, every namespace unshared, every capability dropped."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", *_system_binds()]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_bytes), "--tmpfs", SANDBOX_TMP,
@@ -139,16 +158,20 @@ def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits) -> list[str]:
     # After the tmpfs, so that a Python (a venv) or a checkout under /tmp is bound over it, not hidden
     for path in _runtime_dirs():
         args += ["--ro-bind", path, path]
-    args += ["--ro-bind", str(root), str(root), "--remount-ro", "/", "--chdir", str(root), "--", *argv]
+    args += ["--bind" if writable else "--ro-bind", str(root), str(root), "--remount-ro", "/",
+             "--chdir", str(root), "--", *argv]
     return args
 
 
-def unshare_argv(argv: Sequence[str], root: Path, private: Path) -> list[str]:
+def unshare_argv(argv: Sequence[str], root: Path, private: Path, writable: bool = False) -> list[str]:
     """``argv`` under util-linux unshare with :data:`_UNSHARE_SETUP`; ``private`` (an empty
-    directory of the caller's) is where its tmpfs is mounted."""
-    del private  # named by the environment (HOPLINE_SANDBOX_TMP), see :func:`sandbox_environment`
+    directory of the caller's, named by the environment: HOPLINE_SANDBOX_TMP) is where its tmpfs
+    is made before it is moved onto /tmp."""
+    del private
+    kept = [p for p in _runtime_dirs() if p.startswith(SANDBOX_TMP + "/")] + [str(root)]
     return ["unshare", "--user", "--map-root-user", "--mount", "--net", "--pid", "--ipc", "--uts", "--fork",
-            "--kill-child", "--", "sh", "-c", _UNSHARE_SETUP, "hopline-sandbox", *argv]
+            "--kill-child", "--", "sh", "-c", _UNSHARE_SETUP, "hopline-sandbox", "rw" if writable else "ro",
+            str(len(kept)), *kept, *argv]
 
 
 def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: Path,
@@ -158,7 +181,7 @@ def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: 
     base = {k: v for k, v in environ.items() if k in _KEPT_ENV or k.startswith("LC_")}
     search = base.get("PATH", os.defpath).split(os.pathsep)
     base["PATH"] = os.pathsep.join(p for p in search if os.path.isabs(p))
-    tmp = SANDBOX_TMP if kind == "bwrap" else str(private)
+    tmp = str(private) if kind == "none" else SANDBOX_TMP
     home = tmp + "/home"
     dirs = {"HOME": home, "TMPDIR": tmp, "TEMP": tmp, "TMP": tmp, "XDG_CACHE_HOME": home + "/.cache",
             "XDG_CONFIG_HOME": home + "/.config", "XDG_DATA_HOME": home + "/.local/share",
@@ -168,7 +191,7 @@ def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: 
             "GOTMPDIR": tmp, "npm_config_cache": tmp + "/npm"}
     out = {**base, **dirs, "PYTEST_ADDOPTS": "-p no:cacheprovider", "PYTHONDONTWRITEBYTECODE": "1"}
     if kind == "unshare":
-        out.update({"HOPLINE_SANDBOX_TMP": tmp, "HOPLINE_SANDBOX_CWD": str(root),
+        out.update({"HOPLINE_SANDBOX_TMP": str(private), "HOPLINE_SANDBOX_CWD": str(root),
                     "HOPLINE_SANDBOX_SIZE": str(limits.tmpfs_bytes)})
     elif kind == "none":  # the operator allowed it: at least the caches stay out of the real home
         for key in ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
@@ -176,12 +199,14 @@ def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: 
     return out
 
 
-def wrap(kind: SandboxKind, argv: Sequence[str], root: Path, private: Path, limits: Limits) -> list[str]:
-    """The command line that runs ``argv`` in the sandbox of ``kind`` (``none``: as it is)."""
+def wrap(kind: SandboxKind, argv: Sequence[str], root: Path, private: Path, limits: Limits,
+         writable: bool = False) -> list[str]:
+    """The command line that runs ``argv`` in the sandbox of ``kind`` (``none``: as it is);
+    ``writable``: ``root`` is writable (the dev agent's checkout during ``--fix``)."""
     if kind == "bwrap":
-        return bwrap_argv(argv, root, limits)
+        return bwrap_argv(argv, root, limits, writable)
     if kind == "unshare":
-        return unshare_argv(argv, root, private)
+        return unshare_argv(argv, root, private, writable)
     return list(argv)
 
 
@@ -216,6 +241,15 @@ def _probe(kind: SandboxKind) -> str | None:
     return None
 
 
+def _process_ceiling() -> str:
+    """What enforces the process ceiling here, in words (see the module docstring)."""
+    if os.geteuid() != 0:
+        return "processes by RLIMIT_NPROC"
+    if pids_cgroup_root() is not None:
+        return "processes by a pids cgroup"
+    return "processes NOT limited (root, and no writable pids cgroup here)"
+
+
 @functools.cache
 def detect_sandbox() -> Sandbox:
     """The first sandbox that runs here (bwrap, then unshare), probed once per process."""
@@ -226,7 +260,8 @@ def detect_sandbox() -> Sandbox:
         failed = _probe(kind)
         if failed is None:
             return Sandbox(kind, f"{what}: the checkout read-only, a private tmpfs, no network, the "
-                                 "environment allow-listed, rlimits on CPU, memory, processes and file size")
+                                 f"environment allow-listed, rlimits on CPU, memory and file size, "
+                                 f"{_process_ceiling()}")
         reasons.append(failed)
     return Sandbox("none", f"{NO_SANDBOX_REASON} ({'; '.join(reasons)})")
 

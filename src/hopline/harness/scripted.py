@@ -219,7 +219,7 @@ class ScriptedModel:
                                       pick=rng.choice)
         findings = review.fix_findings_of(prompt)
         if findings is not None:
-            return review_fix.fix_step(findings, messages, tools)
+            return review_fix.fix_step(findings, messages, tools, review.test_command_of(prompt))
         return None
 
     @staticmethod

@@ -21,6 +21,8 @@ class CommandRun:
     exit_code: int | None  # None: killed at its deadline
     dropped_bytes: int  # printed past the capture limit: counted, not kept
     timeout: float
+    refused_processes: int = 0  # new processes the sandbox's process ceiling refused
+    process_limit: int | None = None  # that ceiling, when the command ran in the sandbox
 
     @property
     def timed_out(self) -> bool:
@@ -82,6 +84,9 @@ def shown_run(run: CommandRun, *, capture: int) -> str:
     if run.dropped_bytes:
         text += (f"\n[{run.dropped_bytes} more bytes of output not captured "
                  f"(HOPLINE_COMMAND_OUTPUT_MAX_BYTES={capture})]")
+    if run.refused_processes:
+        text += (f"\n[the sandbox's process limit refused {run.refused_processes} new processes "
+                 f"(HOPLINE_SANDBOX_MAX_PROCESSES={run.process_limit})]")
     if run.timed_out:
         return text + f"\n[killed: the command ran past its timeout of {run.timeout} s]"
     return text + f"\n[exit code {run.exit_code}]"

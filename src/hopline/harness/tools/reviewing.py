@@ -3,7 +3,10 @@ sandbox, at the head (the session's checkout) or at the base (a checkout made on
 
 :class:`ReviewRange` is what ``session/new``'s ``_meta["hopline.review"]`` carries: the two commit
 ids, the gate's test command (allowed as it is besides :data:`~hopline.harness.tools.policy.REVIEW_COMMANDS`)
-and the sandbox the gate chose (``none`` only when the operator allowed unsandboxed runs).
+and the sandbox the gate chose (``none`` only when the operator allowed unsandboxed runs). With
+``fix`` it is the dev agent's session of a ``--fix`` run instead: its ``run_command`` runs any shell
+line, in the same sandbox, with the checkout writable (the one place it may write besides its
+private ``/tmp``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 from hopline.budget import Budget
 from hopline.harness import git, sandbox
+from hopline.harness.sandbox_pids import pids_cap
 from hopline.harness.tools.commands import CommandRun, run_captured
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.policy import check_review_command
@@ -35,6 +39,7 @@ class ReviewRange:
     head: str
     test_command: tuple[str, ...] | None = None
     sandbox: str | None = None  # None: the best one that runs here
+    fix: bool = False  # the dev agent's session of a --fix run (see the module docstring)
 
     def __post_init__(self) -> None:
         git.check_commit(self.base, "base")
@@ -45,14 +50,17 @@ class ReviewRange:
     @classmethod
     def from_meta(cls, value: dict[str, Any]) -> ReviewRange:
         """From ``_meta["hopline.review"]``; ValueError saying what is wrong."""
-        extra = set(value) - {"base", "head", "testCommand", "sandbox"}
+        extra = set(value) - {"base", "head", "testCommand", "sandbox", "fix"}
         if extra or not {"base", "head"} <= set(value):
-            raise ValueError("an object with base and head (and optionally testCommand, sandbox)")
+            raise ValueError("an object with base and head (and optionally testCommand, sandbox, fix)")
+        if not isinstance(value.get("fix", False), bool):
+            raise ValueError("fix must be a boolean")
         command = value.get("testCommand")
         if command is not None and (not isinstance(command, list) or not command
                                     or not all(isinstance(a, str) and a for a in command)):
             raise ValueError("testCommand must be a non-empty list of strings")
-        return cls(value["base"], value["head"], tuple(command) if command else None, value.get("sandbox"))
+        return cls(value["base"], value["head"], tuple(command) if command else None, value.get("sandbox"),
+                   value.get("fix", False))
 
     def to_meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base": self.base, "head": self.head}
@@ -60,6 +68,8 @@ class ReviewRange:
             out["testCommand"] = list(self.test_command)
         if self.sandbox is not None:
             out["sandbox"] = self.sandbox
+        if self.fix:
+            out["fix"] = True
         return out
 
 
@@ -115,15 +125,19 @@ class ReviewCommands:
         return self._base
 
     async def run(self, command: str, at: str) -> tuple[list[str], CommandRun]:
-        """``command`` checked against the policy, then run in the sandbox at ``at`` (head, base)."""
+        """``command`` checked against the policy (a fix session: any shell line, at the head
+        only), then run in the sandbox at ``at`` (head, base)."""
         if not self.sandbox.available and self.review.sandbox != "none":
             raise ToolError(f"refused: no sandbox runs here, and a gate runs a pull request's code only in "
                             f"one "
                             f"({self.sandbox.detail}); the operator may allow it with --allow-unsandboxed")
-        if at not in ("head", "base"):
-            raise ToolError("argument 'at' must be 'head' or 'base'")
+        if at not in ("head", "base") or (self.review.fix and at != "head"):
+            raise ToolError("argument 'at' must be 'head'" + ("" if self.review.fix else " or 'base'"))
         cwd = self.root if at == "head" else self.base_checkout()
-        argv = check_review_command(command, cwd, self.review.test_command)
+        if self.review.fix:
+            argv = ["sh", "-c", command]
+        else:
+            argv = check_review_command(command, cwd, self.review.test_command)
         if argv[0] in PYTHON_NAMES:  # the interpreter the agent runs (its test runner installed)
             argv = [sys.executable, *argv[1:]]
         limits = sandbox.Limits.of(self.budget)
@@ -131,12 +145,15 @@ class ReviewCommands:
         private.mkdir(exist_ok=True)
         env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
                                           limits)
-        wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits)
+        if self.review.fix:  # its shell finds the agent's interpreter first, as a gate's python is it
+            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]])
+        wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits, writable=self.review.fix)
         try:
-            run = await run_captured(wrapped, cwd=cwd, env=env, timeout=self.budget.gate_test_timeout_seconds,
-                                     capture=self.budget.command_output_max_bytes,
-                                     preexec=sandbox.preexec(limits))
+            with pids_cap(limits.processes, sandbox.preexec(limits)) as (cap, preexec):
+                run = await run_captured(wrapped, cwd=cwd, env=env,
+                                         timeout=self.budget.gate_test_timeout_seconds,
+                                         capture=self.budget.command_output_max_bytes, preexec=preexec)
         except OSError as exc:
             raise ToolError(f"{shlex.quote(argv[0])} could not be started ({type(exc).__name__}): is it "
                             "installed?") from None
-        return argv, run
+        return argv, dataclasses.replace(run, refused_processes=cap.refused, process_limit=limits.processes)

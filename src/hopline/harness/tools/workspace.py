@@ -86,7 +86,9 @@ class Workspace:
             raise ValueError("the workspace root is not a directory")
         self.budget = budget
         self.allow_write = allow_write
-        self.review = review
+        # A fix session (review.fix) is the dev agent's: its diff is its own uncommitted change,
+        # and only its commands are the gate's, sandboxed with the checkout writable.
+        self.review = review if review is not None and not review.fix else None
         self.commands = ReviewCommands(self.root, budget, review) if review is not None else None
         self._spill: tempfile.TemporaryDirectory[str] | None = None
         self._spill_count = 0
@@ -307,8 +309,14 @@ class Workspace:
             kind = self.commands.sandbox.kind
         meta = {META_COMMAND: {"at": at, "exitCode": run.exit_code, "timedOut": run.timed_out,
                                "droppedBytes": run.dropped_bytes, "sandbox": kind,
+                               "refusedProcesses": run.refused_processes,
                                "argv": argv[1:] if argv else None}}
-        return self.spilled(call_id, shown_run(run, capture=capture), not run.timed_out, meta)
+        outcome = self.spilled(call_id, shown_run(run, capture=capture), not run.timed_out, meta)
+        # What a client (the gate's record of a fix turn) reads of the run: how it ended, and where
+        raw = {"exitCode": run.exit_code, "timedOut": run.timed_out, "sandbox": kind or "none",
+               "refusedProcesses": run.refused_processes, "bytes": len(outcome.output.encode("utf-8")),
+               "modelBytes": len(outcome.model_output.encode("utf-8"))}
+        return dataclasses.replace(outcome, raw_output=raw)
 
     def write_file(self, args: dict[str, Any]) -> ToolOutcome:
         if not self.allow_write:
