@@ -102,6 +102,18 @@ class Leases:
                                 "AND expires_at > now()", (session_id, self.daemon_id, epoch))
         return bool(rows)
 
+    async def renew_own(self, session_id: str) -> bool:
+        """This daemon's own lease renewed if it expired with nobody taking it (same owner, same
+        epoch: an adoption would have changed both): a store outage longer than the lease does
+        not make a daemon fence its own sessions. False when another daemon took it meanwhile."""
+        epoch = self.epochs.get(session_id)
+        if epoch is None:
+            return False
+        rows = await self.fetch("UPDATE leases SET expires_at = now() + make_interval(secs => %s) "
+                                "WHERE session_id = %s AND owner = %s AND epoch = %s RETURNING 1",
+                                (self.lease_seconds, session_id, self.daemon_id, epoch))
+        return bool(rows)
+
     async def try_adopt(self, session_id: str) -> bool:
         """Take the session's lease when it is free, expired or already ours: True for the one
         daemon that gets it (a compare-and-set under the row's lock). A lease row another

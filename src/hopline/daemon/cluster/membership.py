@@ -46,6 +46,7 @@ class Cluster:
         self.claim_new = self.leases.claim_new
         self.release = self.leases.release
         self.still_holds = self.leases.still_holds
+        self.renew_own = self.leases.renew_own
         self.try_adopt = self.leases.try_adopt
         self.owner_of = self.leases.owner_of
 
