@@ -7,6 +7,7 @@ The route module imports FastAPI; import it as ``hopline.sidecars.routes`` so th
 side (``.writer``) stays light.
 """
 
+from hopline.sidecars.entry import FALLBACK_KEYS, SidecarEntry, SidecarRefused, is_valid_sidecar_id
 from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
@@ -19,13 +20,7 @@ from hopline.sidecars.projection import (
     restore_update,
     sidecar_projector,
 )
-from hopline.sidecars.store import (
-    FALLBACK_KEYS,
-    SidecarEntry,
-    SidecarRefused,
-    SidecarStore,
-    is_valid_sidecar_id,
-)
+from hopline.sidecars.store import SidecarStore
 
 __all__ = [
     "FALLBACK_KEYS",

@@ -42,7 +42,8 @@ from typing import Any, Protocol
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.sidecars.store import REASON_DISK_ERROR, SidecarEntry, SidecarRefused, SidecarStore
+from hopline.sidecars.entry import REASON_DISK_ERROR, SidecarEntry, SidecarRefused
+from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import LOAD_REPLAY_META_KEYS, META_SIDECAR, META_TRUNCATED
 
 log = logging.getLogger("hopline.sidecars")
