@@ -11,16 +11,18 @@ from hopline.sidecars.entry import FALLBACK_KEYS, SidecarEntry, SidecarRefused, 
 from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
-    aproject_message,
-    needs_projection,
     preview_text,
     project_fields,
-    project_message,
-    project_update,
     restore_update,
-    sidecar_projector,
 )
 from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.store_projection import (
+    aproject_message,
+    needs_projection,
+    project_message,
+    project_update,
+    sidecar_projector,
+)
 
 __all__ = [
     "FALLBACK_KEYS",
