@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hopline.budget import Budget
-from hopline.harness.acp.agent import tool_result_update_of
+from hopline.harness.acp.messages import tool_result_update_of
 from hopline.harness.acp.sidecars import offload_update
 from hopline.harness.events import ToolCallFinished
 from hopline.sidecars.store import SidecarStore
