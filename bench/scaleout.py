@@ -9,6 +9,8 @@ A throwaway PostgreSQL cluster (tests/services.py: ``initdb`` + ``pg_ctl`` in th
 * *2 daemons against 1*: two sessions streaming at once, both on one PostgreSQL daemon, then one on
   each of two daemons sharing the store: total events per second, 2 / 1 (same machine: 2 cores
   shared by both daemons, their agents and PostgreSQL, so this is a floor, not a scaling figure).
+* *delivery lag*: paced streams (``bench/delivery_lag.py``) read at the owner on SQLite, at the
+  owner on PostgreSQL, and at the other daemon (LISTEN/NOTIFY and the journal): p50/p99 ms.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from bench import daemon_driver
+from bench import daemon_driver, delivery_lag
 from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, say
 from bench.frames import write_stream
 
@@ -30,6 +32,7 @@ TARGET_RELAY = 0.5  # PostgreSQL keeps at least half of SQLite's relay throughpu
 TARGET_CREATE = 2.0  # POST /session on PostgreSQL at most twice SQLite's
 TARGET_TWO = 1.0  # two daemons carry at least what one does
 FRAME_BYTES = 1024
+LAG_PACE_MS = 10.0
 
 
 def _cluster(settings: Settings) -> Any:
@@ -55,6 +58,15 @@ async def _creates(d: daemon_driver.Daemon, count: int) -> list[float]:
             await daemon_driver.create_session(client, d)
             times.append(time.perf_counter() - start)
     return times
+
+
+def _lag(settings: Settings, owner: daemon_driver.Daemon, reader_at: daemon_driver.Daemon,
+         name: str) -> dict[str, Any]:
+    lag = asyncio.run(delivery_lag.measure(owner, reader_at, sessions=settings.pick(20, 4),
+                                           count=settings.pick(2000, 250), pace_ms=LAG_PACE_MS))
+    say(f"  delivery lag, {name:>22}: p50 {lag['p50Ms']:7.1f} ms, p99 {lag['p99Ms']:7.1f} ms "
+        f"({lag['sessions']} sessions x {lag['events']} events, {lag['evictions']} evictions)")
+    return lag
 
 
 async def _streams(targets: list[daemon_driver.Daemon], path: Any, frames: int) -> float:
@@ -91,6 +103,8 @@ def run(settings: Settings) -> BenchResult:
                                       name=f"scaleout-{name}") as d:
                 relay = daemon_driver.relay_on(d, path, frames)
                 times = asyncio.run(_creates(d, creates))
+                if name == "sqlite":
+                    figures["lagSqlite"] = _lag(settings, d, d, "SQLite, owner")
             figures[name] = {"relayFramesPerSecond": frames / relay["seconds"],
                              "createMedianSeconds": statistics.median(times)}
             say(f"  {name:>10}: relay {frames / relay['seconds']:9.0f} frames/s, POST /session median "
@@ -100,6 +114,8 @@ def run(settings: Settings) -> BenchResult:
             single = asyncio.run(_streams([one, one], path, frames))
             other = stack.enter_context(daemon_driver.daemon(settings, agent, env=pg, name="scaleout-two"))
             double = asyncio.run(_streams([one, other], path, frames))
+            figures["lagOwner"] = _lag(settings, one, one, "PostgreSQL, owner")
+            figures["lagNonOwner"] = _lag(settings, one, other, "PostgreSQL, non-owner")
         figures["oneDaemonEventsPerSecond"] = single
         figures["twoDaemonsEventsPerSecond"] = double
         say(f"  2 sessions at once: one daemon {single:9.0f} events/s, two daemons {double:9.0f} events/s")
@@ -116,4 +132,9 @@ def run(settings: Settings) -> BenchResult:
     result.verdicts.append(Verdict("events/s 2 daemons / 1 (same 2-core machine)", two_ratio, TARGET_TWO,
                                    True))
     result.notes.append("one machine: both daemons, their agents and PostgreSQL share its 2 cores")
+    lags = ", ".join(f"{name} {figures[key]['p50Ms']:.1f}/{figures[key]['p99Ms']:.1f}" for name, key in (
+        ("SQLite owner", "lagSqlite"), ("PostgreSQL owner", "lagOwner"), ("non-owner", "lagNonOwner")))
+    result.notes.append(f"delivery lag p50/p99 ms: {lags} ({figures['lagOwner']['sessions']} sessions x "
+                        f"{figures['lagOwner']['events']} events at {LAG_PACE_MS:g} ms; evictions: "
+                        f"{sum(figures[k]['evictions'] for k in ('lagSqlite', 'lagOwner', 'lagNonOwner'))})")
     return result

@@ -9,6 +9,9 @@ benchmark measures the relay, not the agent.
     python bench/stream_agent.py STREAM_FILE [SESSION_ID]
 
 A prompt whose text is ``stream PATH`` streams ``PATH`` instead of ``STREAM_FILE``.
+A prompt ``paced COUNT MS`` emits, after half a second (every reader subscribed), ``COUNT``
+``agent_message_chunk`` frames ``MS`` apart, each text ``t=<wall time ns>`` (the delivery-lag
+benchmark, ``bench/delivery_lag.py``).
 ``STREAM_AGENT_START_DELAY`` (seconds) delays the start, like an agent that loads a lot first
 (the warm-pool benchmark).
 """
@@ -19,9 +22,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+
+from frames import message_chunk  # this script's folder (bench/) is first on sys.path
 
 PROTOCOL_VERSION = 1
 CHUNK = 1 << 20
+
+
+def _paced(send: Callable[[dict], None], session_id: str, count: str, pace_ms: str) -> None:
+    time.sleep(0.5)
+    for _ in range(int(count)):
+        send(message_chunk(f"t={time.time_ns()}", session_id))
+        time.sleep(float(pace_ms) / 1000)
 
 
 def main() -> int:
@@ -58,6 +71,10 @@ def main() -> int:
             # A prompt "stream PATH" names another pre-generated file (one daemon, many streams).
             blocks = (message.get("params") or {}).get("prompt") or [{}]
             text = blocks[0].get("text", "") if isinstance(blocks[0], dict) else ""
+            if text.startswith("paced "):
+                _paced(send, session_id, *text.split()[1:3])
+                send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "end_turn"}})
+                continue
             path = text[len("stream "):] if text.startswith("stream ") else stream_file
             with open(path, "rb") as source:
                 while True:

@@ -16,9 +16,9 @@ Knobs for failure tests: ``refuse_summaries`` answers every summarization reques
 provider does that will not take it); ``cut_after`` deltas then the stream stops without finishing
 (``"close"``: the body ends cleanly; ``"drop"``: the connection closes mid-body; ``"reset"``: it is reset);
 ``drop_after_finish`` closes it mid-body right after the ``finish_reason`` chunk (no usage, no
-``[DONE]``); ``hold_after`` deltas then
-the server waits for the client to go away and records it in ``disconnected``; ``delta_delay`` and
-``first_delta_delay`` pace the stream (benchmarks). ``text_delta_at`` holds, per streamed answer,
+``[DONE]``); ``hold_after`` deltas then the server waits for the client to go away (``holding`` is
+set) and records it in ``disconnected``; ``delta_delay`` and ``first_delta_delay`` pace the stream
+(benchmarks). ``text_delta_at`` holds, per streamed answer,
 the ``time.perf_counter()`` right after each of its text deltas was written (flushed).
 
 stdlib only (``http.server``); binds 127.0.0.1 on a free port; ``stop()`` ends it.
@@ -162,6 +162,7 @@ class StrictOpenAI:
         self.summaries = 0
         self.text_delta_at: list[list[float]] = []
         self.disconnected = threading.Event()
+        self.holding = threading.Event()  # a held stream is waiting for its client to leave
         self._lock = threading.Lock()
         owner = self
 
@@ -343,6 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 if counted and owner.hold_after is not None and sent >= owner.hold_after:
                     self.close_connection = True
+                    owner.holding.set()
                     deadline = time.monotonic() + owner.hold_seconds
                     while time.monotonic() < deadline:
                         if self._client_gone(0.05):

@@ -294,13 +294,14 @@ async def test_a_cancel_mid_stream_closes_the_upstream_connection(strict: Strict
 
     async with HttpModel(gw.url, "s-1", TOKEN, budget) as model:
         task = asyncio.create_task(model.complete_streaming(encode_request(_turn()), texts))
-        async def held() -> None:
-            while len(texts) < held_after or not strict.requests:
+        assert await asyncio.to_thread(strict.holding.wait, 10)  # the provider holds its stream open
+
+        async def relayed() -> None:  # every delta sent before the hold reached the caller
+            while len(texts) < held_after:
                 await asyncio.sleep(0.01)
 
-        await asyncio.wait_for(held(), 10)
-        await asyncio.sleep(0.05)
-        assert not strict.disconnected.is_set() and not task.done()
+        await asyncio.wait_for(relayed(), 10)
+        assert len(texts) == held_after and not strict.disconnected.is_set() and not task.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -176,7 +176,7 @@ class EventBus:
                          "exception": type(error).__name__})
         self._deliver(session_id, synthetic(FRAME_DROPPED, {
             "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
-            "hop": HOP_JOURNAL, "eventType": event.type}))
+            "hop": HOP_JOURNAL, "eventType": event.type, "eventId": event.id}))  # the id left as a gap
         self.on_journal_failed(session_id)
 
     def backpressure(self, session_id: str | None = None) -> asyncio.Future[None] | None:
