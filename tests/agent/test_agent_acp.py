@@ -311,7 +311,7 @@ async def test_session_credentials_stay_in_memory(tmp_path: Path, workspace: Pat
 
 
 def test_credentials_of_reads_both_tokens_and_refuses_bad_shapes() -> None:
-    from hopline.harness.acp.agent import SessionCredentials, credentials_of
+    from hopline.harness.acp.requests import SessionCredentials, credentials_of
     from hopline.vocabulary import CREDENTIAL_GATEWAY_TOKEN as GATEWAY
     from hopline.vocabulary import CREDENTIAL_SIDECAR_WRITE_TOKEN as WRITE
     from hopline.vocabulary import META_CREDENTIALS

@@ -112,7 +112,7 @@ def test_the_fetch_hint_names_the_daemon_it_ran_against_and_never_a_token() -> N
 
 def test_a_sidecar_id_never_reads_as_an_option_on_the_command_line() -> None:
     from hopline.cli.sidecar import fetch_hint
-    from hopline.sidecars.store import new_sidecar_id
+    from hopline.sidecars.entry import new_sidecar_id
 
     assert not any(new_sidecar_id().startswith("-") for _ in range(2000))  # 1 in 64 would, unchecked
     sid, old = "a" * 32, "-" + "b" * 31  # an id stored before the rule: the hint ends the options

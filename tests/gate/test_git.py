@@ -167,7 +167,7 @@ def test_the_review_policy_applies_in_a_gate_session_only(repo: tuple[Path, str,
 def test_a_session_new_review_meta_is_two_commit_ids() -> None:
     from acp import RequestError
 
-    from hopline.harness.acp.agent import review_of
+    from hopline.harness.acp.requests import review_of
 
     good = {"base": "a" * 40, "head": "b" * 7}
     assert review_of(good) == good

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from hopline.budget import Budget
-from hopline.harness.acp.agent import tool_result_update_of
+from hopline.harness.acp.messages import tool_result_update_of
 from hopline.harness.acp.sidecars import offload_update
 from hopline.harness.events import ToolCallFinished
-from hopline.sidecars.projection import project_message, project_update
 from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.store_projection import project_message, project_update
 from hopline.sidecars.writer import SidecarWriter
 from hopline.vocabulary import META_SIDECAR
 

@@ -12,15 +12,12 @@ import pytest
 from acp.schema import ToolCallProgress
 
 from hopline.budget import Budget
-from hopline.sidecars.projection import (
-    JSON_MEDIA_TYPE,
-    TEXT_MEDIA_TYPE,
+from hopline.sidecars.projection import JSON_MEDIA_TYPE, TEXT_MEDIA_TYPE, preview_text, restore_update
+from hopline.sidecars.store_projection import (
     aproject_message,
     needs_projection,
-    preview_text,
     project_message,
     project_update,
-    restore_update,
 )
 
 from .conftest import CountingStore

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopline.budget import Budget
+from hopline.sidecars.entry import SidecarEntry
 from hopline.sidecars.projection import JsonPath, project_fields, restore_update, value_at
-from hopline.sidecars.store import SidecarEntry
 
 BUDGET = Budget.defaults().replace(sidecar_threshold_bytes=400, sidecar_preview_bytes=48)
 

@@ -11,9 +11,10 @@ import orjson
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 
-from hopline.sidecars.projection import project_update
+from hopline.sidecars.entry import SidecarEntry, new_sidecar_id
 from hopline.sidecars.routes import RangeNotSatisfiable, parse_range, sidecar_router
-from hopline.sidecars.store import SidecarEntry, SidecarStore, new_sidecar_id
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.store_projection import project_update
 
 from .conftest import CountingStore, ServerThread
 

@@ -14,13 +14,8 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.sidecars.store import (
-    SidecarRefused,
-    SidecarStore,
-    is_valid_sidecar_id,
-    new_sidecar_id,
-    safe_media_type,
-)
+from hopline.sidecars.entry import SidecarRefused, is_valid_sidecar_id, new_sidecar_id, safe_media_type
+from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_store
 from hopline.vocabulary import SIDECAR_DIR_ENV
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.sidecars.store import SidecarRefused, SidecarStore, new_sidecar_id, open_sidecar_store
+from hopline.sidecars.entry import SidecarRefused, new_sidecar_id
+from hopline.sidecars.store import SidecarStore, open_sidecar_store
 from hopline.store.blobs import S3_PART_BYTES
 from hopline.store.locations import sidecar_location, store_location
 from hopline.store.postgres import migrate

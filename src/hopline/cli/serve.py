@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
+
+if TYPE_CHECKING:
+    import socket
+    from pathlib import Path
+
+    from hopline.budget import Budget
 
 
 def event_loop_kind() -> dict[str, str]:
@@ -35,97 +43,141 @@ def register(app: typer.Typer) -> None:
                                   "(also HOPLINE_STORE_URL; see `hopline limits`)."),
     ) -> None:
         """Serve the daemon API and SSE events; each session runs its own ACP agent child."""
-        import logging
-        import math
-        import os
-        import secrets
-        import shlex
-        import socket
-        import sqlite3
-        import sys
-        from pathlib import Path
+        run_serve(host=host, port=port, data_dir=data_dir, agent_cmd=agent_cmd, agent_env=agent_env,
+                  store=store)
 
-        budget = budget_or_exit()
-        # `hopline demo --naive` serves the seed's incoherent 100 KB gateway limit on purpose.
-        naive = require_coherent_or_exit(budget, "serve")
 
-        import uvicorn
+def run_serve(*, host: str, port: int, data_dir: str, agent_cmd: str, agent_env: list[str],
+              store: str) -> None:
+    """`hopline serve`'s work: the settings checked (each bad one exits 2 with one line), the
+    socket bound before a token is printed, the daemon app built, then served until stopped."""
+    import os
+    import secrets
+    import shlex
+    import sys
 
-        from hopline.budget import HOP_DAEMON_API
-        from hopline.cli._http_server import freeze_startup_heap, uvicorn_config
-        from hopline.console import CONSOLE_PREFIX
-        from hopline.daemon.app import create_daemon_app
-        from hopline.daemon.child import agent_env_names
-        from hopline.logs import configure_json_logging
+    budget = budget_or_exit()
+    # `hopline demo --naive` serves the seed's incoherent 100 KB gateway limit on purpose.
+    naive = require_coherent_or_exit(budget, "serve")
 
-        try:
-            passed_env = agent_env_names([os.environ.get(AGENT_ENV, ""), *agent_env])
-        except ValueError as exc:
-            print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        for name in passed_env:
-            if name not in os.environ:
-                print(f"hopline serve: warning: {AGENT_ENV} names {name}, which is not set", file=sys.stderr)
-        configure_json_logging()
-        argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
-        if data_dir:
-            root = Path(data_dir)
-        elif os.environ.get(DATA_DIR_ENV):
-            root = Path(os.environ[DATA_DIR_ENV])
-        else:
-            root = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
-        sock = bind_or_exit(host, port, "serve")  # a busy port is said before a token is printed
-        server_token = os.environ.get(SERVER_TOKEN_ENV, "")
-        generated_token = not server_token
-        if generated_token:
-            server_token = secrets.token_urlsafe(32)
-            print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
-        internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
+    from hopline.logs import configure_json_logging
 
-        bound_port = sock.getsockname()[1]
-        url_host = f"[{host}]" if ":" in host else host
-        url = f"http://{url_host}:{bound_port}"
+    passed_env = _agent_env_or_exit(agent_env)
+    configure_json_logging()
+    argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
+    root = _data_root(data_dir)
+    sock = bind_or_exit(host, port, "serve")  # a busy port is said before a token is printed
+    server_token = os.environ.get(SERVER_TOKEN_ENV, "")
+    generated_token = not server_token
+    if generated_token:
+        server_token = secrets.token_urlsafe(32)
+        print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
+    internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
 
-        from hopline.budget import Settings
-        from hopline.gateway.providers import ProviderSettingError
-        from hopline.store.locations import StoreSettingError
-        from hopline.store.postgres import StoreUnavailable
+    bound_port = sock.getsockname()[1]
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{bound_port}"
+    daemon = _daemon_app_or_exit(budget, sock, root, agent_cmd=argv, server_token=server_token,
+                                 internal_token=internal_token, url=url, naive=naive, agent_env=passed_env,
+                                 store=store)
+    _serve_daemon(daemon, budget, sock, url, console_token=server_token if generated_token else None)
 
-        try:
-            daemon = create_daemon_app(budget, data_dir=root, agent_cmd=argv, server_token=server_token,
-                                       internal_token=internal_token, gateway_url=url, allow_incoherent=naive,
-                                       agent_env=passed_env, settings=Settings.from_env(store_url=store),
-                                       listen_url=url)
-        except (ProviderSettingError, StoreSettingError) as exc:
-            sock.close()
-            print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-        except StoreUnavailable as exc:
-            sock.close()
-            print(f"hopline serve: {exc}", file=sys.stderr)
-            raise typer.Exit(1) from None
-        except (sqlite3.DatabaseError, OSError) as exc:  # a store file that cannot be opened: one line
-            sock.close()
-            print(f"hopline serve: a store file under {root} cannot be used ({type(exc).__name__}: {exc}). "
-                  f"Next: run `hopline store check --data-dir {root}`", file=sys.stderr)
-            raise typer.Exit(1) from None
 
-        class DaemonServer(uvicorn.Server):
-            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-                # End the open SSE streams first: uvicorn waits for open responses before the
-                # lifespan shutdown, and a stream only ends when its subscriber is closed.
-                daemon.state.bus.close_all()
-                await super().shutdown(sockets)
+def _agent_env_or_exit(agent_env: list[str]) -> tuple[str, ...]:
+    """The variables passed to agent children (``--agent-env`` and ``HOPLINE_AGENT_ENV``); a bad
+    name exits 2, one that is not set is warned about."""
+    import os
+    import sys
 
-        # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
-        # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
-        config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
-                                timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
-        server = DaemonServer(config)
-        # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
-        console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={server_token}" if generated_token else "")
-        print(f"console: {console_url}", flush=True)
-        print(f"hopline serve listening on {url}", flush=True)
-        logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
-        freeze_startup_heap()
-        server.run(sockets=[sock])  # on the loop config.loop picks
+    from hopline.daemon.child import agent_env_names
+
+    try:
+        passed_env = agent_env_names([os.environ.get(AGENT_ENV, ""), *agent_env])
+    except ValueError as exc:
+        print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    for name in passed_env:
+        if name not in os.environ:
+            print(f"hopline serve: warning: {AGENT_ENV} names {name}, which is not set", file=sys.stderr)
+    return passed_env
+
+
+def _data_root(data_dir: str) -> Path:
+    """``--data-dir``, else ``$HOPLINE_DATA_DIR``, else ``$XDG_DATA_HOME/hopline`` (or ~/.local/share)."""
+    import os
+    from pathlib import Path
+
+    if data_dir:
+        return Path(data_dir)
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
+
+
+def _daemon_app_or_exit(budget: Budget, sock: socket.socket, root: Path, *, agent_cmd: list[str],
+                        server_token: str, internal_token: str, url: str, naive: bool,
+                        agent_env: tuple[str, ...], store: str) -> Any:
+    """The daemon app; a bad setting exits 2, a store that is away or a store file that cannot be
+    used exits 1, each with one line (and the socket closed)."""
+    import sqlite3
+    import sys
+
+    from hopline.budget import Settings
+    from hopline.daemon.app import create_daemon_app
+    from hopline.gateway.providers import ProviderSettingError
+    from hopline.store.locations import StoreSettingError
+    from hopline.store.postgres import StoreUnavailable
+
+    try:
+        return create_daemon_app(budget, data_dir=root, agent_cmd=agent_cmd, server_token=server_token,
+                                 internal_token=internal_token, gateway_url=url, allow_incoherent=naive,
+                                 agent_env=agent_env, settings=Settings.from_env(store_url=store),
+                                 listen_url=url)
+    except (ProviderSettingError, StoreSettingError) as exc:
+        sock.close()
+        print(f"hopline serve: bad setting: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except StoreUnavailable as exc:
+        sock.close()
+        print(f"hopline serve: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    except (sqlite3.DatabaseError, OSError) as exc:  # a store file that cannot be opened: one line
+        sock.close()
+        print(f"hopline serve: a store file under {root} cannot be used ({type(exc).__name__}: {exc}). "
+              f"Next: run `hopline store check --data-dir {root}`", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
+                  console_token: str | None) -> None:
+    """Serve ``daemon`` on ``sock`` until stopped; the console's URL carries ``console_token`` (a
+    token this run generated) in its fragment."""
+    import logging
+    import math
+
+    import uvicorn
+
+    from hopline.budget import HOP_DAEMON_API
+    from hopline.cli._http_server import freeze_startup_heap, uvicorn_config
+    from hopline.console import CONSOLE_PREFIX
+
+    class DaemonServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            # End the open SSE streams first: uvicorn waits for open responses before the
+            # lifespan shutdown, and a stream only ends when its subscriber is closed.
+            daemon.state.bus.close_all()
+            await super().shutdown(sockets)
+
+    # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
+    # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
+    config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
+                            timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
+    server = DaemonServer(config)
+    # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
+    console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={console_token}" if console_token else "")
+    print(f"console: {console_url}", flush=True)
+    print(f"hopline serve listening on {url}", flush=True)
+    bound_port = sock.getsockname()[1]
+    logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
+    freeze_startup_heap()
+    server.run(sockets=[sock])  # on the loop config.loop picks

@@ -49,7 +49,9 @@ def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
     import hashlib
 
     from hopline.budget import Settings
-    from hopline.sidecars.store import INDEX_FILE, index_root, is_valid_sidecar_id, open_sidecar_store
+    from hopline.sidecars.entry import is_valid_sidecar_id
+    from hopline.sidecars.index import INDEX_FILE
+    from hopline.sidecars.store import index_root, open_sidecar_store
     from hopline.store.check import StoreDamaged
     from hopline.store.locations import SIDECARS_DIR, sidecar_location, store_location
 

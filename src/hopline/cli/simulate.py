@@ -10,6 +10,7 @@ scripted model's reported prompt tokens plus what was added since; ``content``: 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import typer
@@ -25,7 +26,6 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
     from pathlib import Path
 
     from hopline.harness.context import orphan_tool_messages
-    from hopline.harness.events import IterationProgress, LoopEvent
     from hopline.harness.loop import ToolLoop
     from hopline.harness.model import EncodedRequest, LlmTurnResponse
     from hopline.harness.profiles import get_profile
@@ -56,6 +56,36 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
     gateway_limit = parse_size(NAIVE_GATEWAY_LIMIT) if naive else budget.api_json_body_limit
     model = CheckedModel(scripted, max_body_bytes=gateway_limit)
     rows: dict[int, dict[str, Any]] = {}
+    sink = _row_sink(rows)
+
+    with tempfile.TemporaryDirectory(prefix="hopline-simulate-") as tmp:
+        workspace = make_sample_workspace(Path(tmp), file_bytes=tool_bytes, seed=seed)
+        loop = ToolLoop(model, profile, workspace, budget, sink=sink, naive=naive)
+        try:
+            result = await loop.run([], "Review the change in this workspace and report what you find.")
+        finally:
+            loop.close()
+    return {
+        "iterations": [rows[k] for k in sorted(rows)],
+        "summary": {
+            "profile": profile.name,
+            "naive": naive,
+            "maxBodyBytes": result.max_body_bytes,
+            "ceilingBytes": budget.transport_max_body_bytes,
+            "gatewayLimitBytes": gateway_limit,
+            "compactions": len(result.compactions),
+            "orphanToolMessages": model.orphans,
+            "stopReason": result.stop_reason,
+            "failures": _failures_of(result),
+            "repairs": result.repairs.to_json(),
+        },
+    }
+
+
+def _row_sink(rows: dict[int, dict[str, Any]]) -> Callable[[Any], Awaitable[None]]:
+    """The loop's sink: one row per iteration in ``rows``, its largest body and estimate, and the
+    compaction that ran in it (an iteration reports progress before each llm-turn)."""
+    from hopline.harness.events import IterationProgress, LoopEvent
 
     async def sink(event: LoopEvent) -> None:
         if isinstance(event, IterationProgress):
@@ -70,13 +100,11 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
                 row["compacted"] = True
                 row["trigger"] = event.trigger
 
-    with tempfile.TemporaryDirectory(prefix="hopline-simulate-") as tmp:
-        workspace = make_sample_workspace(Path(tmp), file_bytes=tool_bytes, seed=seed)
-        loop = ToolLoop(model, profile, workspace, budget, sink=sink, naive=naive)
-        try:
-            result = await loop.run([], "Review the change in this workspace and report what you find.")
-        finally:
-            loop.close()
+    return sink
+
+
+def _failures_of(result: Any) -> list[dict[str, Any]]:
+    """The turn's summarizer failures, then its own failure (hop, status and sizes) if it failed."""
     failures: list[dict[str, Any]] = [{"origin": f.origin, "message": f.message}
                                       for f in result.summarizer_failures]
     if result.failure is not None:
@@ -84,21 +112,7 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
         failures.append({"origin": failure.origin, "message": failure.message, "hop": failure.hop,
                          "status": failure.status, "limitBytes": failure.limit_bytes,
                          "observedBytes": failure.observed_bytes})
-    return {
-        "iterations": [rows[k] for k in sorted(rows)],
-        "summary": {
-            "profile": profile.name,
-            "naive": naive,
-            "maxBodyBytes": result.max_body_bytes,
-            "ceilingBytes": budget.transport_max_body_bytes,
-            "gatewayLimitBytes": gateway_limit,
-            "compactions": len(result.compactions),
-            "orphanToolMessages": model.orphans,
-            "stopReason": result.stop_reason,
-            "failures": failures,
-            "repairs": result.repairs.to_json(),
-        },
-    }
+    return failures
 
 
 def _print_rows(report: dict[str, Any]) -> None:

@@ -55,6 +55,17 @@ def short_id(value: Any) -> str:
 
 
 def print_status(console: Console, status: dict[str, Any]) -> None:
+    """The status object as tables, one per part, in the order an operator reads them."""
+    _print_sessions(console, status)
+    _print_gate_runs(console, status)
+    _print_pipe(console, status)
+    _print_other_counters(console, status)
+    _print_cluster(console, status)
+    _print_budget(console, status)
+
+
+def _print_sessions(console: Console, status: dict[str, Any]) -> None:
+    """The sessions, one row each (the id short, no path; the hostile-child counters when set)."""
     from rich.table import Table
 
     sessions = status.get("sessions")
@@ -82,6 +93,11 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     else:
         console.print(f"sessions: {sessions}")
 
+
+def _print_gate_runs(console: Console, status: dict[str, Any]) -> None:
+    """The gate runs, one row each: state, exit code, round, the dev session, each gate's item or verdict."""
+    from rich.table import Table
+
     gates = status.get("gates")
     if isinstance(gates, list) and gates:
         table = Table(title=f"gate runs ({len(gates)})", title_justify="left")
@@ -97,6 +113,11 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
                           shown)
         console.print(table)
 
+
+def _print_pipe(console: Console, status: dict[str, Any]) -> None:
+    """The ACP pipe's counters, both directions."""
+    from rich.table import Table
+
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     table = Table(title="ACP pipe (inbound = agent → daemon, outbound = daemon → agent)",
                   title_justify="left")
@@ -110,6 +131,9 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
                       exact_size(d.get("droppedBytes", 0)), exact_size(d.get("maxDroppedBytes", 0)))
     console.print(table)
 
+
+def _print_other_counters(console: Console, status: dict[str, Any]) -> None:
+    """Large frames, sidecars, SSE, delivery and warm children, as one key-value table."""
     other: dict[str, Any] = {}
     for key in ("largeFrames", "sidecars", "sse", "delivery", "warmChildren"):
         value = status.get(key)
@@ -120,6 +144,11 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
         other["framesDropped"] = status["framesDropped"]
     if other:
         console.print(_kv_table("large frames, sidecars, SSE, delivery, warm children", other))
+
+
+def _print_cluster(console: Console, status: dict[str, Any]) -> None:
+    """With several daemons: this daemon's cluster counters, each daemon and its leases."""
+    from rich.table import Table
 
     cluster = status.get("cluster")
     if isinstance(cluster, dict):
@@ -135,6 +164,11 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
             table.add_row(str(d.get("id")), str(d.get("advertiseUrl")), state,
                           f"{d.get('heartbeatAgeSeconds')} s", str(d.get("leases")))
         console.print(table)
+
+
+def _print_budget(console: Console, status: dict[str, Any]) -> None:
+    """The ceilings in force (the narrowest request ceiling marked), then coherence findings."""
+    from rich.table import Table
 
     budget = status.get("budget") or {}
     ceilings = budget.get("ceilings") or []

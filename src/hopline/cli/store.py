@@ -54,7 +54,8 @@ def check(
     if location.path is None:
         report = _check_postgres(location.dsn, repair)
     else:
-        from hopline.sidecars.store import INDEX_FILE, index_root
+        from hopline.sidecars.index import INDEX_FILE
+        from hopline.sidecars.store import index_root
         from hopline.store.locations import SIDECARS_DIR
         from hopline.store.sqlite_journal import JOURNAL_SCHEMA
 
@@ -74,7 +75,7 @@ def check(
 def _check_index(report: dict[str, Any], index: Path, repair: bool) -> None:
     """The SQLite sidecar index beside an SQLite journal (:mod:`hopline.store.index_check`), into
     ``report``: its problem (after a repair: what is left of it) and what the repair did."""
-    from hopline.sidecars.store import INDEX_SCHEMA
+    from hopline.sidecars.index import INDEX_SCHEMA
     from hopline.store.index_check import index_problem, repair_index
 
     if repair:

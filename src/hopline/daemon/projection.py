@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
+from hopline.sidecars.entry import FALLBACK_KEYS
 from hopline.sidecars.projection import MESSAGE_UPDATE_KINDS, TOOL_UPDATE_KINDS
-from hopline.sidecars.store import FALLBACK_KEYS
 from hopline.vocabulary import META_DROPPED, META_SIDECAR
 
 InboundProjector = Callable[[str, dict[str, Any]], dict[str, Any]]  # (session id, update) -> update

@@ -128,6 +128,15 @@ def create_gateway_app(
     async def metrics_endpoint() -> Response:
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    _add_llm_turn_route(app, budget, provider, route_prefix)
+    _add_middleware(app, budget, token=token, session_tokens=session_tokens, route_prefix=route_prefix,
+                    metrics=metrics)
+    return app
+
+
+def _add_llm_turn_route(app: FastAPI, budget: Budget, provider: Provider, route_prefix: str) -> None:
+    """The llm-turn route: a JSON body checked (shape, depth, the scripted model's params), then the
+    provider's answer, whole or streamed (G-5)."""
     body_schema, nested = _body_schema()
     _add_schema_components(app, nested)
 
@@ -166,6 +175,12 @@ def create_gateway_app(
             return turn_failure_response(failure)
         return Response(orjson.dumps(answer.to_json()), media_type="application/json")
 
+
+def _add_middleware(app: FastAPI, budget: Budget, *, token: str, session_tokens: SessionTokens | None,
+                    route_prefix: str, metrics: GatewayMetrics) -> None:
+    """The layers around the routes, added innermost first: the body limit, the bearer token,
+    metrics, the last resort (outermost)."""
+    limit = budget.api_json_body_limit
     # A body our own engine may build (up to its ceiling, even when misconfigured over this limit)
     # gets a readable 413 rather than a reset; anything larger has its connection closed.
     discard_up_to = max(2 * limit, budget.transport_max_body_bytes)
@@ -175,4 +190,3 @@ def create_gateway_app(
                        session_of_path=llm_turn_session(route_prefix))
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(LastResort, hop=HOP_GATEWAY)  # outermost: added last
-    return app

@@ -7,24 +7,21 @@ The route module imports FastAPI; import it as ``hopline.sidecars.routes`` so th
 side (``.writer``) stays light.
 """
 
+from hopline.sidecars.entry import FALLBACK_KEYS, SidecarEntry, SidecarRefused, is_valid_sidecar_id
 from hopline.sidecars.projection import (
     JSON_MEDIA_TYPE,
     TEXT_MEDIA_TYPE,
-    aproject_message,
-    needs_projection,
     preview_text,
     project_fields,
+    restore_update,
+)
+from hopline.sidecars.store import SidecarStore
+from hopline.sidecars.store_projection import (
+    aproject_message,
+    needs_projection,
     project_message,
     project_update,
-    restore_update,
     sidecar_projector,
-)
-from hopline.sidecars.store import (
-    FALLBACK_KEYS,
-    SidecarEntry,
-    SidecarRefused,
-    SidecarStore,
-    is_valid_sidecar_id,
 )
 
 __all__ = [

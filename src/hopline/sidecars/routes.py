@@ -17,7 +17,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS, HoplineError
-from hopline.sidecars.store import SidecarEntry, SidecarStore, is_valid_sidecar_id
+from hopline.sidecars.entry import SidecarEntry, is_valid_sidecar_id
+from hopline.sidecars.store import SidecarStore
 
 SIDECAR_ROUTE = "/session/{session_id}/sidecars/{sidecar_id}"
 _RANGE_RE = re.compile(r"\A\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*\Z")

@@ -23,136 +23,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
 import logging
-import re
 import secrets
-import sqlite3
-import threading
 import time
-import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hopline.budget import HOP_SIDECARS, Budget, HoplineError
+from hopline.budget import Budget
+from hopline.sidecars.entry import (
+    FALLBACK_KEYS,
+    REASON_DISK_ERROR,
+    REASON_OVER_OBJECT,
+    REASON_OVER_SESSION,
+    REASON_OVER_STORE,
+    SidecarEntry,
+    SidecarRefused,
+    is_valid_sidecar_id,
+    new_sidecar_id,
+    safe_media_type,
+)
+from hopline.sidecars.index import INDEX_FILE, IndexTransaction, SidecarIndex
 from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
 from hopline.store.index_check import require_usable_index
 from hopline.store.locations import S3, SidecarLocation, StoreLocation
-from hopline.store.private import private_dir, private_file
 
 log = logging.getLogger("hopline.sidecars")
 
-SIDECAR_ID_BYTES = 24
-# token_urlsafe(24) -> 32 characters; \Z (not $) so a trailing newline never matches.
-SIDECAR_ID_RE = re.compile(r"\A[A-Za-z0-9_-]{32}\Z")
 WRITE_TOKEN_BYTES = 32
-DEFAULT_MEDIA_TYPE = "application/octet-stream"
-# type/subtype with optional simple parameters; anything else (CR/LF, quotes, long) is replaced.
-_MEDIA_TYPE_RE = re.compile(
-    r"\A[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,63}"
-    r"(?:\s*;\s*[A-Za-z0-9_.+-]{1,32}=[A-Za-z0-9_.+-]{1,64}){0,4}\Z"
-)
-
-REASON_OVER_OBJECT = "over_object_quota"
-REASON_OVER_SESSION = "over_session_quota"
-REASON_OVER_STORE = "over_store_quota"
-REASON_DISK_ERROR = "disk_error"
-REASON_TOKEN_REVOKED = "write_token_revoked"  # the agent's token outlived its session (S-3)
-# reason -> the key under stats()["fallbacks"]
-FALLBACK_KEYS = {
-    REASON_OVER_OBJECT: "overObjectQuota",
-    REASON_OVER_SESSION: "overSessionQuota",
-    REASON_OVER_STORE: "overStoreQuota",
-    REASON_DISK_ERROR: "diskError",
-    REASON_TOKEN_REVOKED: "writeTokenRevoked",
-}
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
-INDEX_FILE = "sidecars.sqlite3"  # the SQLite index, in the store's root
-
-INDEX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS sidecars (
-    id TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    size INTEGER NOT NULL,
-    sha256 TEXT NOT NULL,
-    media_type TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS sidecars_session ON sidecars (session_id, sha256);
-CREATE INDEX IF NOT EXISTS sidecars_expiry ON sidecars (expires_at);
-CREATE TABLE IF NOT EXISTS write_tokens (
-    token_sha256 TEXT PRIMARY KEY,
-    session_id TEXT NOT NULL,
-    created_at REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS write_tokens_session ON write_tokens (session_id);
-CREATE TABLE IF NOT EXISTS counters (
-    name TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-);
-"""
-
-
-def is_valid_sidecar_id(value: object) -> bool:
-    """True only for a string shaped exactly like an id we mint (checked before any I/O)."""
-    return isinstance(value, str) and SIDECAR_ID_RE.match(value) is not None
-
-
-def new_sidecar_id() -> str:
-    """A new id; never one that starts with ``-``, which a command line (``hopline sidecar SESSION
-    ID``) would read as an option."""
-    while True:
-        sidecar_id = secrets.token_urlsafe(SIDECAR_ID_BYTES)
-        if not sidecar_id.startswith("-"):
-            return sidecar_id
-
-
-def safe_media_type(value: object) -> str:
-    """The media type if it is a plain ``type/subtype[; k=v]``, else ``application/octet-stream``."""
-    if isinstance(value, str) and _MEDIA_TYPE_RE.match(value):
-        return value
-    return DEFAULT_MEDIA_TYPE
-
-
-class SidecarRefused(HoplineError):
-    """A sidecar was not stored: ``reason`` is one of the ``REASON_*`` values.
-
-    ``limit`` is the ceiling that was hit (``None`` for a disk error) and ``observed`` the size
-    the store would have reached (for quotas) or the object size (for a disk error).
-    """
-
-    def __init__(self, reason: str, limit: int | None, observed: int) -> None:
-        self.reason = reason
-        self.limit = limit
-        self.observed = observed
-        limit_text = "no limit (disk error)" if limit is None else f"limit {limit} bytes"
-        super().__init__(
-            f"{HOP_SIDECARS}: sidecar refused ({reason}): {limit_text}, observed {observed} bytes")
-
-
-@dataclasses.dataclass(frozen=True)
-class SidecarEntry:
-    """One stored sidecar, as its index row says."""
-
-    id: str
-    session_id: str
-    size: int
-    sha256: str
-    media_type: str
-    created_at: float
-    expires_at: float
-
-    @property
-    def etag(self) -> str:
-        return f'"{self.sha256}"'
-
-    def meta(self, field: str) -> dict[str, Any]:
-        """The ``_meta["hopline.sidecar"]`` list entry for ``field`` (no session id: it is implied)."""
-        return {"field": field, "id": self.id, "bytes": self.size, "sha256": self.sha256,
-                "mediaType": self.media_type}
 
 
 def _token_digest(token: str) -> str:
@@ -178,32 +78,16 @@ class SidecarStore:
         self.blobs_dir = self.root / "blobs"
         self.tmp_dir = self.root / "tmp"
         self.db_path = self.root / INDEX_FILE
-        self._lock = threading.RLock()
-        self._dsn = dsn
-        self._db: Any
-        if dsn is None:
-            private_dir(self.root)
-            private_file(self.db_path)  # 0600 before SQLite opens it: its WAL and SHM take its mode
-            self._db = sqlite3.connect(self.db_path, check_same_thread=False, isolation_level=None,
-                                       timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(INDEX_SCHEMA)
-            self._db_errors: tuple[type[Exception], ...] = (sqlite3.Error,)
-        else:
-            import psycopg
-
-            from hopline.store.index import PgIndex
-
-            # The schema is the store's migrations (hopline.store.postgres); a pool that reconnects.
-            self._db = PgIndex(dsn, statement_timeout=budget.store_statement_timeout_seconds)
-            self._db_errors = (psycopg.Error,)
+        self._index = SidecarIndex(self.root, dsn=dsn,
+                                   statement_timeout_seconds=budget.store_statement_timeout_seconds)
+        self._lock = self._index.lock
+        self._db_errors = self._index.errors
         # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
         # shared index's is the store's now(), whatever ``clock`` (this daemon's wall clock) says:
         # a daemon 24 h ahead would reap every daemon's sidecars. Alone, ``clock`` (tests fake it).
-        self.clock: Callable[[], float] = self._db.now if dsn is not None else (clock or time.time)
+        self.clock: Callable[[], float] = self._index.db.now if dsn is not None else (clock or time.time)
         # bodies' ages (the orphans' grace) are against real time, the store's when shared
-        self._real_clock: Callable[[], float] = self._db.now if dsn is not None else time.time
+        self._real_clock: Callable[[], float] = self._index.db.now if dsn is not None else time.time
         # Counters the index could not record (a failing disk): still reported by stats().
         self._unrecorded: dict[str, int] = {}
 
@@ -215,16 +99,10 @@ class SidecarStore:
     # --- low-level access (every index query and every body key goes through here) ------------
 
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        with self._lock:
-            if self._dsn is None:
-                return self._db.execute(sql, params)
-            return self._db.execute(sql.replace("?", "%s"), params)
+        return self._index.execute(sql, params)
 
-    def _in_transaction(self) -> bool:
-        return bool(self._db.in_transaction)
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self)
+    def _transaction(self) -> IndexTransaction:
+        return self._index.transaction()
 
     def _blob_path(self, sidecar_id: str) -> Path:
         """Where a valid id's body is as a file (ValueError for anything else); its name is the key
@@ -237,8 +115,7 @@ class SidecarStore:
         return self._blob_path(sidecar_id).name
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
+        self._index.close()
 
     def __enter__(self) -> SidecarStore:
         return self
@@ -503,56 +380,6 @@ class SidecarStore:
 
     def revoke_write_tokens(self, session_id: str) -> int:
         return int(self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,)).rowcount)
-
-
-class _Transaction:
-    """The index's write transaction: holds the thread lock and the store's write lock (SQLite:
-    ``BEGIN IMMEDIATE``; PostgreSQL: one advisory transaction lock shared by every daemon)."""
-
-    def __init__(self, store: SidecarStore) -> None:
-        self.store = store
-        self._pg: contextlib.ExitStack | None = None
-
-    def __enter__(self) -> None:
-        self.store._lock.acquire()
-        try:
-            if self.store._dsn is None:
-                self.store._execute("BEGIN IMMEDIATE")
-            else:
-                from hopline.store.postgres import SIDECAR_WRITE_LOCK_KEY
-
-                with contextlib.ExitStack() as stack:
-                    stack.enter_context(self.store._db.transaction())
-                    self.store._execute("SELECT pg_advisory_xact_lock(?)", (SIDECAR_WRITE_LOCK_KEY,))
-                    self._pg = stack.pop_all()
-        except BaseException:
-            if self.store._dsn is None and self.store._in_transaction():
-                self.store._execute("ROLLBACK")
-            self.store._lock.release()
-            raise
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: types.TracebackType | None) -> None:
-        if self._pg is not None:  # PostgreSQL: the index's transaction commits or rolls back itself
-            pg, self._pg = self._pg, None
-            try:
-                pg.__exit__(exc_type, exc, tb)
-            finally:
-                self.store._lock.release()
-            return
-        try:
-            if exc_type is not None:
-                if self.store._in_transaction():
-                    self.store._execute("ROLLBACK")
-                return
-            try:
-                self.store._execute("COMMIT")
-            except self.store._db_errors:
-                if self.store._in_transaction():
-                    self.store._execute("ROLLBACK")
-                raise
-        finally:
-            self.store._lock.release()
 
 
 def index_root(sidecars: SidecarLocation, index_dir: Path) -> Path:

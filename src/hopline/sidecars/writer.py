@@ -26,13 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hopline.budget import HOP_SIDECARS, Budget, HoplineError
-from hopline.sidecars.store import (
-    INDEX_FILE,
-    REASON_TOKEN_REVOKED,
-    SidecarEntry,
-    SidecarRefused,
-    SidecarStore,
-)
+from hopline.sidecars.entry import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused
+from hopline.sidecars.index import INDEX_FILE
+from hopline.sidecars.store import SidecarStore
 from hopline.vocabulary import SIDECAR_DIR_ENV
 
 

@@ -60,7 +60,23 @@ from acp.schema import (
 
 from hopline.budget import Budget
 from hopline.harness.acp.content import PROMPT_CAPABILITIES, echo_blocks, prompt_content
-from hopline.harness.acp.sidecars import needs_offload, offload_update, tool_meta, writer_for
+from hopline.harness.acp.messages import (
+    ALLOW_ONCE,
+    permission_request_of,
+    stop_reason_of,
+    tool_call_update_of,
+    tool_result_update_of,
+    tool_status_update_of,
+    turn_error_of,
+)
+from hopline.harness.acp.requests import (
+    SessionCredentials,
+    credentials_of,
+    cursor_of,
+    review_of,
+    workspace_of,
+)
+from hopline.harness.acp.sidecars import needs_offload, offload_update, writer_for
 from hopline.harness.context import repair
 from hopline.harness.events import (
     AgentText,
@@ -72,132 +88,36 @@ from hopline.harness.events import (
     ToolCallStarted,
 )
 from hopline.harness.failures import failure_brief
-from hopline.harness.model import Model, TurnFailure
+from hopline.harness.model import Model
 from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
-from hopline.harness.tools import ReviewRange
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
 from hopline.vocabulary import (
-    CREDENTIAL_GATEWAY_TOKEN,
-    CREDENTIAL_SIDECAR_WRITE_TOKEN,
     LOAD_UPDATES_METHOD,
-    META_CREDENTIALS,
     META_LOAD_REPLAY,
     META_LOAD_REPLAY_MODE,
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
     META_TAKES_CREDENTIALS,
-    META_TOOL,
     META_TURN,
     PERMISSION_MODE_ENV,
     PROGRESS_METHOD,
 )
 from hopline.vocabulary import REVIEW_META as META_REVIEW
-from hopline.wire.input import InputRefused, parse_decimal_id
+from hopline.wire.input import InputRefused
 
 log = logging.getLogger("hopline.agent")
 
 DEFAULT_PROFILE = "qa_automation"
 
-TURN_FAILED_CODE = -32603
 PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
-ALLOW_ONCE = "allow_once"
-REJECT_ONCE = "reject_once"
-
-
-
-@dataclasses.dataclass(frozen=True)
-class SessionCredentials:
-    """One session's secrets from ``_meta["hopline.credentials"]`` (memory only; repr hides them)."""
-
-    gateway_token: str | None = dataclasses.field(default=None, repr=False)
-    sidecar_write_token: str | None = dataclasses.field(default=None, repr=False)
-
-
-def credentials_of(meta: dict[str, Any]) -> SessionCredentials | None:
-    """The credentials a ``session/new`` or ``session/load`` carries, or None when it has none."""
-    given = meta.get(META_CREDENTIALS)
-    if given is None:
-        return None
-    if not isinstance(given, dict):
-        raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}", "reason": "not an object"})
-    tokens: dict[str, str | None] = {}
-    for key in (CREDENTIAL_GATEWAY_TOKEN, CREDENTIAL_SIDECAR_WRITE_TOKEN):
-        token = given.get(key)
-        if token is not None and not isinstance(token, str):
-            raise RequestError.invalid_params({"field": f"_meta.{META_CREDENTIALS}.{key}",
-                                               "reason": "not a string"})
-        tokens[key] = token or None
-    return SessionCredentials(gateway_token=tokens[CREDENTIAL_GATEWAY_TOKEN],
-                              sidecar_write_token=tokens[CREDENTIAL_SIDECAR_WRITE_TOKEN])
-
-
-def review_of(value: Any) -> dict[str, Any]:
-    """``_meta["hopline.review"]`` checked: ``{base, head}`` (two commit ids), optionally the gate's
-    ``testCommand`` and ``sandbox``."""
-    if not isinstance(value, dict):
-        raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}",
-                                           "reason": "an object with base and head"})
-    try:
-        return ReviewRange.from_meta(value).to_meta()
-    except ValueError as exc:
-        raise RequestError.invalid_params({"field": f"_meta.{META_REVIEW}", "reason": str(exc)}) from None
 
 
 ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model
 LoopFactory = Callable[..., Any]
 
-
-def _stop_reason(loop_stop: str) -> str:
-    return {"end_turn": "end_turn", "max_iterations": "max_turn_requests",
-            "cancelled": "cancelled"}.get(loop_stop, "end_turn")
-
-
-# --- loop events -> session/update objects --------------------------------------------------
-
-
-def tool_call_update_of(event: ToolCallStarted, status: str) -> dict[str, Any]:
-    return {
-        "sessionUpdate": "tool_call",
-        "toolCallId": event.call_id,
-        "title": event.title,
-        "kind": event.kind,
-        "status": status,
-        "rawInput": event.raw_input,
-        "locations": [{"path": p} for p in event.locations],
-        "_meta": {META_TOOL: tool_meta(event.name)},
-    }
-
-
-def tool_status_update_of(call_id: str, name: str | None, status: str,
-                          text: str | None = None) -> dict[str, Any]:
-    """A ``tool_call_update`` changing only the status (and optionally a short text)."""
-    update: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": call_id, "status": status}
-    if text is not None:
-        update["content"] = [{"type": "content", "content": {"type": "text", "text": text}}]
-    if name is not None:
-        update["_meta"] = {META_TOOL: tool_meta(name)}
-    return update
-
-
-def tool_result_update_of(event: ToolCallFinished, name: str | None = None) -> dict[str, Any]:
-    """The full result; large fields are moved to sidecars afterwards (:meth:`HoplineAgent._offload`)."""
-    update: dict[str, Any] = {
-        "sessionUpdate": "tool_call_update",
-        "toolCallId": event.call_id,
-        "status": event.status,
-        "content": [{"type": "content", "content": {"type": "text", "text": event.output}}],
-    }
-    if name is not None:
-        update["_meta"] = {META_TOOL: tool_meta(name)}
-    if event.raw_output is not None:
-        update["rawOutput"] = event.raw_output
-    else:  # the full text is in content[]; repeating it here would double the frame
-        update["rawOutput"] = {"bytes": len(event.output.encode("utf-8")),
-                               "modelBytes": len(event.model_output.encode("utf-8"))}
-    return update
 
 
 @dataclasses.dataclass
@@ -265,7 +185,7 @@ class HoplineAgent:
 
     async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
                           mcp_servers: list[Any] | None = None, **meta: Any) -> NewSessionResponse:
-        workspace = _workspace_or_error(cwd)
+        workspace = workspace_of(cwd)
         profile_name = meta.get(META_PROFILE) or DEFAULT_PROFILE
         if not isinstance(profile_name, str):
             raise RequestError.invalid_params({"field": f"_meta.{META_PROFILE}", "reason": "not a string"})
@@ -388,8 +308,8 @@ class HoplineAgent:
             failure = getattr(result, "failure", None)
             if result.stop_reason == "failed" and failure is not None:
                 log.warning("turn failed", extra={"origin": failure.origin})
-                raise _turn_error(failure)
-            stop = "cancelled" if live.cancelled else _stop_reason(result.stop_reason)
+                raise turn_error_of(failure)
+            stop = "cancelled" if live.cancelled else stop_reason_of(result.stop_reason)
             log.info("turn finished", extra={"stopReason": stop, "iterations": result.iterations})
             return self._prompt_answer(stop, result)
 
@@ -451,19 +371,8 @@ class HoplineAgent:
         return self._loop_factory(live, self._model_factory(session_id, live.credentials), sink, permit)
 
     async def _ask_permission(self, session_id: str, event: ToolCallStarted) -> bool:
-        params = {
-            "sessionId": session_id,
-            "toolCall": {
-                "toolCallId": event.call_id, "title": event.title, "kind": event.kind,
-                "status": "pending", "rawInput": event.raw_input,
-                "locations": [{"path": p} for p in event.locations],
-            },
-            "options": [
-                {"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"},
-                {"optionId": REJECT_ONCE, "name": "Reject", "kind": "reject_once"},
-            ],
-        }
-        answer = await self.conn.send_request("session/request_permission", params)
+        answer = await self.conn.send_request("session/request_permission",
+                                              permission_request_of(session_id, event))
         outcome = (answer or {}).get("outcome") or {}
         allowed = outcome.get("outcome") == "selected" and outcome.get("optionId") == ALLOW_ONCE
         log.info("permission answered", extra={"tool": event.name, "allowed": allowed})
@@ -532,7 +441,7 @@ class HoplineAgent:
         if not isinstance(session_id, str):
             raise RequestError.invalid_params({"field": "sessionId", "reason": "required string"})
         live = self._session(session_id)
-        start = _cursor(params.get("cursor"))
+        start = cursor_of(params.get("cursor"))
         overhead = len(orjson.dumps({"updates": [], "startTime": live.record.created_at,
                                      "lastUpdated": "x" * 40, "nextCursor": str(2**63),
                                      "partial": True, "hasMore": True}))
@@ -547,38 +456,6 @@ class HoplineAgent:
     async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
         return None
 
-
-def _cursor(value: Any) -> int:
-    """A loadUpdates cursor: a nextCursor of ours (decimal digits, SQLite's range), or an int."""
-    if value is None:
-        return 0
-    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-    if not isinstance(text, str):
-        raise RequestError.invalid_params({"field": "cursor", "reason": "not a cursor"})
-    try:
-        return parse_decimal_id(text, "cursor")
-    except InputRefused as refused:
-        raise RequestError.invalid_params({"field": "cursor", "reason": refused.message}) from None
-
-
-def _workspace_or_error(cwd: str) -> Path:
-    path = Path(cwd)
-    if not path.is_absolute() or not path.is_dir():
-        raise RequestError.invalid_params({"field": "cwd", "reason": "not an absolute path to a directory"})
-    return path.resolve()
-
-
-def _turn_error(failure: TurnFailure) -> RequestError:
-    data: dict[str, Any] = {"origin": failure.origin, "message": failure.message}
-    if failure.status is not None:
-        data["status"] = failure.status
-    if failure.hop is not None:
-        data["hop"] = failure.hop
-    if failure.limit_bytes is not None:
-        data["limitBytes"] = failure.limit_bytes
-    if failure.observed_bytes is not None:
-        data["observedBytes"] = failure.observed_bytes
-    return RequestError(TURN_FAILED_CODE, f"turn failed ({failure.origin}): {failure.message}", data)
 
 
 def build_connection(agent: HoplineAgent, transport: Any) -> Connection:

@@ -1,0 +1,181 @@
+"""The journal's queue (SPEC D-5, T-6): the commits handed to the journal's writer, delivered in
+commit order once each resolves, never before; its size in events and bytes, each session's share
+of it, and the future a held pipe reader waits on for room.
+
+Delivery itself (ring, subscribers) and a failed commit's ``frame_dropped`` are the bus's: the
+queue calls ``deliver`` and ``failed`` with each event of a resolved commit."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+from collections.abc import Callable
+
+from hopline.daemon.bus.events import Event
+from hopline.store.journal import EventJournal
+
+Deliver = Callable[[str, Event], bool]  # (session, event) -> a half-full subscriber is about to run
+Failed = Callable[[str, Event, BaseException, bool], None]  # (session, event, error, answered)
+
+
+@dataclasses.dataclass(eq=False)
+class Commit:
+    """Events handed to the journal together, delivered together once ``committed`` resolves
+    (None: synthetic events only, delivered when the commits before them are)."""
+
+    events: list[tuple[str, Event]]
+    committed: asyncio.Future[None] | None
+    journaled: int  # events with an id
+    nbytes: int  # their data bytes
+    delivered: asyncio.Future[None] | None = None  # made on demand by CommitQueue.flushed
+    next_index: int = 0  # the first event not yet delivered (a commit may take several turns)
+    # A write-ahead request's own event (publish_committed): refused, it is answered to the
+    # requester (507/503) and was never accepted, so it is neither a loss nor a turn's fault.
+    answered: bool = False
+
+
+AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
+
+
+def ready(commit: Commit) -> bool:
+    return commit.committed is None or commit.committed.done()
+
+
+class CommitQueue:
+    """The commits handed to the journal and not yet delivered, in commit order."""
+
+    def __init__(self, journal: EventJournal, deliver: Deliver, failed: Failed) -> None:
+        self.journal = journal
+        self._deliver = deliver
+        self._failed = failed
+        self._commits: collections.deque[Commit] = collections.deque()  # in commit order
+        self.queued_events = 0  # handed to the journal, not yet committed
+        self.queued_bytes = 0
+        self._room: asyncio.Future[None] | None = None
+        # The queue's share of each session with events in it: [events, bytes] (SPEC T-6, fair shares)
+        self.queued_by: dict[str, list[int]] = {}
+        self._delivering = False  # a deliver_next is running or scheduled
+
+    def last(self) -> Commit | None:
+        """The commit handed over last (the one a publish just made, if it made one)."""
+        return self._commits[-1] if self._commits else None
+
+    def room(self) -> asyncio.Future[None]:
+        """A future resolved once a commit was delivered (a held pipe reader awaits it)."""
+        if self._room is None or self._room.done():
+            self._room = asyncio.get_running_loop().create_future()
+        return self._room
+
+    def hand_over(self, events: list[tuple[str, Event]]) -> None:
+        if not events:
+            return
+        journaled = [event for _, event in events if event.id is not None]
+        if not journaled and not self._commits:
+            for session_id, event in events:  # nothing before them: out at once
+                self._deliver(session_id, event)
+            return
+        commit = Commit(events, self.journal.commit() if journaled else None, len(journaled),
+                        sum(len(event.data) for event in journaled))
+        queued_by = self.queued_by
+        for session_id, event in events:
+            if event.id is not None:
+                share = queued_by.get(session_id)
+                if share is None:
+                    share = queued_by[session_id] = [0, 0]
+                share[0] += 1
+                share[1] += len(event.data)
+        self._commits.append(commit)
+        self.queued_events += commit.journaled
+        self.queued_bytes += commit.nbytes
+        if commit.committed is not None:
+            commit.committed.add_done_callback(self._on_committed)
+
+    def _on_committed(self, _: asyncio.Future[None]) -> None:
+        if not self._delivering:
+            self._delivering = True
+            self._deliver_next()
+
+    def _deliver_next(self) -> None:
+        """Deliver the commit at the head of the queue if it is done, then the next one in the next
+        loop iteration: a writer transaction that settles many commits at once does not pour them
+        all into the subscribers' queues before their streams run (the pacing of one pipe read
+        per iteration is kept). Within a commit, delivery also pauses for one iteration when a
+        subscriber whose stream is about to run is half full: a subscriber that keeps up is never
+        evicted by one burst, one that does not read (its stream stuck in a write) is not waited for."""
+        commits = self._commits
+        if commits and ready(commits[0]):
+            commit = commits[0]
+            error = None
+            if commit.committed is not None and not commit.committed.cancelled():
+                error = commit.committed.exception()
+            events = commit.events
+            while commit.next_index < len(events):
+                session_id, event = events[commit.next_index]
+                commit.next_index += 1
+                if error is not None and event.id is not None:
+                    self._failed(session_id, event, error, commit.answered)
+                elif self._deliver(session_id, event) and commit.next_index < len(events):
+                    asyncio.get_running_loop().call_soon(self._deliver_next)
+                    self._deliver_around(commit)
+                    return
+            commits.popleft()
+            self.queued_events -= commit.journaled
+            self.queued_bytes -= commit.nbytes
+            self._unqueue(commit)
+            if commit.delivered is not None and not commit.delivered.done():
+                commit.delivered.set_result(None)
+            room = self._room
+            if room is not None and not room.done():
+                room.set_result(None)  # each held reader checks its own share again
+            if commits and ready(commits[0]):
+                asyncio.get_running_loop().call_soon(self._deliver_next)
+                return
+        self._delivering = False
+
+    def _deliver_around(self, held: Commit) -> None:
+        """While ``held`` waits for a subscriber to drain, the ready commits behind it of other
+        sessions are delivered (SPEC T-6, fair shares): one session's flood to a slow stream does
+        not hold back another session's events. A session's own events keep their order: a commit
+        is passed over while any commit before it that is still waiting holds one of its sessions.
+        The scan is bounded (``AROUND_SCAN`` commits)."""
+        blocked = {session_id for session_id, _ in held.events}
+        for commit in list(itertools.islice(self._commits, 1, AROUND_SCAN)):
+            sessions = {session_id for session_id, _ in commit.events}
+            if not ready(commit) or commit.next_index or sessions & blocked:
+                blocked |= sessions
+                continue
+            error = None
+            if commit.committed is not None and not commit.committed.cancelled():
+                error = commit.committed.exception()
+            for session_id, event in commit.events:
+                if error is not None and event.id is not None:
+                    self._failed(session_id, event, error, commit.answered)
+                else:
+                    self._deliver(session_id, event)
+            commit.next_index = len(commit.events)
+            self._commits.remove(commit)
+            self.queued_events -= commit.journaled
+            self.queued_bytes -= commit.nbytes
+            self._unqueue(commit)
+            if commit.delivered is not None and not commit.delivered.done():
+                commit.delivered.set_result(None)
+
+    def _unqueue(self, commit: Commit) -> None:
+        queued_by = self.queued_by
+        for session_id, event in commit.events:
+            if event.id is not None and (share := queued_by.get(session_id)) is not None:
+                share[0] -= 1
+                share[1] -= len(event.data)
+                if share[0] <= 0:
+                    del queued_by[session_id]
+
+    async def flushed(self) -> None:
+        """Return once everything published before the call is committed and delivered."""
+        if not self._commits:
+            return
+        last = self._commits[-1]
+        if last.delivered is None:
+            last.delivered = asyncio.get_running_loop().create_future()
+        await asyncio.shield(last.delivered)

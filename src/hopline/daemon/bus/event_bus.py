@@ -1,0 +1,364 @@
+"""The bus itself (SPEC D-3..D-5, X): publishing, delivery to the ring and the subscribers, replay,
+and another daemon's events read from the journal. The package's docstring tells the whole."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
+from hopline.daemon.bus.commits import CommitQueue
+from hopline.daemon.bus.events import Event, exact_bytes, synthetic
+from hopline.daemon.bus.subscriber import Subscriber
+from hopline.errors import HoplineError
+from hopline.store.integrity import CorruptCount, corrupt_json
+from hopline.store.journal import EventJournal, JournalRow
+from hopline.vocabulary import DATA_CORRUPT, FRAME_DROPPED
+
+log = logging.getLogger("hopline.daemon.bus")
+
+
+class JournalReadFailed(HoplineError):
+    """Reading the journal failed (not a client's disconnect): the stream says so and ends."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"reading the journal failed ({type(cause).__name__})")
+        self.exception = type(cause).__name__
+
+
+class _Ring:
+    """A session's last events (``ring_max_events``, ``ring_max_bytes``): a reconnecting client's
+    replay is served from it when it holds them all."""
+
+    def __init__(self, max_events: int, max_bytes: int) -> None:
+        self.events: collections.deque[Event] = collections.deque()
+        self.bytes = 0
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+        self.bytes += event.size
+        while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
+            self.bytes -= self.events.popleft().size
+
+    def covers(self, after: int, upto: int) -> bool:
+        """True when the ring holds every event ``after < id <= upto`` (an event committed and not
+        yet delivered is not in it yet: the journal has it)."""
+        if not self.events:
+            return False
+        first, last = self.events[0].id, self.events[-1].id
+        return first is not None and last is not None and first <= after + 1 and last >= upto
+
+
+class EventBus:
+    def __init__(self, budget: Budget, journal: EventJournal) -> None:
+        self.budget = budget
+        self.journal = journal
+        self._rings: dict[str, _Ring] = {}
+        self._subscribers: dict[str, set[Subscriber]] = {}
+        self.evictions = 0
+        self.oversize_dropped = 0
+        self.journal_failed = 0  # events whose commit failed (each one said to its session)
+        # Called with the session of each event whose commit failed (the manager ends its turn, T-1).
+        self.on_journal_failed: Callable[[str], None] = lambda _session_id: None
+        self.corrupt = CorruptCount()  # damaged events met on reads (T-3), for /daemon/status
+        self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
+        self._queue = CommitQueue(journal, self._deliver, self._journal_failed)
+        # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
+        # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
+        # sessions this daemon writes itself (their events are delivered after their commit).
+        self.owns: Callable[[str], bool] = lambda _session_id: False
+        self._delivered: dict[str, int] = {}
+        self._remote_last: dict[str, int] = {}
+        self._catch_ups: dict[str, asyncio.Task[None]] = {}
+        self._listening: set[asyncio.Task[None]] = set()  # catch_up_all's tasks, referenced until done
+        self.remote_events = 0
+
+    @property
+    def queued_events(self) -> int:
+        """Events handed to the journal, not yet committed."""
+        return self._queue.queued_events
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queue.queued_bytes
+
+    def _ring(self, session_id: str) -> _Ring:
+        ring = self._rings.get(session_id)
+        if ring is None:
+            ring = self._rings[session_id] = _Ring(self.budget.ring_max_events, self.budget.ring_max_bytes)
+        return ring
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Stage the events published inside (synchronous code only: no await in the block) and
+        hand them to the journal in one commit at its end; they are delivered, in order, when it
+        resolves. The events published before an exception in the block are still committed and
+        delivered. A nested batch joins the outer one."""
+        if self._batch is not None:
+            yield
+            return
+        pending: list[tuple[str, Event]] = []
+        self._batch = pending
+        try:
+            yield
+        finally:
+            self._batch = None
+            self._queue.hand_over(pending)
+
+    def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
+        """Stage the event (it gets its id now), commit, then ring and subscribers, in that order
+        (the commit deferred to the end of a :meth:`batch`). An event over ``sse_max_event_bytes``
+        is not journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out
+        instead, and None is returned."""
+        return self.publish_encoded(session_id, event_type, exact_bytes(orjson.dumps(data)))
+
+    def publish_encoded(self, session_id: str, event_type: str, payload: bytes) -> Event | None:
+        """:meth:`publish` for data already encoded: ``payload`` is the JSON of the event's data,
+        journaled and sent as given."""
+        limit = self.budget.sse_max_event_bytes
+        event = Event(self.journal.next_id(session_id), event_type, payload)  # sized with its id
+        if event.size > limit:
+            self.oversize_dropped += 1
+            self.publish_synthetic(session_id, FRAME_DROPPED, {
+                "direction": "sse", "bytes": len(payload), "limitBytes": limit,
+                "reason": "sse_max_event_bytes", "hop": HOP_DAEMON_SSE, "eventType": event_type,
+                "setting": CEILINGS_BY_KEY["sse_max_event_bytes"].name})
+            log.warning("event over the sse event limit dropped",
+                        extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
+            return None
+        if self.journal.stage(session_id, event_type, payload) != event.id:  # next_id's contract
+            raise RuntimeError("the journal staged an event under another id than next_id gave")
+        if self._batch is not None:
+            self._batch.append((session_id, event))
+        else:
+            self._queue.hand_over([(session_id, event)])
+        return event
+
+    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event:
+        """:meth:`publish` outside any batch, returning once the event is durable; raises the
+        commit's error when it is not (T-1: the caller answers 2xx, or acts, only after this)."""
+        if self._batch is not None:
+            raise RuntimeError("publish_committed inside a batch")
+        event = self.publish(session_id, event_type, data)
+        if event is None:
+            raise RuntimeError("a control event over the SSE event limit")
+        commit = self._queue.last()
+        if commit is not None and commit.committed is not None and commit.events[-1][1] is event:
+            commit.answered = len(commit.events) == 1
+            await asyncio.shield(commit.committed)
+        return event
+
+    def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
+        event = synthetic(event_type, data)
+        if self._batch is not None:
+            self._batch.append((session_id, event))  # in its place among the batched events
+        else:
+            self._queue.hand_over([(session_id, event)])
+
+    # --- the journal's queue (its commits in bus/commits.py) ---------------------------------------
+
+    def _journal_failed(self, session_id: str, event: Event, error: BaseException, answered: bool) -> None:
+        if answered:  # the requester was answered 507/503; nothing was accepted, nothing is lost
+            log.warning("journal commit failed: the request was refused",
+                        extra={"eventType": event.type, "exception": type(error).__name__})
+            return
+        self.journal_failed += 1
+        log.error("journal commit failed: event not delivered",
+                  extra={"eventType": event.type, "bytes": len(event.data),
+                         "exception": type(error).__name__})
+        self._deliver(session_id, synthetic(FRAME_DROPPED, {
+            "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
+            "hop": HOP_JOURNAL, "eventType": event.type, "eventId": event.id}))  # the id left as a gap
+        self.on_journal_failed(session_id)
+
+    def backpressure(self, session_id: str | None = None) -> asyncio.Future[None] | None:
+        """None while the journal's queue is within both bounds (at most ``journal_queue_max_events``
+        events and ``journal_queue_max_bytes`` bytes handed over and not committed); past either,
+        a future resolved once a commit was delivered: a pipe reader awaits it before its next
+        read, so a child that outruns the disk is held back instead of the daemon's memory growing.
+
+        With ``session_id``, the bounds are that session's fair share (SPEC T-6): the queue's bounds
+        divided by the sessions that compete (events queued, or a client streaming). A flooding
+        session is held at its share, and another is never held while within its own (the queue
+        then passes its bounds by at most one pipe read per session): the other's events wait in
+        the journal's writer behind a share of the flood, not the whole queue."""
+        max_events, max_bytes = self.budget.journal_queue_max_events, self.budget.journal_queue_max_bytes
+        if session_id is None:
+            held = self.queued_events > max_events or self.queued_bytes > max_bytes
+        else:
+            queued_by = self._queue.queued_by
+            share = queued_by.get(session_id)
+            competing = {sid for sid, subscribers in self._subscribers.items() if subscribers}
+            active = len(competing.union(queued_by)) or 1
+            held = share is not None and (share[0] > max_events // active or share[1] > max_bytes // active)
+        if not held:
+            return None
+        return self._queue.room()
+
+    def catch_up(self, session_id: str) -> Awaitable[object] | None:
+        """None while every subscriber of the session is below half its queue; else an awaitable
+        done when they all are, or after ``sse_catch_up_seconds``: the session's pipe reader awaits
+        it before its next read, so a subscriber that reads a little slower than the agent writes
+        is waited for instead of evicted, and one that does not read is evicted after a bounded
+        delay (its queue fills on the next reads)."""
+        behind = [s for s in self._subscribers.get(session_id, ()) if s.half_full]
+        if not behind:
+            return None
+        return asyncio.wait([s.below_half() for s in behind], timeout=self.budget.sse_catch_up_seconds)
+
+    async def flushed(self) -> None:
+        """Return once everything published before the call is committed and delivered."""
+        await self._queue.flushed()
+
+    # --- delivery -------------------------------------------------------------------------------
+
+    def _deliver(self, session_id: str, event: Event) -> bool:
+        """Ring the event and offer it; True when a subscriber about to drain its queue is half
+        full (the caller lets it run before offering more)."""
+        event_id = event.id
+        if event_id is not None:
+            delivered = self._delivered.get(session_id, 0)
+            if event_id <= delivered and session_id in self._catch_ups:
+                return False  # a catch-up read it from the journal first (a lease moving here)
+            self._ring(session_id).append(event)
+            if event_id > delivered:
+                self._delivered[session_id] = event_id
+        subscribers = self._subscribers.get(session_id)
+        if not subscribers:
+            return False
+        pause = False
+        for subscriber in tuple(subscribers):  # an eviction drops it from the set
+            subscriber.offer(event)
+            if subscriber.evicted:
+                self._drop(subscriber)
+            elif subscriber.half_full_and_woken:
+                pause = True
+        return pause
+
+    async def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
+        """Register a subscriber; return it and the session's last committed id at that instant.
+        Events after that id reach its queue; events up to it are read with :meth:`replay`."""
+        subscriber = Subscriber(session_id, max_queued, self.budget.sse_queue_max_bytes)
+        self._subscribers.setdefault(session_id, set()).add(subscriber)
+        # Registered first, then the id: an event committed meanwhile is in the queue (dropped
+        # there when the id covers it), never in neither.
+        upto = await self.journal.last_id(session_id)
+        subscriber.start_after(upto)
+        self._delivered.setdefault(session_id, upto)
+        return subscriber, upto
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        subscriber.close()
+        self._drop(subscriber)
+
+    def _drop(self, subscriber: Subscriber) -> None:
+        subs = self._subscribers.get(subscriber.session_id)
+        if subs is not None and subscriber in subs:
+            subs.discard(subscriber)
+            if subscriber.evicted:
+                self.evictions += 1
+
+    def subscriber_count(self, session_id: str) -> int:
+        return len(self._subscribers.get(session_id, ()))
+
+    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[list[Event]]:
+        """Pages of the events ``after < id <= upto``: from the ring when it holds them all, else
+        from the journal in pages of about ``sse_queue_max_bytes``."""
+        if upto <= after:
+            return
+        ring = self._ring(session_id)
+        if ring.covers(after, upto):
+            yield [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
+            return
+        cursor = after
+        while cursor < upto:
+            try:
+                rows = await self.journal.read_page(session_id, cursor, upto=upto,
+                                                    max_bytes=self.budget.sse_queue_max_bytes)
+            except Exception as exc:
+                raise JournalReadFailed(exc) from exc
+            if not rows:
+                return
+            yield [self.event_of(session_id, r) for r in rows]
+            cursor = rows[-1].seq
+
+    def event_of(self, session_id: str, row: JournalRow) -> Event:
+        """The event a journal row is, or the ``data_corrupt`` that says it is damaged (T-3): a
+        damaged event is never served as if it were whole."""
+        if row.corrupt is None:
+            return Event(row.seq, row.type, row.data)
+        self.corrupt.seen(session_id, row.seq)
+        log.error("damaged journal event not served", extra={"eventType": row.type, "reason": row.corrupt})
+        return synthetic(DATA_CORRUPT, corrupt_json(row))
+
+    # --- another daemon's events (SPEC X) -----------------------------------------------------------
+
+    def on_remote_commit(self, session_id: str, last_id: int) -> None:
+        """A notification: the session's journal reached ``last_id`` (perhaps on another daemon).
+        The events this daemon has not delivered are read from the journal for its subscribers."""
+        if self.owns(session_id) or last_id <= self._delivered.get(session_id, 0):
+            return  # written here (delivered after its commit), or already read
+        if not self._subscribers.get(session_id):
+            # Nobody here reads it: no catch-up, and the ring would have a hole, so it goes.
+            self._rings.pop(session_id, None)
+            self._delivered.pop(session_id, None)
+            return
+        self._remote_last[session_id] = max(last_id, self._remote_last.get(session_id, 0))
+        task = self._catch_ups.get(session_id)
+        if task is None or task.done():
+            self._catch_ups[session_id] = asyncio.get_running_loop().create_task(self._catch_up(session_id))
+
+    def catch_up_all(self) -> None:
+        """After (re)listening: every watched session read up to its journal's last id."""
+        async def run() -> None:
+            for session_id in [s for s, subs in self._subscribers.items() if subs]:
+                self.on_remote_commit(session_id, await self.journal.last_id(session_id))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._listening.add(task)
+        task.add_done_callback(self._listening.discard)
+
+    async def _catch_up(self, session_id: str) -> None:
+        """Another daemon's events for this daemon's subscribers, read from the journal a page at
+        a time and delivered at the pace the slowest reading subscriber takes them."""
+        try:
+            while self._delivered.get(session_id, 0) < self._remote_last.get(session_id, 0):
+                after = self._delivered.get(session_id, 0)
+                rows = await self.journal.read_page(session_id, after, upto=self._remote_last[session_id],
+                                                    max_bytes=self.budget.sse_queue_max_bytes)
+                if not rows:
+                    return
+                for row in rows:  # a page read for this catch-up (a local list)
+                    if row.seq > self._delivered.get(session_id, 0):
+                        self.remote_events += 1
+                        if row.corrupt is not None:  # said in its place; the next good one goes on
+                            self._delivered[session_id] = row.seq
+                        if self._deliver(session_id, self.event_of(session_id, row)):
+                            await asyncio.sleep(0)  # a stream about to drain runs first
+                        # Paced as the owner's pipe reader is (T-6, #27): a subscriber past half
+                        # its queue is waited for (bounded), so a page never evicts one that reads.
+                        if (behind := self.catch_up(session_id)) is not None:
+                            await behind
+        except Exception as exc:  # the next notification tries again; a reconnecting client resumes
+            log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
+        finally:
+            self._catch_ups.pop(session_id, None)
+
+    def close_session(self, session_id: str) -> None:
+        for subscriber in list(self._subscribers.pop(session_id, ())):
+            subscriber.close()
+        self._rings.pop(session_id, None)
+        self._delivered.pop(session_id, None)
+
+    def close_all(self) -> None:
+        for session_id in list(self._subscribers):
+            for subscriber in list(self._subscribers.pop(session_id, ())):
+                subscriber.close()
