@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from hopline.budget import Budget
-from hopline.daemon.bus import Event, EventBus, Subscriber, wire_size
+from hopline.daemon.bus import BusEvent, EventBus, Subscriber, wire_size
 from hopline.store.sqlite_journal import SqliteJournal
 
 MakeBus = Callable[..., Any]
@@ -36,7 +36,7 @@ async def make_bus(tmp_path: Path) -> AsyncIterator[MakeBus]:
         await journal.close()
 
 
-async def _publish(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
+async def _publish(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any]) -> BusEvent | None:
     event = bus.publish(session_id, event_type, data)
     await bus.flushed()
     return event
@@ -58,7 +58,7 @@ async def test_event_is_journaled_with_its_id_before_subscribers_see_it(make_bus
     bus = await make_bus()
     sub, upto = await bus.subscribe("s1", 16)
     assert upto == 0
-    offered: list[Event] = []
+    offered: list[BusEvent] = []
     original_offer = sub.offer
 
     def offer(event):  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ from hopline.budget.ceiling import (
 )
 from hopline.budget.coherence import (
     COHERENCE_CHECKS,
-    Finding,
+    CoherenceFinding,
     IncoherentBudget,
     check_coherence,
     check_engine_within_gateway,
@@ -107,7 +107,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "Ceiling",
-    "Finding",
+    "CoherenceFinding",
     "GiB",
     "HoplineError",
     "IncoherentBudget",

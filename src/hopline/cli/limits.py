@@ -8,7 +8,7 @@ from hopline.budget import (
     CEILINGS,
     SETTINGS,
     Budget,
-    Finding,
+    CoherenceFinding,
     Settings,
     Unit,
     check_coherence,
@@ -18,7 +18,7 @@ from hopline.budget import (
 from hopline.cli._common import budget_or_exit
 
 
-def _print_table(budget: Budget, findings: list[Finding], settings: Settings) -> None:
+def _print_table(budget: Budget, findings: list[CoherenceFinding], settings: Settings) -> None:
     from rich.console import Console
     from rich.table import Table
 

@@ -68,7 +68,10 @@ def _now() -> str:
 
 
 @dataclasses.dataclass
-class SessionRecord:
+class AgentSessionRecord:
+    """Our own agent's stored session: its conversation (the daemon's journal row is
+    :class:`hopline.store.journal.SessionRecord`)."""
+
     id: str
     profile: str
     cwd: str
@@ -98,9 +101,9 @@ class SessionStore:
 
     # --- sessions -----------------------------------------------------------------------------
 
-    def create(self, profile: str, cwd: str, options: dict[str, Any]) -> SessionRecord:
+    def create(self, profile: str, cwd: str, options: dict[str, Any]) -> AgentSessionRecord:
         now = _now()
-        record = SessionRecord(uuid.uuid4().hex, profile, cwd, dict(options), [], now, now)
+        record = AgentSessionRecord(uuid.uuid4().hex, profile, cwd, dict(options), [], now, now)
         self._db.execute(
             "INSERT INTO sessions (id, profile, cwd, options, conversation, created_at, updated_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -108,7 +111,7 @@ class SessionStore:
         )
         return record
 
-    def get(self, session_id: str) -> SessionRecord:
+    def get(self, session_id: str) -> AgentSessionRecord:
         row = self._db.execute(
             "SELECT id, profile, cwd, options, conversation, created_at, updated_at FROM sessions"
             " WHERE id = ?",
@@ -116,7 +119,7 @@ class SessionStore:
         ).fetchone()
         if row is None:
             raise SessionNotFound(session_id)
-        return SessionRecord(row[0], row[1], row[2], orjson.loads(row[3]), orjson.loads(row[4]),
+        return AgentSessionRecord(row[0], row[1], row[2], orjson.loads(row[3]), orjson.loads(row[4]),
                              row[5], row[6])
 
     def save_conversation(self, session_id: str, conversation: list[dict[str, Any]]) -> None:

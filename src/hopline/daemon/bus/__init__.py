@@ -39,7 +39,7 @@ modules use are re-exported here; the modules of this package import each other,
 """
 
 from hopline.daemon.bus.event_bus import EventBus, JournalReadFailed
-from hopline.daemon.bus.events import Event, synthetic, wire_size
+from hopline.daemon.bus.events import BusEvent, synthetic, wire_size
 from hopline.daemon.bus.subscriber import Subscriber
 
-__all__ = ["Event", "EventBus", "JournalReadFailed", "Subscriber", "synthetic", "wire_size"]
+__all__ = ["BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "synthetic", "wire_size"]

@@ -13,11 +13,11 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 
-from hopline.daemon.bus.events import Event
+from hopline.daemon.bus.events import BusEvent
 from hopline.store.journal import EventJournal
 
-Deliver = Callable[[str, Event], bool]  # (session, event) -> a half-full subscriber is about to run
-Failed = Callable[[str, Event, BaseException, bool], None]  # (session, event, error, answered)
+Deliver = Callable[[str, BusEvent], bool]  # (session, event) -> a half-full subscriber is about to run
+Failed = Callable[[str, BusEvent, BaseException, bool], None]  # (session, event, error, answered)
 
 
 @dataclasses.dataclass(eq=False)
@@ -25,7 +25,7 @@ class Commit:
     """Events handed to the journal together, delivered together once ``committed`` resolves
     (None: synthetic events only, delivered when the commits before them are)."""
 
-    events: list[tuple[str, Event]]
+    events: list[tuple[str, BusEvent]]
     committed: asyncio.Future[None] | None
     journaled: int  # events with an id
     nbytes: int  # their data bytes
@@ -68,7 +68,7 @@ class CommitQueue:
             self._room = asyncio.get_running_loop().create_future()
         return self._room
 
-    def hand_over(self, events: list[tuple[str, Event]]) -> None:
+    def hand_over(self, events: list[tuple[str, BusEvent]]) -> None:
         if not events:
             return
         journaled = [event for _, event in events if event.id is not None]

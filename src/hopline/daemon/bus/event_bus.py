@@ -14,7 +14,7 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
 from hopline.daemon.bus.commits import CommitQueue
-from hopline.daemon.bus.events import Event, exact_bytes, synthetic
+from hopline.daemon.bus.events import BusEvent, exact_bytes, synthetic
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError
 from hopline.store.integrity import CorruptCount, corrupt_json
@@ -37,12 +37,12 @@ class _Ring:
     replay is served from it when it holds them all."""
 
     def __init__(self, max_events: int, max_bytes: int) -> None:
-        self.events: collections.deque[Event] = collections.deque()
+        self.events: collections.deque[BusEvent] = collections.deque()
         self.bytes = 0
         self.max_events = max_events
         self.max_bytes = max_bytes
 
-    def append(self, event: Event) -> None:
+    def append(self, event: BusEvent) -> None:
         self.events.append(event)
         self.bytes += event.size
         while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
@@ -69,7 +69,7 @@ class EventBus:
         # Called with the session of each event whose commit failed (the manager ends its turn, T-1).
         self.on_journal_failed: Callable[[str], None] = lambda _session_id: None
         self.corrupt = CorruptCount()  # damaged events met on reads (T-3), for /daemon/status
-        self._batch: list[tuple[str, Event]] | None = None  # (session id, event), in publication order
+        self._batch: list[tuple[str, BusEvent]] | None = None  # (session id, event), in publication order
         self._queue = CommitQueue(journal, self._deliver, self._journal_failed)
         # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
         # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
@@ -105,7 +105,7 @@ class EventBus:
         if self._batch is not None:
             yield
             return
-        pending: list[tuple[str, Event]] = []
+        pending: list[tuple[str, BusEvent]] = []
         self._batch = pending
         try:
             yield
@@ -113,18 +113,18 @@ class EventBus:
             self._batch = None
             self._queue.hand_over(pending)
 
-    def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event | None:
+    def publish(self, session_id: str, event_type: str, data: dict[str, Any]) -> BusEvent | None:
         """Stage the event (it gets its id now), commit, then ring and subscribers, in that order
         (the commit deferred to the end of a :meth:`batch`). An event over ``sse_max_event_bytes``
         is not journaled: a synthetic ``frame_dropped`` naming its size and the limit goes out
         instead, and None is returned."""
         return self.publish_encoded(session_id, event_type, exact_bytes(orjson.dumps(data)))
 
-    def publish_encoded(self, session_id: str, event_type: str, payload: bytes) -> Event | None:
+    def publish_encoded(self, session_id: str, event_type: str, payload: bytes) -> BusEvent | None:
         """:meth:`publish` for data already encoded: ``payload`` is the JSON of the event's data,
         journaled and sent as given."""
         limit = self.budget.sse_max_event_bytes
-        event = Event(self.journal.next_id(session_id), event_type, payload)  # sized with its id
+        event = BusEvent(self.journal.next_id(session_id), event_type, payload)  # sized with its id
         if event.size > limit:
             self.oversize_dropped += 1
             self.publish_synthetic(session_id, FRAME_DROPPED, {
@@ -142,7 +142,7 @@ class EventBus:
             self._queue.hand_over([(session_id, event)])
         return event
 
-    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any]) -> Event:
+    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any]) -> BusEvent:
         """:meth:`publish` outside any batch, returning once the event is durable; raises the
         commit's error when it is not (T-1: the caller answers 2xx, or acts, only after this)."""
         if self._batch is not None:
@@ -165,7 +165,7 @@ class EventBus:
 
     # --- the journal's queue (its commits in bus/commits.py) ---------------------------------------
 
-    def _journal_failed(self, session_id: str, event: Event, error: BaseException, answered: bool) -> None:
+    def _journal_failed(self, session_id: str, event: BusEvent, error: BaseException, answered: bool) -> None:
         if answered:  # the requester was answered 507/503; nothing was accepted, nothing is lost
             log.warning("journal commit failed: the request was refused",
                         extra={"eventType": event.type, "exception": type(error).__name__})
@@ -220,7 +220,7 @@ class EventBus:
 
     # --- delivery -------------------------------------------------------------------------------
 
-    def _deliver(self, session_id: str, event: Event) -> bool:
+    def _deliver(self, session_id: str, event: BusEvent) -> bool:
         """Ring the event and offer it; True when a subscriber about to drain its queue is half
         full (the caller lets it run before offering more)."""
         event_id = event.id
@@ -269,7 +269,7 @@ class EventBus:
     def subscriber_count(self, session_id: str) -> int:
         return len(self._subscribers.get(session_id, ()))
 
-    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[list[Event]]:
+    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[list[BusEvent]]:
         """Pages of the events ``after < id <= upto``: from the ring when it holds them all, else
         from the journal in pages of about ``sse_queue_max_bytes``."""
         if upto <= after:
@@ -290,11 +290,11 @@ class EventBus:
             yield [self.event_of(session_id, r) for r in rows]
             cursor = rows[-1].seq
 
-    def event_of(self, session_id: str, row: JournalRow) -> Event:
+    def event_of(self, session_id: str, row: JournalRow) -> BusEvent:
         """The event a journal row is, or the ``data_corrupt`` that says it is damaged (T-3): a
         damaged event is never served as if it were whole."""
         if row.corrupt is None:
-            return Event(row.seq, row.type, row.data)
+            return BusEvent(row.seq, row.type, row.data)
         self.corrupt.seen(session_id, row.seq)
         log.error("damaged journal event not served", extra={"eventType": row.type, "reason": row.corrupt})
         return synthetic(DATA_CORRUPT, corrupt_json(row))

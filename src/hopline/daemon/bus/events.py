@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 
-class Event:
+class BusEvent:
     """One SSE event; ``id`` is None for synthetic events. ``wire`` is the exact SSE bytes and
     ``size`` their length, computed once (the bounds read it several times per event). Treated
     as immutable: one event object is shared by the ring and every subscriber."""
@@ -23,7 +23,7 @@ class Event:
         self.size = wire_size(id, type, len(data))
 
     def __repr__(self) -> str:
-        return f"Event(id={self.id!r}, type={self.type!r}, {len(self.data)} bytes)"
+        return f"BusEvent(id={self.id!r}, type={self.type!r}, {len(self.data)} bytes)"
 
     @property
     def wire(self) -> bytes:
@@ -60,6 +60,6 @@ def exact_bytes(payload: bytes) -> bytes:
     return memoryview(payload).tobytes() if len(payload) < EXACT_COPY_BELOW_BYTES else payload
 
 
-def synthetic(event_type: str, data: dict[str, Any]) -> Event:
-    return Event(None, event_type, orjson.dumps(data))
+def synthetic(event_type: str, data: dict[str, Any]) -> BusEvent:
+    return BusEvent(None, event_type, orjson.dumps(data))
 

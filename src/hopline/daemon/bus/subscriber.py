@@ -9,7 +9,7 @@ import collections
 import logging
 
 from hopline.budget import HOP_DAEMON_SSE
-from hopline.daemon.bus.events import Event, synthetic
+from hopline.daemon.bus.events import BusEvent, synthetic
 from hopline.vocabulary import CLIENT_EVICTED, SLOW_CLIENT_WARNING
 
 log = logging.getLogger("hopline.daemon.bus")  # the bus's one logger name, whichever module logs
@@ -24,8 +24,8 @@ class Subscriber:
         self.session_id = session_id
         self.max_events = max_events
         self.max_bytes = max_bytes
-        self._queue: collections.deque[Event] = collections.deque()
-        self._control: collections.deque[Event] = collections.deque()  # synthetic, outside the bounds
+        self._queue: collections.deque[BusEvent] = collections.deque()
+        self._control: collections.deque[BusEvent] = collections.deque()  # synthetic, outside the bounds
         self.queued_bytes = 0
         self.warned = False
         self.evicted = False
@@ -47,7 +47,7 @@ class Subscriber:
     def queued(self) -> int:
         return len(self._queue)
 
-    def offer(self, event: Event) -> None:
+    def offer(self, event: BusEvent) -> None:
         if self.evicted or self.closed or (event.id is not None and event.id <= self.after):
             return
         # The head of the queue is the event in delivery: it does not count toward the byte bound,
@@ -70,7 +70,7 @@ class Subscriber:
                     "lastQueuedEventId": event.id}))
         self._wake()
 
-    def _evict(self, event: Event) -> None:
+    def _evict(self, event: BusEvent) -> None:
         dropped = len(self._queue)
         first_dropped = self._queue[0].id if self._queue else event.id
         self._queue.clear()
@@ -119,7 +119,7 @@ class Subscriber:
         self._check_below_half()
         self._wake()
 
-    def pop_nowait(self) -> Event | None:
+    def pop_nowait(self) -> BusEvent | None:
         """The next event: control events (warning, eviction) first, in their order."""
         if self._control:
             return self._control.popleft()
@@ -138,10 +138,10 @@ class Subscriber:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def next(self, timeout: float) -> Event | None:
+    async def next(self, timeout: float) -> BusEvent | None:
         """The next event, or None after ``timeout`` seconds without one (or when closed).
 
-        A bare future rather than ``wait_for(Event.wait())``: the waiting stream resumes one loop
+        A bare future rather than ``wait_for(BusEvent.wait())``: the waiting stream resumes one loop
         iteration after an offer, so it keeps up with a relay that yields once per frame."""
         event = self.pop_nowait()
         if event is not None or self.closed:

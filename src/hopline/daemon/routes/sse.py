@@ -13,7 +13,7 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
-from hopline.daemon.bus import Event, EventBus, JournalReadFailed, Subscriber, synthetic
+from hopline.daemon.bus import BusEvent, EventBus, JournalReadFailed, Subscriber, synthetic
 from hopline.daemon.errors import SessionError
 from hopline.vocabulary import (
     CLIENT_EVICTED,
@@ -88,7 +88,7 @@ class SseStream(Response):
             if message["type"] == "http.disconnect":
                 return
 
-    async def _emit(self, send: Send, events: Sequence[Event]) -> None:
+    async def _emit(self, send: Send, events: Sequence[BusEvent]) -> None:
         """Write ``events`` in as few socket writes as the bound allows: consecutive events are
         joined while a write holds at most ``write_max_bytes``; the data of an event larger than
         that is a write of its own (the very bytes object, never copied here)."""

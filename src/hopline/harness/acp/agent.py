@@ -90,7 +90,7 @@ from hopline.harness.events import (
 from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model
 from hopline.harness.scripted import scripted_hints
-from hopline.harness.sessions import Page, SessionRecord, SessionStore, page_updates
+from hopline.harness.sessions import AgentSessionRecord, Page, SessionStore, page_updates
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
 from hopline.vocabulary import (
@@ -122,7 +122,7 @@ LoopFactory = Callable[..., Any]
 
 @dataclasses.dataclass
 class LiveSession:
-    record: SessionRecord
+    record: AgentSessionRecord
     auto_approve: bool
     scripted: dict[str, Any] | None
     credentials: SessionCredentials = dataclasses.field(default_factory=SessionCredentials)
@@ -208,7 +208,7 @@ class HoplineAgent:
         log.info("session created", extra={"profile": profile_name, "autoApprove": mode == "auto"})
         return NewSessionResponse(session_id=record.id)
 
-    def _live(self, record: SessionRecord) -> LiveSession:
+    def _live(self, record: AgentSessionRecord) -> LiveSession:
         return LiveSession(record, record.options.get("permissionMode") == "auto",
                            record.options.get("scripted"))
 
