@@ -31,7 +31,7 @@ async def _read(reader: DaemonClient, session_id: str, count: int, lags: list[fl
             if event.type == "client_evicted":
                 evictions += 1
                 continue
-            match = STAMP.search(str(event.data)) if "agent_message_chunk" in str(event.data) else None
+            match = STAMP.search(str(event.data)) if event.type == "session_update" else None
             if match is not None:
                 lags.append(time.time() - int(match.group(1)) / 1e9)
                 seen += 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from .test_storage_faults_e2e import _env
 pytestmark = pytest.mark.e2e
 
 
-def _turn_end(prompt_id: str):  # type: ignore[no-untyped-def]
+def _turn_end(prompt_id: str) -> Any:  # either end of the turn (test_cluster.ends names one kind)
     return lambda e: e.type in ("turn_complete", "turn_error") and e.data.get("promptId") == prompt_id
 
 
