@@ -76,7 +76,7 @@ async def test_backpressure_is_exact_at_the_bounds(tmp_path: Path) -> None:
     await journal.create_session("s1", {})
     bus = EventBus(_queue_budget(journal_queue_max_events=3, journal_queue_max_bytes=64), journal)
     release = threading.Event()
-    journal._submit(lambda db: release.wait(30))  # hold the writer: nothing commits
+    journal.submit_write(lambda db: release.wait(30))  # hold the writer: nothing commits
     for _ in range(3):
         bus.publish_encoded("s1", "e", b'"%s"' % (b"x" * 18))  # 20 bytes each
     assert (bus.queued_events, bus.queued_bytes) == (3, 60)
@@ -92,7 +92,7 @@ async def test_backpressure_is_exact_at_the_bounds(tmp_path: Path) -> None:
     assert (bus.queued_events, bus.queued_bytes) == (0, 0)
 
     release.clear()
-    journal._submit(lambda db: release.wait(30))
+    journal.submit_write(lambda db: release.wait(30))
     bus.publish_encoded("s1", "e", b'"%s"' % (b"x" * 63))  # 65 bytes, one event: one byte over
     assert bus.backpressure() is not None
     release.set()
@@ -110,7 +110,7 @@ async def test_a_full_journal_queue_stops_the_pipe_reader_and_the_child_waits(tm
     bus = EventBus(budget, journal)
     instruments = PipeObservability(budget)
     release = threading.Event()
-    journal._submit(lambda db: release.wait(60))  # the disk "stops": nothing commits
+    journal.submit_write(lambda db: release.wait(60))  # the disk "stops": nothing commits
     child = AcpChild([sys.executable, "-c", CHILD.replace("FRAMES", str(FRAMES))], env={}, budget=budget,
                      instruments=instruments, handler=_Relay(bus))
     await child.start()

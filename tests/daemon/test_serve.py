@@ -372,19 +372,20 @@ def test_the_daemon_reaps_expired_sidecars_every_reap_interval(tmp_path: Path) -
 
     from hopline.budget import Budget
     from hopline.sidecars.store import SidecarStore
+    from hopline.store.blobs import FileBlobs
 
     with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS": "0.2"}) as d:
         # This store writes a sidecar that expires in a second into the daemon's store.
         store = SidecarStore(d.data_dir / "sidecars", Budget.defaults().replace(sidecar_ttl_seconds=1.0))
         try:
             entry = store.put("s1", b"expires in a second", "text/plain")
-            blob = store._blob_path(entry.id)
-            assert blob.exists()
+            assert isinstance(store.blobs, FileBlobs)
+            blob = store.blobs.path(entry.id)
+            assert blob.exists() and store.stats()["count"] == 1
             deadline = time.monotonic() + 30
             while blob.exists() and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert not blob.exists()
-            rows = store._execute("SELECT COUNT(*) FROM sidecars WHERE id = ?", (entry.id,)).fetchone()
-            assert rows[0] == 0
+            assert store.stats()["count"] == 0  # its row went with its body
         finally:
             store.close()

@@ -59,7 +59,7 @@ def _hold_writer(journal: SqliteJournal) -> threading.Event:
         holding.set()
         release.wait(30)
 
-    journal._submit(hold)
+    journal.submit_write(hold)
     assert holding.wait(30)
     return release
 

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.sidecars.entry import SidecarRefused, is_valid_sidecar_id, new_sidecar_id, safe_media_type
+from hopline.sidecars.entry import (
+    SidecarEntry,
+    SidecarRefused,
+    is_valid_sidecar_id,
+    new_sidecar_id,
+    safe_media_type,
+)
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_store
 from hopline.vocabulary import SIDECAR_DIR_ENV
@@ -72,8 +78,9 @@ def test_malformed_ids_touch_neither_database_nor_filesystem(make_store: StoreFa
     for bad in ["", "../x", "../../etc/passwd", "..%2Fetc", "a" * 5000, "sidecars.sqlite3", "."]:
         assert store.get("s1", bad) is None
     assert store.touches() == before
-    with pytest.raises(ValueError):
-        store._blob_path("../x")
+    forged = SidecarEntry("../x", "s1", 4, "0" * 64, "text/plain", 0.0, 0.0)
+    with pytest.raises(ValueError):  # defence in depth: not even a forged entry reaches the disk
+        store.open_blob(forged)
 
 
 def test_media_types_are_sanitised() -> None:

@@ -318,7 +318,7 @@ class SidecarStore:
             with contextlib.suppress(OSError, ValueError):
                 self.blobs.delete(self._blob_key(sidecar_id))
 
-    def collect_orphans(self) -> int:
+    def collect_orphans(self, now: float | None = None) -> int:
         """At daemon startup: remove bodies without a row, rows without a (complete) body, staged
         bodies.
 
@@ -326,14 +326,16 @@ class SidecarStore:
         commit meanwhile. Alone on its store (SQLite), staged bodies are removed unconditionally, so
         call it before any agent child (S-3 writer) is started; on a shared store (several daemons)
         a body or a staged file younger than ``HOPLINE_SIDECAR_ORPHAN_GRACE_SECONDS`` may be another
-        daemon's write in flight and is left alone.
+        daemon's write in flight and is left alone. ``now``: the moment ages are measured at
+        (default: the store's clock, the same one the bodies' times come from).
         """
         grace = self.budget.sidecar_orphan_grace_seconds if self.shared else 0.0
+        now = self._real_clock() if now is None else now
         removed = 0
         with self._transaction():
             rows = {r[0]: int(r[1]) for r in self._execute("SELECT id, size FROM sidecars").fetchall()}
             intact: set[str] = set()
-            for item in self.blobs.listing(self._real_clock()):
+            for item in self.blobs.listing(now):
                 expected = rows.get(item.name) if is_valid_sidecar_id(item.name) else None
                 if expected is not None and item.size == expected:
                     intact.add(item.name)
@@ -345,7 +347,7 @@ class SidecarStore:
             for sidecar_id in rows.keys() - intact:
                 self._execute("DELETE FROM sidecars WHERE id = ?", (sidecar_id,))
                 removed += 1
-        removed += self.blobs.clear_staging(grace)
+        removed += self.blobs.clear_staging(grace, now)
         if removed:
             log.info("sidecar orphans collected", extra={"count": removed})
         return removed

@@ -78,8 +78,9 @@ class BlobStore(Protocol):
         """Remove a listed entry by its name (an orphan, perhaps not id-shaped); True when removed."""
         ...
 
-    def clear_staging(self, min_age_seconds: float) -> int:
-        """Remove staged bodies at least this old that were never published; return how many."""
+    def clear_staging(self, min_age_seconds: float, now: float | None = None) -> int:
+        """Remove staged bodies at least this old (at ``now``, default this machine's clock) that were
+        never published; return how many."""
         ...
 
 
@@ -169,9 +170,9 @@ class FileBlobs:
             return False
         return True
 
-    def clear_staging(self, min_age_seconds: float) -> int:
+    def clear_staging(self, min_age_seconds: float, now: float | None = None) -> int:
         removed = 0
-        now = time.time()
+        now = time.time() if now is None else now
         for path in self.tmp_dir.iterdir():
             try:
                 if min_age_seconds > 0 and now - path.lstat().st_mtime < min_age_seconds:
@@ -306,5 +307,5 @@ class S3Blobs:
             return False
         return True
 
-    def clear_staging(self, min_age_seconds: float) -> int:
+    def clear_staging(self, min_age_seconds: float, now: float | None = None) -> int:
         return 0  # an object is written under its final key: nothing is staged elsewhere

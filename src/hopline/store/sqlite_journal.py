@@ -221,8 +221,11 @@ class SqliteJournal(StagedIds, EventJournal):
             self._wal_bytes = 0
             self.checkpoints += 1
 
-    def _submit(self, apply: Callable[[sqlite3.Connection], T], *, nbytes: int = 0,
-                settled: Callable[[BaseException | None], None] | None = None) -> asyncio.Future[T]:
+    def submit_write(self, apply: Callable[[sqlite3.Connection], T], *, nbytes: int = 0,
+                     settled: Callable[[BaseException | None], None] | None = None) -> asyncio.Future[T]:
+        """Queue ``apply`` for the writer thread, the journal's one write path: it runs inside the
+        writer's next transaction, beside whatever else is queued by then (group commit), and the
+        future settles once that transaction commits (with ``apply``'s result) or fails."""
         if self._closed:
             raise RuntimeError("the journal is closed")
         loop = asyncio.get_running_loop()
@@ -245,7 +248,7 @@ class SqliteJournal(StagedIds, EventJournal):
 
     async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
         row = (session_id, orjson.dumps(options), time.time())
-        await self._submit(lambda db: db.execute(
+        await self.submit_write(lambda db: db.execute(
             "INSERT INTO sessions (id, agent_session_id, options, created) VALUES (?, NULL, ?, ?)", row))
         self._last[session_id] = 0
         self._allocated.setdefault(session_id, 0)
@@ -267,7 +270,7 @@ class SqliteJournal(StagedIds, EventJournal):
         return record
 
     async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
-        await self._submit(lambda db: db.execute("UPDATE sessions SET agent_session_id = ? WHERE id = ?",
+        await self.submit_write(lambda db: db.execute("UPDATE sessions SET agent_session_id = ? WHERE id = ?",
                                                  (agent_session_id, session_id)))
 
     async def delete_session(self, session_id: str) -> None:
@@ -280,7 +283,7 @@ class SqliteJournal(StagedIds, EventJournal):
             db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             self._unlink_after_commit.append(session_id)
-        await self._submit(delete)
+        await self.submit_write(delete)
 
     async def list_sessions(self) -> list[SessionRecord]:
         rows = await self._read(lambda db: db.execute(
@@ -290,13 +293,13 @@ class SqliteJournal(StagedIds, EventJournal):
     # --- prompts --------------------------------------------------------------------------------
 
     async def open_prompt(self, session_id: str, prompt_id: str) -> None:
-        await self._submit(lambda db: db.execute(
+        await self.submit_write(lambda db: db.execute(
             "INSERT OR REPLACE INTO prompts (session_id, prompt_id, after_seq) "
             "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?))",
             (session_id, prompt_id, session_id)))
 
     async def close_prompt(self, session_id: str, prompt_id: str) -> None:
-        await self._submit(lambda db: db.execute(
+        await self.submit_write(lambda db: db.execute(
             "DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?", (session_id, prompt_id)))
 
     async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
@@ -330,7 +333,7 @@ class SqliteJournal(StagedIds, EventJournal):
     def commit(self) -> asyncio.Future[None]:
         rows, self._staged = self._staged, []
         if not rows:
-            return self._submit(lambda db: None)
+            return self.submit_write(lambda db: None)
 
         def insert(db: sqlite3.Connection) -> None:
             self._insert_events(db, rows)
@@ -340,7 +343,7 @@ class SqliteJournal(StagedIds, EventJournal):
         # What the WAL grows by, for the checkpoint: the inline data, and at least one page (SQLite
         # writes each dirtied page whole; rows of external data are small, their pages are not).
         wal = PAGE_SIZE_BYTES + sum(len(row[3]) for row in rows if len(row[3]) <= INLINE_MAX_BYTES)
-        return self._submit(insert, nbytes=wal, settled=settled)
+        return self.submit_write(insert, nbytes=wal, settled=settled)
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:
         """In the writer: large data to the segment files first, then every row."""
