@@ -14,6 +14,9 @@ def register(app: typer.Typer) -> None:
         budget = budget_or_exit()
         naive = require_coherent_or_exit(budget, "agent")
 
+        from hopline.harness.acp.fast_start import skip_unused_model_work
+
+        skip_unused_model_work()  # before the ACP SDK is imported: a warm pool refills this fast
         from hopline.harness.acp.runtime import run_stdio
 
         raise typer.Exit(run_stdio(budget, naive=naive))
