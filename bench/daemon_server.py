@@ -28,7 +28,7 @@ from typing import Any
 import uvicorn
 
 from hopline.budget import HOP_DAEMON_API, Budget
-from hopline.cli._http_server import freeze_startup_heap, uvicorn_config
+from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
 
 
 def main() -> None:
@@ -86,7 +86,7 @@ def main() -> None:
     # the config `hopline serve` runs (its protocol with the head deadline and connection ceiling)
     server = uvicorn.Server(uvicorn_config(app, budget, HOP_DAEMON_API, host="127.0.0.1", port=args.port,
                                            log_level="warning"))
-    freeze_startup_heap()  # as `hopline serve`
+    prepare_daemon_process()  # as `hopline serve`
     if args.profile is None:
         server.run()
         return

@@ -158,7 +158,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
     import uvicorn
 
     from hopline.budget import HOP_DAEMON_API
-    from hopline.cli._http_server import freeze_startup_heap, uvicorn_config
+    from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
     from hopline.console import CONSOLE_PREFIX
 
     class DaemonServer(uvicorn.Server):
@@ -179,5 +179,5 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
     print(f"hopline serve listening on {url}", flush=True)
     bound_port = sock.getsockname()[1]
     logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
-    freeze_startup_heap()
+    prepare_daemon_process()
     server.run(sockets=[sock])  # on the loop config.loop picks

@@ -126,6 +126,7 @@ class CommitQueue:
             self._unqueue(commit)
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
+            self._deliver_around(commit)
             room = self._room
             if room is not None and not room.done():
                 room.set_result(None)  # each held reader checks its own share again
@@ -134,18 +135,22 @@ class CommitQueue:
                 return
         self._delivering = False
 
-    def _deliver_around(self, held: Commit) -> None:
-        """While ``held`` waits for a subscriber to drain, the ready commits behind it of other
-        sessions are delivered (SPEC T-6, fair shares): one session's flood to a slow stream does
-        not hold back another session's events. A session's own events keep their order: a commit
-        is passed over while any commit before it that is still waiting holds one of its sessions.
+    def _deliver_around(self, head: Commit) -> None:
+        """Beside the head commit (delivered this loop iteration, or waiting for a subscriber to
+        drain), each other session's first ready commit among the next ones is delivered too (SPEC
+        T-6, fair shares): a transaction that settles a flood's commits and another session's
+        delivers one commit per session per iteration, so one session's flood neither holds back
+        another's events nor does a slow stream. A session's own events keep their order: a commit
+        is passed over while any commit before it that is not yet out holds one of its sessions.
         The scan is bounded (``AROUND_SCAN`` commits)."""
-        blocked = {session_id for session_id, _ in held.events}
-        for commit in list(itertools.islice(self._commits, 1, AROUND_SCAN)):
+        blocked = {session_id for session_id, _ in head.events}
+        start = 1 if self._commits and self._commits[0] is head else 0
+        for commit in list(itertools.islice(self._commits, start, start + AROUND_SCAN)):
             sessions = {session_id for session_id, _ in commit.events}
             if not ready(commit) or commit.next_index or sessions & blocked:
                 blocked |= sessions
                 continue
+            blocked |= sessions  # one commit per session per iteration
             error = None
             if commit.committed is not None and not commit.committed.cancelled():
                 error = commit.committed.exception()
