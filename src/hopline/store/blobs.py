@@ -248,6 +248,7 @@ class S3Blobs:
 
         self.timeout_seconds = timeout_seconds
         deadline = datetime.timedelta(seconds=timeout_seconds)
+        backstop = 2 * deadline
 
         config: dict[str, Any] = {"region": options.region or "us-east-1"}
         if options.endpoint:
@@ -258,9 +259,10 @@ class S3Blobs:
             config["secret_access_key"] = options.secret_access_key
         if options.session_token:
             config["token"] = options.session_token
-        # Each attempt ends at the deadline (obstore's default is 30 s) and no retry starts past it;
-        # the call as a whole is cut at the deadline too (:meth:`_bounded`): retries cannot stretch it.
-        client: Any = {"timeout": deadline, "connect_timeout": deadline}
+        # The call is cut at its deadline (:meth:`_bounded`; the cancelled request is dropped, its
+        # connection closed), so retries cannot stretch it; no retry starts past the deadline; and an
+        # attempt ends by itself at twice the deadline (obstore's default: 30 s), a backstop only.
+        client: Any = {"timeout": backstop, "connect_timeout": backstop}
         if options.allow_http:
             client["allow_http"] = True
         retry: Any = {"retry_timeout": deadline,
