@@ -234,8 +234,8 @@ class _S3Handle:
 
 
 class S3Blobs:
-    """Bodies as objects ``PREFIX/blobs/<id>`` in an S3-compatible bucket (obstore: async-capable,
-    streaming get and multipart put; its sync calls run in the sidecar store's worker threads).
+    """Bodies as objects ``PREFIX/blobs/<id>`` in an S3-compatible bucket (obstore: ranged gets and
+    multipart put; called from the sidecar store's worker threads, awaited on one loop thread).
 
     Every object-store call has a deadline (``HOPLINE_OBJECT_STORE_TIMEOUT``, per request) and every
     failure is raised as :class:`ObjectStoreUnavailable`, an ``OSError`` (the store's refusal path:
