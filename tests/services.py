@@ -180,3 +180,119 @@ class S3Server:
 
     def stop(self) -> None:
         self._server.stop()
+
+
+class HangingProxy:
+    """A loopback TCP proxy in front of a server (moto), switched by the test between forwarding and
+    hanging. Hung, it is a server that accepts TCP and never answers: new connections are accepted
+    and read, open ones go on being read, and nothing is forwarded either way. Switched back, the
+    connections it held are cut (what a client gave up on) and new ones are forwarded."""
+
+    def __init__(self, target_port: int) -> None:
+        import asyncio
+        import threading
+
+        self.target_port = target_port
+        self.port = 0
+        self.hung = False
+        self.loop = asyncio.new_event_loop()
+        self._writers: set[Any] = set()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._server: Any = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        self._server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self.loop.run_forever()
+
+    async def _pipe(self, reader: Any, writer: Any) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if self.hung:
+                    continue  # read, never forwarded
+                writer.write(data)
+                await writer.drain()
+        with contextlib.suppress(OSError):
+            writer.close()
+
+    async def _serve(self, client_reader: Any, client_writer: Any) -> None:
+        import asyncio
+
+        self._writers.add(client_writer)
+        up_writer: Any = None
+        try:
+            if self.hung:  # accepted and read until the client gives up
+                while await client_reader.read(65536):
+                    pass
+                return
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            self._writers.add(up_writer)
+            await asyncio.gather(self._pipe(client_reader, up_writer), self._pipe(up_reader, client_writer))
+        except OSError:
+            pass
+        finally:
+            for writer in (client_writer, up_writer):
+                if writer is not None:
+                    writer.close()
+                    self._writers.discard(writer)
+
+    def _call(self, fn: Callable[[], None]) -> None:
+        import concurrent.futures
+
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            fn()
+            done.set_result(None)
+
+        self.loop.call_soon_threadsafe(run)
+        done.result(timeout=10)
+
+    def hang(self) -> None:
+        def set_hung() -> None:
+            self.hung = True
+
+        self._call(set_hung)
+
+    def forward(self) -> None:
+        """Forward again; every connection open meanwhile is cut first (its stream is half-read)."""
+        def cut() -> None:
+            self.hung = False
+            for writer in list(self._writers):
+                writer.transport.abort()
+            self._writers.clear()
+
+        self._call(cut)
+
+    def __enter__(self) -> HangingProxy:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the proxy did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        import asyncio
+
+        async def stop() -> None:
+            if self._server is not None:
+                self._server.close()
+            for writer in list(self._writers):
+                writer.transport.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()

@@ -122,7 +122,8 @@ def test_store_quota_exact(make_store: StoreFactory) -> None:
     assert (info.value.reason, info.value.limit, info.value.observed) == ("over_store_quota", 300, 301)
     stats = store.stats()
     assert stats["fallbacks"] == {"overObjectQuota": 0, "overSessionQuota": 0, "overStoreQuota": 1,
-                                  "diskError": 0, "writeTokenRevoked": 0}
+                                  "diskError": 0, "objectStoreUnavailable": 0,
+                                  "writeTokenRevoked": 0}
     assert (stats["count"], stats["bytes"]) == (2, 300)
 
 
@@ -247,7 +248,7 @@ def test_stats_shape_and_counters_survive_restart(make_store: StoreFactory) -> N
     store.count_kept_off_wire(1234)
     expected = {"count": 1, "bytes": 5, "bytesKeptOffWire": 1234,
                 "fallbacks": {"overObjectQuota": 1, "overSessionQuota": 0, "overStoreQuota": 0,
-                              "diskError": 0, "writeTokenRevoked": 0}}
+                              "diskError": 0, "objectStoreUnavailable": 0, "writeTokenRevoked": 0}}
     assert store.stats() == expected
     store.close()
     assert make_store(root=store.root).stats() == expected

@@ -190,7 +190,7 @@ def test_orphans_collected_but_young_ones_wait_on_a_shared_store(open_store: Fac
         assert removed == 2 and names == {kept.id}
 
 
-def test_an_unreachable_bucket_is_a_disk_error_refusal(open_store: Factory, backend: dict[str, object],
+def test_an_unreachable_bucket_is_an_object_store_refusal(open_store: Factory, backend: dict[str, object],
                                                        s3_server_if_any: S3Server | None) -> None:
     if s3_server_if_any is None:
         pytest.skip("an object store failure: S3 backends only (files: test_store.py's disk error)")
@@ -198,8 +198,12 @@ def test_an_unreachable_bucket_is_a_disk_error_refusal(open_store: Factory, back
     s3_server_if_any.client().delete_bucket(Bucket=str(backend["bucket"]))
     with pytest.raises(SidecarRefused) as info:
         store.put("s1", b"x" * 10, "text/plain")
-    assert (info.value.reason, info.value.limit, info.value.observed) == ("disk_error", None, 10)
-    assert store.stats()["count"] == 0 and store.stats()["fallbacks"]["diskError"] == 1
+    # not the local disk's fault: the object store's (issue #27)
+    refused = info.value
+    assert (refused.reason, refused.limit, refused.observed) == ("object_store_unavailable", None, 10)
+    stats = store.stats()
+    assert stats["count"] == 0
+    assert (stats["fallbacks"]["objectStoreUnavailable"], stats["fallbacks"]["diskError"]) == (1, 0)
 
 
 @pytest.fixture

@@ -283,6 +283,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "HOPLINE_SIDECAR_ORPHAN_GRACE_SECONDS",
             "a shared store's sidecar body with no index row is collected once older than this "
             "(younger: another daemon may be writing it)", minimum=1),
+    Ceiling("object_store_timeout_seconds", HOP_SIDECARS, Unit.SECONDS, 10.0, "HOPLINE_OBJECT_STORE_TIMEOUT",
+            "one object-store request (S3: a head, a delete, a list page, a 1 MiB piece of a download, a "
+            "5 MiB part of an upload), its retries included; then the update goes out degraded "
+            "(object_store_unavailable) and a download answers 503 with Retry-After", minimum=0.05,
+            maximum=600),
     # --- several daemons on one store (SPEC X) --------------------------------------------------
     Ceiling("owner_lease_seconds", HOP_CLUSTER, Unit.SECONDS, 10.0, "HOPLINE_OWNER_LEASE_SECONDS",
             "a session owner's lease in the store, renewed every third of it; expired, the next write "

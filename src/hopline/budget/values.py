@@ -123,6 +123,7 @@ class Budget:
     sidecar_reap_interval_seconds: float
     range_header_max_chars: int
     sidecar_orphan_grace_seconds: float
+    object_store_timeout_seconds: float
     owner_lease_seconds: float
     cluster_forward_timeout_seconds: float
     store_max_connections: int

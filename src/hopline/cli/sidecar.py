@@ -52,6 +52,7 @@ def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
     from hopline.sidecars.entry import is_valid_sidecar_id
     from hopline.sidecars.index import INDEX_FILE
     from hopline.sidecars.store import index_root, open_sidecar_store
+    from hopline.store.blobs import ObjectStoreUnavailable
     from hopline.store.check import StoreDamaged
     from hopline.store.locations import SIDECARS_DIR, sidecar_location, store_location
 
@@ -79,6 +80,9 @@ def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
             size += len(chunk)
             sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
+    except ObjectStoreUnavailable as exc:  # failed, or past HOPLINE_OBJECT_STORE_TIMEOUT
+        print(f"hopline sidecar: {exc}", file=sys.stderr)
+        return 1
     finally:
         store.close()
     if size != entry.size or digest.hexdigest() != entry.sha256:

@@ -44,7 +44,7 @@ from hopline.daemon.routes.sessions import session_router
 from hopline.daemon.routes.status import status_router
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
-from hopline.daemon.store_errors import install_store_error_handlers
+from hopline.daemon.store_errors import install_object_store_error_handler, install_store_error_handlers
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route
@@ -227,6 +227,7 @@ def _routes(parts: DaemonParts) -> FastAPI:
     route_class = bounded_json_route(budget.json_max_depth)
     app.router.route_class = route_class
     install_error_handlers(app, HOP_DAEMON_API)
+    install_object_store_error_handler(app)
     if parts.cluster is not None:
         install_store_error_handlers(app)
     app.state.budget = budget

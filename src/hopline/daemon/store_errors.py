@@ -4,6 +4,7 @@ never a 500.
 A lease row held by a frozen daemon's transaction, a statement past its timeout, a connection the
 store dropped (a restart), a pool with no connection to give: each is the store being away for a
 while, not a bug, so each route answers 503 naming the hop (``daemon.cluster``) and when to retry.
+An object store (S3) that fails or passes its deadline is answered the same way (``daemon.sidecars``).
 """
 
 from __future__ import annotations
@@ -17,20 +18,34 @@ from starlette.responses import JSONResponse
 from hopline.budget import HOP_CLUSTER
 from hopline.daemon.storage_faults import RETRY_SECONDS, STORAGE_UNAVAILABLE
 from hopline.gateway.errors import error_response
+from hopline.store.blobs import ObjectStoreUnavailable
 from hopline.store.bounded import StoreBusy, retry_after_of
 from hopline.store.postgres import StoreUnavailable
 
 
 def store_unavailable_response(exc: BaseException) -> JSONResponse:
+    """503 naming the hop of the store that failed (the PostgreSQL store's, ``daemon.cluster``, or
+    the object store's, ``daemon.sidecars``) and when to retry."""
     retry = retry_after_of(exc, RETRY_SECONDS)
+    hop = getattr(exc, "hop", HOP_CLUSTER)
     if isinstance(exc, StoreBusy):
         kind, message = "store_busy", str(exc)
     elif isinstance(exc, StoreUnavailable):
         kind, message = STORAGE_UNAVAILABLE, str(exc)
     else:  # psycopg's or its pool's own error: its type only (its message may name the server)
         kind, message = STORAGE_UNAVAILABLE, f"the PostgreSQL store could not be used ({type(exc).__name__})"
-    return error_response(503, HOP_CLUSTER, kind, f"{message}; retry in {retry} s",
+    return error_response(503, hop, kind, f"{message}; retry in {retry} s",
                           headers={"retry-after": str(retry)}, retryAfterSeconds=retry)
+
+
+def install_object_store_error_handler(app: FastAPI) -> None:
+    """503 + Retry-After for an object store (S3) that failed or passed its deadline
+    (``HOPLINE_OBJECT_STORE_TIMEOUT``): a sidecar download, never a 500 or a hang."""
+
+    async def answer(_: Request, exc: Exception) -> JSONResponse:
+        return store_unavailable_response(exc)
+
+    app.add_exception_handler(ObjectStoreUnavailable, answer)
 
 
 def install_store_error_handlers(app: FastAPI) -> None:

@@ -24,7 +24,9 @@ _MEDIA_TYPE_RE = re.compile(
 REASON_OVER_OBJECT = "over_object_quota"
 REASON_OVER_SESSION = "over_session_quota"
 REASON_OVER_STORE = "over_store_quota"
-REASON_DISK_ERROR = "disk_error"
+REASON_DISK_ERROR = "disk_error"  # the local disk (or the sidecar index) failed
+# the object store (S3) failed, was unreachable, or did not answer within HOPLINE_OBJECT_STORE_TIMEOUT
+REASON_OBJECT_STORE_UNAVAILABLE = "object_store_unavailable"
 REASON_TOKEN_REVOKED = "write_token_revoked"  # the agent's token outlived its session (S-3)
 # reason -> the key under stats()["fallbacks"]
 FALLBACK_KEYS = {
@@ -32,6 +34,7 @@ FALLBACK_KEYS = {
     REASON_OVER_SESSION: "overSessionQuota",
     REASON_OVER_STORE: "overStoreQuota",
     REASON_DISK_ERROR: "diskError",
+    REASON_OBJECT_STORE_UNAVAILABLE: "objectStoreUnavailable",
     REASON_TOKEN_REVOKED: "writeTokenRevoked",
 }
 
@@ -60,15 +63,15 @@ def safe_media_type(value: object) -> str:
 class SidecarRefused(HoplineError):
     """A sidecar was not stored: ``reason`` is one of the ``REASON_*`` values.
 
-    ``limit`` is the ceiling that was hit (``None`` for a disk error) and ``observed`` the size
-    the store would have reached (for quotas) or the object size (for a disk error).
+    ``limit`` is the ceiling that was hit (``None`` for a disk or object-store error) and ``observed``
+    the size the store would have reached (for quotas) or the object size (for a storage error).
     """
 
     def __init__(self, reason: str, limit: int | None, observed: int) -> None:
         self.reason = reason
         self.limit = limit
         self.observed = observed
-        limit_text = "no limit (disk error)" if limit is None else f"limit {limit} bytes"
+        limit_text = f"no limit ({reason.replace('_', ' ')})" if limit is None else f"limit {limit} bytes"
         super().__init__(
             f"{HOP_SIDECARS}: sidecar refused ({reason}): {limit_text}, observed {observed} bytes")
 

@@ -35,6 +35,7 @@ from hopline.budget import Budget
 from hopline.sidecars.entry import (
     FALLBACK_KEYS,
     REASON_DISK_ERROR,
+    REASON_OBJECT_STORE_UNAVAILABLE,
     REASON_OVER_OBJECT,
     REASON_OVER_SESSION,
     REASON_OVER_STORE,
@@ -45,7 +46,7 @@ from hopline.sidecars.entry import (
     safe_media_type,
 )
 from hopline.sidecars.index import INDEX_FILE, IndexTransaction, SidecarIndex
-from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
+from hopline.store.blobs import BlobStore, FileBlobs, ObjectStoreUnavailable, S3Blobs
 from hopline.store.index_check import require_usable_index
 from hopline.store.locations import S3, SidecarLocation, StoreLocation
 
@@ -53,6 +54,11 @@ log = logging.getLogger("hopline.sidecars")
 
 WRITE_TOKEN_BYTES = 32
 _KEPT_OFF_WIRE = "bytesKeptOffWire"
+
+
+def _storage_reason(exc: OSError) -> str:
+    """The refusal reason of a body write that failed: the object store's, or the local disk's."""
+    return REASON_OBJECT_STORE_UNAVAILABLE if isinstance(exc, ObjectStoreUnavailable) else REASON_DISK_ERROR
 
 
 def _token_digest(token: str) -> str:
@@ -159,7 +165,7 @@ class SidecarStore:
         try:
             staged = self.blobs.stage(key, data)
         except OSError as exc:
-            raise SidecarRefused(REASON_DISK_ERROR, None, size) from exc
+            raise SidecarRefused(_storage_reason(exc), None, size) from exc
         published = False
         try:
             result = self._commit(entry, key, staged)
@@ -188,7 +194,7 @@ class SidecarStore:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 self.blobs.delete(key)
-            raise SidecarRefused(REASON_DISK_ERROR, None, entry.size) from exc
+            raise SidecarRefused(_storage_reason(exc), None, entry.size) from exc
         except self._db_errors as exc:
             with contextlib.suppress(OSError):
                 self.blobs.delete(key)
@@ -401,7 +407,7 @@ def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: 
     root = index_root(sidecars, index_dir)
     if sidecars.kind == S3:
         assert sidecars.s3 is not None
-        blobs = S3Blobs(sidecars.s3)
+        blobs = S3Blobs(sidecars.s3, timeout_seconds=budget.object_store_timeout_seconds)
     else:
         blobs = FileBlobs(root, shared=store.shared)
     if not store.shared:

@@ -11,22 +11,33 @@ row was refused. Keys are sidecar ids, validated by the store before they reach 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import datetime
+import functools
 import os
 import tempfile
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, TypeVar
 
+from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS
 from hopline.store.locations import S3Options
+from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
 
 READ_CHUNK_BYTES = 64 * 1024  # I/O granularity, not a ceiling
 # S3 multipart part size (S3's minimum part is 5 MiB); a body goes up in parts of this size.
 S3_PART_BYTES = 5 * 1024 * 1024
+# A download reads its object in ranged requests of this size, each under the object-store deadline
+# (I/O granularity, not a ceiling: what one download holds in memory at a time).
+S3_READ_PIECE_BYTES = 1024 * 1024
 BLOBS_PREFIX = "blobs"
+_TIMEOUT_SETTING = CEILINGS_BY_KEY["object_store_timeout_seconds"].name
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,6 +195,36 @@ class FileBlobs:
         return removed
 
 
+class ObjectStoreUnavailable(StoreUnavailable, OSError):
+    """The object store failed, could not be reached, or did not answer within
+    ``HOPLINE_OBJECT_STORE_TIMEOUT``. An ``OSError``, so the sidecar store refuses the write (the
+    update goes out degraded, ``object_store_unavailable``); a :class:`StoreUnavailable`, so a route
+    answers 503 with ``Retry-After``. The message names neither the bucket nor a key."""
+
+    hop = HOP_SIDECARS
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+_io_loop: asyncio.AbstractEventLoop | None = None
+_io_loop_lock = threading.Lock()
+
+
+def _object_store_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop (its own daemon thread) the object store's calls run on: a sync caller
+    waits on a future whose coroutine ``asyncio.wait_for`` cuts at the deadline, whatever obstore's
+    retries would do (a cancelled call drops its request)."""
+    global _io_loop
+    with _io_loop_lock:
+        if _io_loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="hopline-object-store", daemon=True).start()
+            _io_loop = loop
+        return _io_loop
+
+
 class _S3Handle:
     def __init__(self, path: str, size: int) -> None:
         self.path = path
@@ -194,16 +235,21 @@ class _S3Handle:
 
 
 class S3Blobs:
-    """Bodies as objects ``PREFIX/blobs/<id>`` in an S3-compatible bucket (obstore: async-capable,
-    streaming get and multipart put; its sync calls run in the sidecar store's worker threads).
+    """Bodies as objects ``PREFIX/blobs/<id>`` in an S3-compatible bucket (obstore: ranged gets and
+    multipart put; called from the sidecar store's worker threads, awaited on one loop thread).
 
-    Every object-store failure is raised as ``OSError`` (the store's disk-error path: a flagged,
-    truncated preview, never a lost update)."""
+    Every object-store call has a deadline (``HOPLINE_OBJECT_STORE_TIMEOUT``, per request) and every
+    failure is raised as :class:`ObjectStoreUnavailable`, an ``OSError`` (the store's refusal path:
+    a flagged, truncated preview, ``object_store_unavailable``, never a lost update)."""
 
     shared = True
 
-    def __init__(self, options: S3Options) -> None:
+    def __init__(self, options: S3Options, *, timeout_seconds: float) -> None:
         from obstore.store import S3Store
+
+        self.timeout_seconds = timeout_seconds
+        deadline = datetime.timedelta(seconds=timeout_seconds)
+        backstop = 2 * deadline
 
         config: dict[str, Any] = {"region": options.region or "us-east-1"}
         if options.endpoint:
@@ -214,27 +260,59 @@ class S3Blobs:
             config["secret_access_key"] = options.secret_access_key
         if options.session_token:
             config["token"] = options.session_token
-        client: Any = {"allow_http": True} if options.allow_http else {}
-        self._store = S3Store(options.bucket, prefix=options.prefix or None, client_options=client, **config)
+        # The call is cut at its deadline (:meth:`_bounded`; the cancelled request is dropped, its
+        # connection closed), so retries cannot stretch it; no retry starts past the deadline; and an
+        # attempt ends by itself at twice the deadline (obstore's default: 30 s), a backstop only.
+        client: Any = {"timeout": backstop, "connect_timeout": backstop}
+        if options.allow_http:
+            client["allow_http"] = True
+        retry: Any = {"retry_timeout": deadline,
+                      "backoff": {"max_backoff": datetime.timedelta(seconds=max(timeout_seconds / 4, 0.01))}}
+        self._store = S3Store(options.bucket, prefix=options.prefix or None, client_options=client,
+                              retry_config=retry, **config)
 
     @staticmethod
     def _path(key: str) -> str:
         return f"{BLOBS_PREFIX}/{key}"
 
-    @staticmethod
-    def _os_error(exc: Exception) -> OSError:
-        return OSError(f"object store: {type(exc).__name__}")
+    def _bounded(self, call: Callable[[], Awaitable[_T]], requests: int = 1, *, absent: bool = False) -> _T:
+        """``call()``'s result, awaited on the object store's loop within ``requests`` deadlines;
+        with ``absent``, ``FileNotFoundError`` for an absent object (``StopAsyncIteration`` past a
+        listing's last page); :class:`ObjectStoreUnavailable` for anything else (a write's missing
+        bucket too)."""
+        deadline = self.timeout_seconds * requests
+
+        async def run() -> _T:
+            return await asyncio.wait_for(call(), deadline)
+
+        future = asyncio.run_coroutine_threadsafe(run(), _object_store_loop())
+        try:
+            return future.result(timeout=deadline + 1.0)  # wait_for ends it first; a stuck loop too
+        except StopAsyncIteration:
+            raise
+        except FileNotFoundError:
+            if absent:
+                raise
+            raise ObjectStoreUnavailable("the object store failed (its bucket is missing)",
+                                         self.timeout_seconds) from None
+        except TimeoutError:
+            future.cancel()
+            raise ObjectStoreUnavailable(
+                f"the object store did not answer within {deadline:g} s ({_TIMEOUT_SETTING})",
+                self.timeout_seconds) from None
+        except Exception as exc:
+            raise ObjectStoreUnavailable(f"the object store failed ({type(exc).__name__})",
+                                         self.timeout_seconds) from None
 
     def stage(self, key: str, data: bytes) -> str:
         import obstore
 
         view = memoryview(data)
-        parts = (view[offset:offset + S3_PART_BYTES] for offset in range(0, len(view), S3_PART_BYTES))
-        try:
-            obstore.put(self._store, self._path(key), parts if len(view) else b"", chunk_size=S3_PART_BYTES,
-                        max_concurrency=2)
-        except Exception as exc:
-            raise self._os_error(exc) from None
+        parts = [view[offset:offset + S3_PART_BYTES] for offset in range(0, len(view), S3_PART_BYTES)]
+        # one deadline per request: the parts, and a multipart upload's start and completion
+        requests = 1 if len(parts) <= 1 else len(parts) + 2
+        self._bounded(functools.partial(obstore.put_async, self._store, self._path(key), parts or b"",
+                                        chunk_size=S3_PART_BYTES, max_concurrency=2), requests)
         return key
 
     def publish(self, staged: str, key: str) -> None:
@@ -252,26 +330,28 @@ class S3Blobs:
 
         path = self._path(key)
         try:
-            meta = obstore.head(self._store, path)
+            meta = self._bounded(functools.partial(obstore.head_async, self._store, path), absent=True)
         except FileNotFoundError:
             return None
-        except Exception as exc:
-            raise self._os_error(exc) from None
         return _S3Handle(path, int(meta["size"]))
 
     def iter_range(self, handle: _S3Handle, start: int, stop: int) -> Iterator[bytes]:
+        """In ranged requests of :data:`S3_READ_PIECE_BYTES`, each within the deadline (a slow client
+        waits between requests, never inside one)."""
         import obstore
 
-        if stop <= start:
-            return
-        try:
-            result = obstore.get(self._store, handle.path, options={"range": (start, stop)})
-            for chunk in result.stream(min_chunk_size=READ_CHUNK_BYTES):
-                yield bytes(chunk)
-        except FileNotFoundError:
-            return  # deleted meanwhile: the body ends short, the client's length check sees it
-        except Exception as exc:
-            raise self._os_error(exc) from None
+        offset = start
+        while offset < stop:
+            end = min(offset + S3_READ_PIECE_BYTES, stop)
+            try:
+                piece = self._bounded(functools.partial(obstore.get_range_async, self._store, handle.path,
+                                                        start=offset, end=end), absent=True)
+            except FileNotFoundError:
+                return  # deleted meanwhile: the body ends short, the client's length check sees it
+            if len(piece) == 0:
+                return
+            offset += len(piece)
+            yield bytes(piece)
 
     def delete(self, key: str) -> None:
         self._delete_path(self._path(key))
@@ -279,26 +359,25 @@ class S3Blobs:
     def _delete_path(self, path: str) -> None:
         import obstore
 
-        try:
-            obstore.delete(self._store, path)
-        except FileNotFoundError:
-            return
-        except Exception as exc:
-            raise self._os_error(exc) from None
+        with contextlib.suppress(FileNotFoundError):
+            self._bounded(functools.partial(obstore.delete_async, self._store, path), absent=True)
 
     def listing(self, now: float | None = None) -> Iterator[BlobInfo]:
+        """Page by page, each page one request within the deadline."""
         import obstore
 
         now = time.time() if now is None else now
-        try:
-            for batch in obstore.list(self._store, prefix=BLOBS_PREFIX + "/"):
-                for meta in batch:
-                    name = str(meta["path"]).rsplit("/", 1)[-1]
-                    modified = meta.get("last_modified")
-                    age = now - modified.timestamp() if modified is not None else float("inf")
-                    yield BlobInfo(name, int(meta["size"]), age)
-        except Exception as exc:
-            raise self._os_error(exc) from None
+        stream = obstore.list(self._store, prefix=BLOBS_PREFIX + "/")
+        while True:
+            try:
+                batch = self._bounded(stream.__anext__)
+            except StopAsyncIteration:
+                return
+            for meta in batch:
+                name = str(meta["path"]).rsplit("/", 1)[-1]
+                modified = meta.get("last_modified")
+                age = now - modified.timestamp() if modified is not None else float("inf")
+                yield BlobInfo(name, int(meta["size"]), age)
 
     def remove_listed(self, name: str) -> bool:
         try:
