@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from hopline.embedded import EmbeddedStack, start_embedded
 from hopline.harness.sample_workspace import make_sample_workspace
-from services import HOW_TO_GET_POSTGRESQL, PostgresCluster, S3Server, postgres_bin_dir
+from services import HOW_TO_GET_POSTGRESQL, HangingProxy, PostgresCluster, S3Server, postgres_bin_dir
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,13 @@ def s3_server() -> Iterator[S3Server]:
 def s3_bucket(s3_server: S3Server) -> str:
     """A fresh bucket of the session's S3 server."""
     return s3_server.fresh_bucket()
+
+
+@pytest.fixture
+def s3_proxy(s3_server: S3Server) -> Iterator[HangingProxy]:
+    """A proxy in front of the session's S3 server that a test can switch to hang (accept and read,
+    never answer) and back; at ``.endpoint``."""
+    port = urlsplit(s3_server.endpoint).port
+    assert port is not None
+    with HangingProxy(port) as running:
+        yield running

@@ -14,7 +14,6 @@ import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -31,17 +30,10 @@ TURN_END_SECONDS = 30  # the issue's bound: a turn must end, not freeze for minu
 BIG = 300_000  # over the sidecar threshold (64 KiB)
 
 
-@pytest.fixture
-def proxy(s3_server: S3Server) -> Iterator[HangingProxy]:
-    port = urlsplit(s3_server.endpoint).port
-    assert port is not None
-    with HangingProxy(port) as running:
-        yield running
-
 
 @pytest.fixture
-def daemon(tmp_path: Path, s3_server: S3Server, s3_bucket: str, proxy: HangingProxy) -> Iterator[Daemon]:
-    env = {**s3_server.env(), "AWS_ENDPOINT_URL": proxy.endpoint,
+def daemon(tmp_path: Path, s3_server: S3Server, s3_bucket: str, s3_proxy: HangingProxy) -> Iterator[Daemon]:
+    env = {**s3_server.env(), "AWS_ENDPOINT_URL": s3_proxy.endpoint,
            "HOPLINE_SIDECAR_URL": f"s3://{s3_bucket}/hopline",
            "HOPLINE_OBJECT_STORE_TIMEOUT": str(DEADLINE_SECONDS), "HOPLINE_WARM_CHILDREN": "0"}
     started = start_daemon(tmp_path, env=env)
@@ -75,7 +67,7 @@ async def assert_served(client: httpx.AsyncClient, session_id: str, entry: dict[
 
 
 async def test_a_hung_object_store_degrades_the_update_and_recovers(
-        tmp_path: Path, daemon: Daemon, proxy: HangingProxy) -> None:
+        tmp_path: Path, daemon: Daemon, s3_proxy: HangingProxy) -> None:
     async with daemon.client() as client:
         session_id = (await client.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
         stream = Stream(daemon, session_id)
@@ -85,7 +77,7 @@ async def test_a_hung_object_store_degrades_the_update_and_recovers(
             first = update_of(stream, first_id).data["update"]["_meta"]["hopline.sidecar"][0]
             await assert_served(client, session_id, first, b"a" * BIG)
 
-            proxy.hang()
+            s3_proxy.hang()
             hung_id, end = await prompt(client, stream, session_id, f"big {BIG} b")
             event = update_of(stream, hung_id)
             entry = event.data["update"]["_meta"]["hopline.sidecar"][0]
@@ -109,7 +101,7 @@ async def test_a_hung_object_store_degrades_the_update_and_recovers(
             fallbacks = status["sidecars"]["fallbacks"]
             assert fallbacks["objectStoreUnavailable"] >= 1 and fallbacks["diskError"] == 0
 
-            proxy.forward()
+            s3_proxy.forward()
             after_id, end = await prompt(client, stream, session_id, f"big {BIG} c")
             after = update_of(stream, after_id).data["update"]["_meta"]["hopline.sidecar"][0]
             assert "truncated" not in after and end.data["degraded"] is False

@@ -5,9 +5,7 @@ the same refusal, ``object_store_unavailable`` (never ``disk_error``); forwardin
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,13 +19,6 @@ from services import HangingProxy, S3Server, free_port
 DEADLINE_SECONDS = 0.5
 
 
-@pytest.fixture
-def proxy(s3_server: S3Server) -> Iterator[HangingProxy]:
-    port = urlsplit(s3_server.endpoint).port
-    assert port is not None
-    with HangingProxy(port) as running:
-        yield running
-
 
 def blobs_at(endpoint: str, s3_server: S3Server, bucket: str, tmp_path: Path) -> S3Blobs:
     env = {**s3_server.env(), "AWS_ENDPOINT_URL": endpoint}
@@ -37,13 +28,13 @@ def blobs_at(endpoint: str, s3_server: S3Server, bucket: str, tmp_path: Path) ->
 
 
 def test_every_call_on_a_hung_store_ends_at_its_deadline(
-        tmp_path: Path, s3_server: S3Server, s3_bucket: str, proxy: HangingProxy) -> None:
-    blobs = blobs_at(proxy.endpoint, s3_server, s3_bucket, tmp_path)
+        tmp_path: Path, s3_server: S3Server, s3_bucket: str, s3_proxy: HangingProxy) -> None:
+    blobs = blobs_at(s3_proxy.endpoint, s3_server, s3_bucket, tmp_path)
     blobs.stage("kept", b"k" * 1000)
     handle = blobs.open("kept")
     assert handle is not None and handle.size == 1000
 
-    proxy.hang()
+    s3_proxy.hang()
     calls = {"stage": lambda: blobs.stage("new", b"n" * 100_000), "open": lambda: blobs.open("kept"),
              "read": lambda: b"".join(blobs.iter_range(handle, 0, 1000)),
              "delete": lambda: blobs.delete("kept"), "list": lambda: list(blobs.listing())}
@@ -53,7 +44,7 @@ def test_every_call_on_a_hung_store_ends_at_its_deadline(
         assert "HOPLINE_OBJECT_STORE_TIMEOUT" in str(info.value), name
         assert isinstance(info.value, OSError) and info.value.hop == "daemon.sidecars"
 
-    proxy.forward()
+    s3_proxy.forward()
     assert b"".join(blobs.iter_range(handle, 0, 1000)) == b"k" * 1000
     assert {item.name for item in blobs.listing()} == {"kept"}
 
