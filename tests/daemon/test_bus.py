@@ -241,6 +241,28 @@ async def test_a_flooding_session_is_held_at_its_share_of_the_queue_and_another_
     assert held.done() and bus.backpressure("s1") is None  # committed and delivered: room again
 
 
+async def test_while_others_compete_a_share_is_at_most_its_ceiling_exactly(make_bus: MakeBus) -> None:
+    bus = await make_bus(journal_queue_max_events=64, journal_queue_share_max_events=3)
+    with bus.batch():
+        for i in range(5):
+            bus.publish("s1", "e", {"i": i})
+    assert bus.backpressure("s1") is None  # alone: the whole queue is its share (5 of 64)
+    await bus.flushed()
+    await bus.journal.create_session("s2", {})
+    await bus.subscribe("s2", 64)  # now another competes: the share is min(64 // 2, 3) = 3
+    with bus.batch():
+        for i in range(3):
+            bus.publish("s1", "e", {"i": i})
+    assert bus.backpressure("s1") is None  # at the ceiling: read on
+    with bus.batch():
+        bus.publish("s1", "e", {"i": 3})
+    held = bus.backpressure("s1")
+    assert held is not None  # one event over
+    assert bus.backpressure("s2") is None  # the other is not held
+    await bus.flushed()
+    assert held.done() and bus.backpressure("s1") is None
+
+
 
 # --- another daemon's events (SPEC X, issue #27 item 6) ----------------------------------------------
 

@@ -172,6 +172,11 @@ CEILINGS: tuple[Ceiling, ...] = (
             "reading their children until the writer catches up"),
     Ceiling("journal_queue_max_bytes", HOP_JOURNAL, Unit.BYTES, 16 * MiB, "HOPLINE_JOURNAL_QUEUE_MAX_BYTES",
             "data bytes of those events; past it the pipe readers stop reading their children"),
+    Ceiling("journal_queue_share_max_events", HOP_JOURNAL, Unit.COUNT, 512,
+            "HOPLINE_JOURNAL_QUEUE_SHARE_MAX_EVENTS",
+            "while other sessions compete, one session's events in that queue (or the queue's bound "
+            "divided by the sessions, when lower); past it that session's pipe reader waits: another "
+            "session's events queue behind at most this many of a flood's", minimum=1),
     Ceiling("transcript_page_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB,
             "HOPLINE_TRANSCRIPT_PAGE_MAX_BYTES", "one transcript page"),
     Ceiling("transcript_page_envelope_bytes", HOP_DAEMON_API, Unit.BYTES, 64, None,

@@ -78,6 +78,7 @@ class Budget:
     ring_max_bytes: int
     journal_queue_max_events: int
     journal_queue_max_bytes: int
+    journal_queue_share_max_events: int
     transcript_page_max_bytes: int
     transcript_page_envelope_bytes: int
     sse_event_envelope_bytes: int
