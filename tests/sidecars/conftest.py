@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,9 @@ from fastapi import FastAPI
 
 from gateway._server import ServerThread
 from hopline.budget import Budget
+from hopline.sidecars.index import SidecarIndex
 from hopline.sidecars.store import SidecarStore
+from hopline.store.blobs import FileBlobs
 
 
 class FakeClock:
@@ -24,29 +25,54 @@ class FakeClock:
         return self.now
 
 
-class CountingStore(SidecarStore):
-    """A store that counts every database query, blob path and blob open (no patching)."""
+class CountingIndex(SidecarIndex):
+    """The index, counting its queries."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.db_calls = 0
-        self.path_calls = 0
-        self.opens = 0
+        self.calls = 0
         super().__init__(*args, **kwargs)
 
-    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
-        self.db_calls += 1
-        return super()._execute(sql, params)
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        self.calls += 1
+        return super().execute(sql, params)
 
-    def _blob_path(self, sidecar_id: str) -> Path:
-        self.path_calls += 1
-        return super()._blob_path(sidecar_id)
+
+class CountingBlobs:
+    """File bodies, counting every operation on them."""
+
+    def __init__(self, blobs: FileBlobs) -> None:
+        self.blobs = blobs
+        self.shared = blobs.shared
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        operation = getattr(self.blobs, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return operation(*args, **kwargs)
+
+        return counted
+
+
+class CountingStore(SidecarStore):
+    """A store on files and SQLite that counts every index query, body operation and blob open,
+    through the store's own seams (its ``index`` and ``blobs``), without patching."""
+
+    def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float]) -> None:
+        self.counted_index = CountingIndex(root, dsn=None,
+                                           statement_timeout_seconds=budget.store_statement_timeout_seconds)
+        self.counted_blobs = CountingBlobs(FileBlobs(root))
+        self.opens = 0
+        super().__init__(root, budget, clock=clock, blobs=self.counted_blobs,  # type: ignore[arg-type]
+                         index=self.counted_index)
 
     def open_blob(self, entry: Any) -> Any:
         self.opens += 1
         return super().open_blob(entry)
 
     def touches(self) -> tuple[int, int, int]:
-        return self.db_calls, self.path_calls, self.opens
+        return self.counted_index.calls, self.counted_blobs.calls, self.opens
 
 
 @pytest.fixture

@@ -75,7 +75,10 @@ class SidecarStore:
     """
 
     def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] | None = None,
-                 blobs: BlobStore | None = None, dsn: str | None = None) -> None:
+                 blobs: BlobStore | None = None, dsn: str | None = None,
+                 index: SidecarIndex | None = None) -> None:
+        """``blobs`` and ``index``: where the bodies and the rows go (default: files under ``root``;
+        a SQLite index there, or PostgreSQL's at ``dsn``)."""
         self.root = Path(root)
         self.budget = budget
         self.blobs: BlobStore = blobs if blobs is not None else FileBlobs(self.root, shared=dsn is not None)
@@ -84,8 +87,8 @@ class SidecarStore:
         self.blobs_dir = self.root / "blobs"
         self.tmp_dir = self.root / "tmp"
         self.db_path = self.root / INDEX_FILE
-        self._index = SidecarIndex(self.root, dsn=dsn,
-                                   statement_timeout_seconds=budget.store_statement_timeout_seconds)
+        self._index = index if index is not None else SidecarIndex(
+            self.root, dsn=dsn, statement_timeout_seconds=budget.store_statement_timeout_seconds)
         self._lock = self._index.lock
         self._db_errors = self._index.errors
         # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
