@@ -2,7 +2,9 @@
 several daemons sharing one store.
 
 One writer task on one connection applies every write in call order (sessions, prompts, event
-commits); consecutive commits join one transaction (group commit). Reads go through a small pool
+commits); consecutive commits join one transaction (group commit): its rows are first copied
+(binary ``COPY``) into a temporary table of the writer's connection, then, after the fencing read,
+moved to ``events`` by one ``INSERT ... SELECT``. Reads go through a small pool
 (``HOPLINE_STORE_MAX_CONNECTIONS``). Nothing blocks the event loop: psycopg's async connections.
 
 Each committed transaction notifies ``hopline_events`` with ``"<session id> <last id>"`` per
@@ -47,6 +49,15 @@ log = logging.getLogger("hopline.store.journal")
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
+# A group's rows land here first (binary COPY, each with its write's place in the group), then one
+# INSERT ... SELECT moves those of the kept writes to events; ON COMMIT DELETE ROWS empties it at
+# every commit (a rollback drops what it held).
+_STAGING = "hopline_staging"
+_STAGING_TABLE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (part INT NOT NULL, session_id TEXT NOT NULL, "
+                  "seq BIGINT NOT NULL, type TEXT NOT NULL, data BYTEA NOT NULL, crc BIGINT NOT NULL) "
+                  "ON COMMIT DELETE ROWS")
+_STAGING_COPY = f"COPY {_STAGING} (part, session_id, seq, type, data, crc) FROM STDIN (FORMAT BINARY)"
+_STAGING_TYPES = ["int4", "text", "int8", "text", "bytea", "int8"]
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -140,7 +151,15 @@ class PgJournal(StagedIds, EventJournal):
         another daemon can adopt the sessions and its half-done commit is never written."""
         options = session_options(name=f"hopline {self.owner or 'single'} journal",
                                   idle_transaction=self.budget.store_idle_transaction_seconds)
-        return await aconnect(self._dsn, options=options)
+        conn = await aconnect(self._dsn, options=options)
+        try:
+            async with conn.transaction():
+                await conn.execute(_STAGING_TABLE)  # this connection's own, gone with it
+        except Exception:
+            with contextlib.suppress(Exception):
+                await conn.close()
+            raise
+        return conn
 
     async def _reconnect_if_broken(self) -> None:
         if is_broken(self._conn):  # UNKNOWN (the server dropped it) counts as broken
@@ -203,30 +222,37 @@ class PgJournal(StagedIds, EventJournal):
     async def _commit_group(self, group: list[_Write]) -> None:
         sessions = sorted({row[0] for write in group for row in write.rows or ()})
         async with self._conn.transaction():
+            if sessions:
+                # First, before any lock: COPY into this connection's temp table (a COPY waiting for
+                # a frozen daemon's data is ended by no timeout, and here holds nothing another
+                # daemon waits for); 3.6 us of CPU a row where INSERT ... unnest's text arrays took 19.
+                async with self._conn.cursor().copy(_STAGING_COPY) as copy:
+                    copy.set_types(_STAGING_TYPES)
+                    for place, write in enumerate(group):
+                        for session_id, seq, event_type, data in write.rows or ():
+                            await copy.write_row((place, session_id, seq, event_type, data,
+                                                  checksum(data)))  # checked on every read (T-3)
             fenced: set[str] = set()
             if self.owner is not None and sessions:
                 cursor = await self._conn.execute(
                     "SELECT session_id FROM leases WHERE session_id = ANY(%s) AND owner = %s FOR SHARE",
                     (sessions, self.owner))
                 fenced = set(sessions) - {row[0] for row in await cursor.fetchall()}
-            kept = [w for w in group if not fenced.intersection(row[0] for row in w.rows or ())]
-            rows = [row for write in kept for row in write.rows or ()]
+            kept_ids = {id(w) for w in group if not fenced.intersection(row[0] for row in w.rows or ())}
+            rows = [row for write in group if id(write) in kept_ids for row in write.rows or ()]
             if rows:
                 # One statement, not a pipelined executemany: its end is a protocol sync, so a
                 # daemon frozen after it leaves a transaction PostgreSQL sees idle, and ends.
-                columns = [list(column) for column in zip(*rows, strict=True)]
-                columns.append([checksum(row[3]) for row in rows])  # checked on every read (T-3)
                 await self._conn.execute(
                     "INSERT INTO events (session_id, seq, type, data, crc) "
-                    "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::bytea[], %s::bigint[])",
-                    columns)
+                    f"SELECT session_id, seq, type, data, crc FROM {_STAGING} WHERE part <> ALL(%s::int[])",
+                    ([place for place, write in enumerate(group) if id(write) not in kept_ids],))
                 last: dict[str, int] = {}
                 for session_id, seq, _, _ in rows:
                     last[session_id] = max(seq, last.get(session_id, 0))
                 await self._conn.execute(
                     "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
                     (EVENTS_CHANNEL, [f"{s} {seq}" for s, seq in last.items()]))
-        kept_ids = {id(write) for write in kept}
         for write in group:
             if id(write) in kept_ids:
                 for session_id, seq, _, _ in write.rows or ():
