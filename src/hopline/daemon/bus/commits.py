@@ -126,7 +126,10 @@ class CommitQueue:
             self._unqueue(commit)
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
-            self._deliver_around(commit)
+            if self.queued_by.keys() - {session_id for session_id, _ in events}:
+                # another session has journaled events queued: give it its turn beside this one
+                # (alone, as a relay of one session is, the scan would find nothing to deliver)
+                self._deliver_around(commit)
             room = self._room
             if room is not None and not room.done():
                 room.set_result(None)  # each held reader checks its own share again
