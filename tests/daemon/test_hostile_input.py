@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from .support import Daemon, read_events, running_daemon
+from .support import Daemon, iter_sse, read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, texts, turns_done
 
 pytestmark = pytest.mark.e2e  # every test here starts real processes
@@ -210,6 +210,31 @@ async def test_pending_prompts_per_session_are_bounded(daemon: Daemon, tmp_path:
         again = await client.post(f"/session/{sid}/prompt", json={"text": "echo again"})
         assert again.status_code == 202  # room again once a turn ended
         assert (await client.delete(f"/session/{sid}")).status_code == 200
+
+
+async def test_a_turn_seen_ended_frees_its_slot_at_once(tmp_path: Path) -> None:
+    """With one pending prompt allowed, a client that posts its next prompt the moment it reads a
+    turn's end is accepted every time: the slot is free before the end is visible (it was freed
+    only when the turn's task finished, a race the client lost now and then)."""
+    with running_daemon(tmp_path, env={"HOPLINE_MAX_PENDING_PROMPTS": "1"}) as one:
+        async with one.client() as client:
+            sid = await new_session(client, tmp_path)
+            await prompt(client, sid, "echo 0")
+            ends = 0
+            async with client.stream("GET", f"/session/{sid}/events") as response:
+                async for event in iter_sse(response):
+                    if event.type not in ("turn_complete", "turn_error"):
+                        continue
+                    assert event.type == "turn_complete", event.data
+                    ends += 1
+                    if ends == 40:
+                        break
+                    await prompt(client, sid, f"echo {ends}")  # asserts the 202
+            over = [await client.post(f"/session/{sid}/prompt", json={"text": "sleep 60"}),
+                    await client.post(f"/session/{sid}/prompt", json={"text": "echo over"})]
+            assert over[0].status_code == 202
+            error = assert_hopline_error(over[1], 429, "too_many_pending_prompts")
+            assert error["limit"] == 1 and error["observed"] == 2
 
 
 async def test_sse_subscribers_per_session_are_bounded(daemon: Daemon, tmp_path: Path) -> None:

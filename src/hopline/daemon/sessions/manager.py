@@ -296,7 +296,7 @@ class SessionManager:
                 "sessionId": session.id, "state": session.state,
                 "childPid": child.pid if child is not None else None,
                 "exitCode": session.exit_code,
-                "pendingPrompts": len(session.prompts),
+                "pendingPrompts": session.pending_prompts,
                 "pendingPermissions": len(session.permissions),
                 "pendingPermissionBytes": session.permission_bytes,
                 "refusedRequests": session.refused_requests,

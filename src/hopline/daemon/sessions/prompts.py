@@ -75,7 +75,7 @@ class Prompts:
         budget and the agent's promptCapabilities first); its turn runs after the turns before it."""
         child = require_ready(session)
         check_capabilities(blocks, child.initialized)
-        pending, limit = len(session.prompts), self.budget.max_pending_prompts
+        pending, limit = session.pending_prompts, self.budget.max_pending_prompts
         if pending >= limit:
             setting = CEILINGS_BY_KEY["max_pending_prompts"].name
             message = (f"this would be prompt {pending + 1} running or queued in this session, over the "
@@ -89,7 +89,7 @@ class Prompts:
         accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._run(session, prompt_id, blocks, accepted))
         session.prompts[prompt_id] = task
-        task.add_done_callback(lambda _t: session.prompts.pop(prompt_id, None))
+        task.add_done_callback(lambda _t: session.forget_prompt(prompt_id))
         try:
             await self._open(session, prompt_id)  # before the 202: a restart ends it (D-8)
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run

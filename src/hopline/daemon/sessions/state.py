@@ -80,6 +80,9 @@ class DaemonSession:
         self.adopt_lock = asyncio.Lock()  # several daemons: one adoption at a time
         self.current_prompt: str | None = None
         self.prompts: dict[str, asyncio.Task[None]] = {}
+        # Prompts whose turn has ended but whose task is still storing the end: no longer pending
+        # (a client that saw the end may queue the next prompt at once).
+        self.ended_prompts: set[str] = set()
         self.permissions: dict[str, PendingPermission] = {}
         self.permission_bytes = 0  # held by the pending permissions (HOPLINE_MAX_PENDING_PERMISSION_BYTES)
         self.refused_requests = 0  # agent-initiated requests refused by a ceiling
@@ -95,6 +98,11 @@ class DaemonSession:
         self.lost_bytes = 0
 
     @property
+    def pending_prompts(self) -> int:
+        """Prompts running or queued (HOPLINE_MAX_PENDING_PROMPTS counts these)."""
+        return len(self.prompts) - len(self.ended_prompts)
+
+    @property
     def state(self) -> SessionState:
         return self._state
 
@@ -103,6 +111,11 @@ class DaemonSession:
         if target not in TRANSITIONS[self._state]:
             raise IllegalTransition(self._state, target)
         self._state = target
+
+    def forget_prompt(self, prompt_id: str) -> None:
+        """Its task finished (its end stored, or it was cancelled)."""
+        self.prompts.pop(prompt_id, None)
+        self.ended_prompts.discard(prompt_id)
 
     def clear_permissions(self) -> None:
         self.permissions.clear()
