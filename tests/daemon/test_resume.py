@@ -124,7 +124,10 @@ async def test_slow_subscriber_is_warned_then_evicted_and_others_are_not(tmp_pat
                         break
                     await asyncio.sleep(0.05)
                 assert await _subscribers(client, sid) == 2
-                await prompt(client, sid, "chunks 4000 2048")
+                # paced at about 1 MB/s: a reader that keeps up is one that is not descheduled for
+                # a quarter of a second (unpaced, the race was between the agent's and the test
+                # client's throughput, which the fast reader lost now and then under load)
+                await prompt(client, sid, "paced 4000 2048 2")
                 await asyncio.wait_for(reader, 60)
                 # the fast reader got every event, in order, and was never warned or evicted
                 assert fast_events[-1].type == "turn_complete"
