@@ -58,6 +58,20 @@ _STAGING_TABLE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (part INT NOT NUL
                   "ON COMMIT DELETE ROWS")
 _STAGING_COPY = f"COPY {_STAGING} (part, session_id, seq, type, data, crc) FROM STDIN (FORMAT BINARY)"
 _STAGING_TYPES = ["int4", "text", "int8", "text", "bytea", "int8"]
+# After the COPY, one statement (one round trip, not three) reads the fence, moves the kept writes'
+# rows to events and notifies each session's last id: a write with a row of a session whose lease
+# is not this daemon's (``held`` lacks it) is left out whole. It answers the sessions held.
+_WRITTEN = ("written AS (INSERT INTO events (session_id, seq, type, data, crc) SELECT session_id, seq, type, "
+            f"data, crc FROM {_STAGING} {{where}} RETURNING session_id, seq), "
+            "notified AS (SELECT pg_notify(%(channel)s, session_id || ' ' || max(seq)) FROM written "
+            "GROUP BY session_id)")
+_MOVE_FENCED = (
+    "WITH held AS (SELECT session_id FROM leases WHERE session_id = ANY(%(sessions)s) AND owner = %(owner)s "
+    f"FOR SHARE), dropped AS (SELECT DISTINCT part FROM {_STAGING} "
+    "WHERE session_id NOT IN (SELECT session_id FROM held)), "
+    + _WRITTEN.format(where="WHERE part NOT IN (SELECT part FROM dropped)")
+    + " SELECT ARRAY(SELECT session_id FROM held), (SELECT count(*) FROM notified)")
+_MOVE = "WITH " + _WRITTEN.format(where="") + " SELECT count(*) FROM notified"
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -221,6 +235,7 @@ class PgJournal(StagedIds, EventJournal):
 
     async def _commit_group(self, group: list[_Write]) -> None:
         sessions = sorted({row[0] for write in group for row in write.rows or ()})
+        fenced: set[str] = set()
         async with self._conn.transaction():
             if sessions:
                 # First, before any lock: COPY into this connection's temp table (a COPY waiting for
@@ -232,27 +247,16 @@ class PgJournal(StagedIds, EventJournal):
                         for session_id, seq, event_type, data in write.rows or ():
                             await copy.write_row((place, session_id, seq, event_type, data,
                                                   checksum(data)))  # checked on every read (T-3)
-            fenced: set[str] = set()
-            if self.owner is not None and sessions:
-                cursor = await self._conn.execute(
-                    "SELECT session_id FROM leases WHERE session_id = ANY(%s) AND owner = %s FOR SHARE",
-                    (sessions, self.owner))
-                fenced = set(sessions) - {row[0] for row in await cursor.fetchall()}
+                # One statement, not a pipelined batch: its end is a protocol sync, so a daemon
+                # frozen after it leaves a transaction PostgreSQL sees idle, and ends.
+                if self.owner is None:
+                    await self._conn.execute(_MOVE, {"channel": EVENTS_CHANNEL})
+                else:
+                    cursor = await self._conn.execute(_MOVE_FENCED, {
+                        "sessions": sessions, "owner": self.owner, "channel": EVENTS_CHANNEL})
+                    row = await cursor.fetchone()
+                    fenced = set(sessions) - set(row[0] if row is not None else ())
             kept_ids = {id(w) for w in group if not fenced.intersection(row[0] for row in w.rows or ())}
-            rows = [row for write in group if id(write) in kept_ids for row in write.rows or ()]
-            if rows:
-                # One statement, not a pipelined executemany: its end is a protocol sync, so a
-                # daemon frozen after it leaves a transaction PostgreSQL sees idle, and ends.
-                await self._conn.execute(
-                    "INSERT INTO events (session_id, seq, type, data, crc) "
-                    f"SELECT session_id, seq, type, data, crc FROM {_STAGING} WHERE part <> ALL(%s::int[])",
-                    ([place for place, write in enumerate(group) if id(write) not in kept_ids],))
-                last: dict[str, int] = {}
-                for session_id, seq, _, _ in rows:
-                    last[session_id] = max(seq, last.get(session_id, 0))
-                await self._conn.execute(
-                    "SELECT pg_notify(%s, n) FROM unnest(%s::text[]) AS n",
-                    (EVENTS_CHANNEL, [f"{s} {seq}" for s, seq in last.items()]))
         for write in group:
             if id(write) in kept_ids:
                 for session_id, seq, _, _ in write.rows or ():
