@@ -195,6 +195,7 @@ class HangingProxy:
         self.target_port = target_port
         self.port = 0
         self.hung = False
+        self.client_bytes = 0  # read from clients, forwarded or not (a call that reached the store)
         self.loop = asyncio.new_event_loop()
         self._writers: set[Any] = set()
         self._ready = threading.Event()
@@ -214,9 +215,11 @@ class HangingProxy:
         self._ready.set()
         self.loop.run_forever()
 
-    async def _pipe(self, reader: Any, writer: Any) -> None:
+    async def _pipe(self, reader: Any, writer: Any, *, from_client: bool) -> None:
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
+                if from_client:
+                    self.client_bytes += len(data)
                 if self.hung:
                     continue  # read, never forwarded
                 writer.write(data)
@@ -231,12 +234,13 @@ class HangingProxy:
         up_writer: Any = None
         try:
             if self.hung:  # accepted and read until the client gives up
-                while await client_reader.read(65536):
-                    pass
+                while data := await client_reader.read(65536):
+                    self.client_bytes += len(data)
                 return
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
             self._writers.add(up_writer)
-            await asyncio.gather(self._pipe(client_reader, up_writer), self._pipe(up_reader, client_writer))
+            await asyncio.gather(self._pipe(client_reader, up_writer, from_client=True),
+                                 self._pipe(up_reader, client_writer, from_client=False))
         except OSError:
             pass
         finally:

@@ -30,10 +30,11 @@ STATE_RESYNC_REQUIRED = "state_resync_required"
 STREAM_ERROR = "stream_error"
 FRAME_DROPPED = "frame_dropped"
 DATA_CORRUPT = "data_corrupt"  # a stored event that failed its check on read: its id and why (T-3)
+SIDECAR_DELAYED = "sidecar_delayed"  # a large update waits for its sidecar write (a slow or hung store)
 # With an id, several daemons only (SPEC X): another daemon took the session over.
 SESSION_ADOPTED = "session_adopted"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
-                             STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT})
+                             STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT, SIDECAR_DELAYED})
 
 # --- ACP ``_meta`` keys ---------------------------------------------------------------------------
 META_PROFILE = "hopline.profile"

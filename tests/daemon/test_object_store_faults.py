@@ -10,6 +10,7 @@ says ``degraded``; a sidecar download meanwhile answers hopline's JSON 503 with 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +81,13 @@ async def test_a_hung_object_store_degrades_the_update_and_recovers(
             s3_proxy.hang()
             hung_id, end = await prompt(client, stream, session_id, f"big {BIG} b")
             event = update_of(stream, hung_id)
+            # the quiet wait was said first: a sidecar_delayed notice, before the degraded update
+            notices = [e for e in stream.events if e.type == "sidecar_delayed" and e.data["promptId"] == hung_id]
+            assert len(notices) == 1 and stream.events.index(notices[0]) < stream.events.index(event)
+            notice = notices[0].data
+            assert notice["hop"] == "daemon.sidecars" and notice["setting"] == "HOPLINE_OBJECT_STORE_TIMEOUT"
+            assert notice["timeoutSeconds"] == DEADLINE_SECONDS and notice["bytes"] > BIG
+            assert notices[0].id is None  # a notice to live readers, not journaled
             entry = event.data["update"]["_meta"]["hopline.sidecar"][0]
             assert entry["truncated"] is True and entry["reason"] == "object_store_unavailable", entry
             assert "id" not in entry and entry["bytes"] == BIG and 0 < entry["lostBytes"] < BIG
@@ -100,8 +108,10 @@ async def test_a_hung_object_store_degrades_the_update_and_recovers(
             status = (await client.get("/daemon/status")).json()
             fallbacks = status["sidecars"]["fallbacks"]
             assert fallbacks["objectStoreUnavailable"] >= 1 and fallbacks["diskError"] == 0
+            assert status["delivery"]["sidecarDelayedUpdates"] == 1
 
             s3_proxy.forward()
+            await asyncio.sleep(DEADLINE_SECONDS)  # the store counts as down one deadline after one passed
             after_id, end = await prompt(client, stream, session_id, f"big {BIG} c")
             after = update_of(stream, after_id).data["update"]["_meta"]["hopline.sidecar"][0]
             assert "truncated" not in after and end.data["degraded"] is False

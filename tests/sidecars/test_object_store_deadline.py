@@ -5,6 +5,7 @@ the same refusal, ``object_store_unavailable`` (never ``disk_error``); forwardin
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,30 @@ def test_every_call_on_a_hung_store_ends_at_its_deadline(
         assert isinstance(info.value, OSError) and info.value.hop == "daemon.sidecars"
 
     s3_proxy.forward()
+    time.sleep(DEADLINE_SECONDS)  # the store counts as down for one deadline after it passed one
     assert b"".join(blobs.iter_range(handle, 0, 1000)) == b"k" * 1000
     assert {item.name for item in blobs.listing()} == {"kept"}
+
+
+def test_past_a_deadline_calls_fail_at_once_for_one_deadline_then_try_again(
+        tmp_path: Path, s3_server: S3Server, s3_bucket: str, s3_proxy: HangingProxy) -> None:
+    blobs = blobs_at(s3_proxy.endpoint, s3_server, s3_bucket, tmp_path)
+    blobs.stage("kept", b"k" * 1000)
+    s3_proxy.hang()
+    with pytest.raises(ObjectStoreUnavailable, match="did not answer"):
+        blobs.stage("a", b"a" * 1000)
+    reached = s3_proxy.client_bytes
+    s3_proxy.forward()  # back already, but the store is taken as down for one deadline
+    for call in (lambda: blobs.stage("b", b"b" * 1000), lambda: blobs.open("kept")):
+        with pytest.raises(ObjectStoreUnavailable, match="fail at once") as info:
+            call()
+        assert "HOPLINE_OBJECT_STORE_TIMEOUT" in str(info.value)
+        assert 0 < info.value.retry_after <= DEADLINE_SECONDS
+    assert s3_proxy.client_bytes == reached  # no request left this process
+    time.sleep(DEADLINE_SECONDS)
+    blobs.stage("c", b"c" * 1000)  # tried again, and it answers
+    assert s3_proxy.client_bytes > reached
+    assert {item.name for item in blobs.listing()} == {"kept", "c"}
 
 
 def test_a_refused_connection_is_an_object_store_refusal(tmp_path: Path, s3_server: S3Server) -> None:

@@ -248,6 +248,10 @@ class S3Blobs:
         from obstore.store import S3Store
 
         self.timeout_seconds = timeout_seconds
+        # Past a deadline, the store is taken as down for one more deadline: calls meanwhile fail
+        # at once (an update with several large fields, and every other session's, would each wait
+        # a whole deadline of their own), then the next call tries it again.
+        self._down_until = 0.0
         deadline = datetime.timedelta(seconds=timeout_seconds)
         backstop = 2 * deadline
 
@@ -281,6 +285,11 @@ class S3Blobs:
         listing's last page); :class:`ObjectStoreUnavailable` for anything else (a write's missing
         bucket too)."""
         deadline = self.timeout_seconds * requests
+        down_for = self._down_until - time.monotonic()
+        if down_for > 0:
+            raise ObjectStoreUnavailable(
+                f"the object store passed its deadline of {self.timeout_seconds:g} s ({_TIMEOUT_SETTING}) "
+                f"moments ago; calls fail at once for {down_for:.1f} s more", down_for)
 
         async def run() -> _T:
             return await asyncio.wait_for(call(), deadline)
@@ -297,6 +306,7 @@ class S3Blobs:
                                          self.timeout_seconds) from None
         except TimeoutError:
             future.cancel()
+            self._down_until = time.monotonic() + self.timeout_seconds
             raise ObjectStoreUnavailable(
                 f"the object store did not answer within {deadline:g} s ({_TIMEOUT_SETTING})",
                 self.timeout_seconds) from None

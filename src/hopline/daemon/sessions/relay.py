@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_SIDECARS, Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.child import AcpChild
 from hopline.daemon.projection import InboundProjector, losses
@@ -26,7 +26,13 @@ from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import FRAME_DROPPED, PROGRESS_METHOD, RESOLVED_BY_AGENT_EXIT, SESSION_UPDATE
+from hopline.vocabulary import (
+    FRAME_DROPPED,
+    PROGRESS_METHOD,
+    RESOLVED_BY_AGENT_EXIT,
+    SESSION_UPDATE,
+    SIDECAR_DELAYED,
+)
 from hopline.wire.ndjson import Frame, FrameError, FrameTooLarge
 from hopline.wire.passthrough import PASSTHROUGH_MIN_FRAME_BYTES, text_chunk_update_bytes
 
@@ -40,6 +46,10 @@ DROP_INVALID_UPDATE = "invalid_update"
 DROP_HELD_FULL = "held_updates_full"  # more updates before session/new answered than the ring holds
 # Update kinds named in the degradation log line; any other kind is logged as "other" (it is the
 # agent's free text).
+# A notice, not a limit: a sidecar write still running after this long (or a quarter of the object
+# store's deadline, when that is shorter) is said to the client (``sidecar_delayed``); a file
+# store's writes take milliseconds, an object store's a fraction of a second.
+SIDECAR_DELAYED_AFTER_SECONDS = 1.0
 _LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
                            "tool_call_update", "plan", "available_commands_update", "current_mode_update"})
 
@@ -63,6 +73,7 @@ class Relay:
         self.lost_by_reason: dict[str, int] = {}
         self.dropped_by_reason: dict[str, int] = {}
         self.passed_through = 0  # session updates relayed as the agent's own bytes (not re-encoded)
+        self.delayed_updates = 0  # large updates whose sidecar write took long enough to say so
         self.requests = AgentRequests(budget, bus=bus, sessions=sessions,
                                       project=lambda sid, update: self.projector(sid, update),
                                       drop_frame=self.drop_frame, count_lost=self._count_lost)
@@ -102,10 +113,30 @@ class Relay:
     async def _project_and_deliver(self, session: DaemonSession, prompt_id: str | None, sender: Any,
                                    frame: Frame) -> None:
         update = frame.message["params"]["update"]
-        projected = await asyncio.to_thread(self.projector, session.id, update)
+        projection = asyncio.ensure_future(asyncio.to_thread(self.projector, session.id, update))
+        # Bounded by the store's own deadlines (HOPLINE_OBJECT_STORE_TIMEOUT per request); past a
+        # moment of it, the client is told why its stream is quiet instead of seeing a freeze.
+        notice_after = min(SIDECAR_DELAYED_AFTER_SECONDS, self.budget.object_store_timeout_seconds / 4)
+        done, _ = await asyncio.wait({projection}, timeout=notice_after)
+        if not done:
+            self._say_delayed(session, prompt_id, frame.size, notice_after)
+        projected = await projection
         if session.id in self.sessions:  # not deleted meanwhile
             raw = passthrough_bytes(frame) if projected is update else None
             self._deliver_update(session, prompt_id, sender, projected, raw_update=raw)
+
+    def _say_delayed(self, session: DaemonSession, prompt_id: str | None, size: int, waited: float) -> None:
+        timeout = self.budget.object_store_timeout_seconds
+        setting = CEILINGS_BY_KEY["object_store_timeout_seconds"].name
+        self.delayed_updates += 1
+        log.warning("a large update waits for its sidecar write",
+                    extra={"bytes": size, "waitedSeconds": waited})
+        self.bus.publish_synthetic(session.id, SIDECAR_DELAYED, {
+            "promptId": prompt_id, "hop": HOP_SIDECARS, "bytes": size, "waitedSeconds": waited,
+            "timeoutSeconds": timeout, "setting": setting,
+            "message": f"a large update ({size} bytes) has waited over {waited:g} s for its sidecar write; "
+                       "it follows once stored, or degraded (object_store_unavailable) if an object store "
+                       f"fails or passes its deadline of {timeout:g} s per request ({setting})"})
 
     def _deliver_update(self, session: DaemonSession, prompt_id: str | None, sender: Any,
                         update: dict[str, Any], *, raw_update: memoryview | None = None) -> None:
@@ -217,7 +248,7 @@ class Relay:
         """What could not be delivered whole (D-8) and what was dropped, daemon-wide."""
         return {"degradedUpdates": self.lost_updates, "lostBytes": self.lost_bytes,
                 "lostByReason": dict(self.lost_by_reason), "droppedFrames": dict(self.dropped_by_reason),
-                "passedThroughUpdates": self.passed_through}
+                "passedThroughUpdates": self.passed_through, "sidecarDelayedUpdates": self.delayed_updates}
 
 
 class ChildEvents:

@@ -243,6 +243,10 @@ class SessionView {
           + (data.limitBytes ? ` over the limit of ${bytes(data.limitBytes)}${data.setting ? ` (${data.setting})` : ''}` : '')
           + ` · ${data.reason}`);
         break;
+      case 'sidecar_delayed':
+        this.item('warn', `A large update (${bytes(data.bytes || 0)}) waits for its sidecar store; `
+          + `it follows when stored, or degraded past ${data.timeoutSeconds} s per request (${data.setting}).`);
+        break;
       case 'replay_complete': break;
       case 'slow_client_warning': this.item('warn', 'The daemon warns that this page reads its events slowly.'); break;
       case 'client_evicted': this.item('warn', 'The daemon evicted this stream (reading too slowly); resuming with Last-Event-ID.'); break;
