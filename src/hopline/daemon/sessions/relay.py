@@ -44,12 +44,12 @@ PROGRESS_METHODS = frozenset({PROGRESS_METHOD, PROGRESS_METHOD.removeprefix("_")
 DROP_FOREIGN_SESSION = "foreign_session"
 DROP_INVALID_UPDATE = "invalid_update"
 DROP_HELD_FULL = "held_updates_full"  # more updates before session/new answered than the ring holds
-# Update kinds named in the degradation log line; any other kind is logged as "other" (it is the
-# agent's free text).
 # A notice, not a limit: a sidecar write still running after this long (or a quarter of the object
 # store's deadline, when that is shorter) is said to the client (``sidecar_delayed``); a file
 # store's writes take milliseconds, an object store's a fraction of a second.
 SIDECAR_DELAYED_AFTER_SECONDS = 1.0
+# Update kinds named in the degradation log line; any other kind is logged as "other" (it is the
+# agent's free text).
 _LOGGED_KINDS = frozenset({"agent_message_chunk", "agent_thought_chunk", "user_message_chunk", "tool_call",
                            "tool_call_update", "plan", "available_commands_update", "current_mode_update"})
 
