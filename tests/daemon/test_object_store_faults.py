@@ -82,7 +82,8 @@ async def test_a_hung_object_store_degrades_the_update_and_recovers(
             hung_id, end = await prompt(client, stream, session_id, f"big {BIG} b")
             event = update_of(stream, hung_id)
             # the quiet wait was said first: a sidecar_delayed notice, before the degraded update
-            notices = [e for e in stream.events if e.type == "sidecar_delayed" and e.data["promptId"] == hung_id]
+            notices = [e for e in stream.events
+                       if e.type == "sidecar_delayed" and e.data["promptId"] == hung_id]
             assert len(notices) == 1 and stream.events.index(notices[0]) < stream.events.index(event)
             notice = notices[0].data
             assert notice["hop"] == "daemon.sidecars" and notice["setting"] == "HOPLINE_OBJECT_STORE_TIMEOUT"
