@@ -60,18 +60,24 @@ _STAGING_COPY = f"COPY {_STAGING} (part, session_id, seq, type, data, crc) FROM 
 _STAGING_TYPES = ["int4", "text", "int8", "text", "bytea", "int8"]
 # After the COPY, one statement (one round trip, not three) reads the fence, moves the kept writes'
 # rows to events and notifies each session's last id: a write with a row of a session whose lease
-# is not this daemon's (``held`` lacks it) is left out whole. It answers the sessions held.
-_WRITTEN = ("written AS (INSERT INTO events (session_id, seq, type, data, crc) SELECT session_id, seq, type, "
-            f"data, crc FROM {_STAGING} {{where}} RETURNING session_id, seq), "
+# is not this daemon's (``held`` lacks it) is left out whole. It answers the sessions held, and
+# counts ``notified`` (a CTE that is not data-modifying runs only when the query reads it).
+
+
+def _move_statement(fence: str, where: str, answer: str) -> str:
+    return (f"WITH {fence}written AS (INSERT INTO events (session_id, seq, type, data, crc) "
+            f"SELECT session_id, seq, type, data, crc FROM {_STAGING}{where} RETURNING session_id, seq), "
             "notified AS (SELECT pg_notify(%(channel)s, session_id || ' ' || max(seq)) FROM written "
-            "GROUP BY session_id)")
-_MOVE_FENCED = (
-    "WITH held AS (SELECT session_id FROM leases WHERE session_id = ANY(%(sessions)s) AND owner = %(owner)s "
+            f"GROUP BY session_id) SELECT {answer}")
+
+
+_MOVE_FENCED = _move_statement(
+    "held AS (SELECT session_id FROM leases WHERE session_id = ANY(%(sessions)s) AND owner = %(owner)s "
     f"FOR SHARE), dropped AS (SELECT DISTINCT part FROM {_STAGING} "
-    "WHERE session_id NOT IN (SELECT session_id FROM held)), "
-    + _WRITTEN.format(where="WHERE part NOT IN (SELECT part FROM dropped)")
-    + " SELECT ARRAY(SELECT session_id FROM held), (SELECT count(*) FROM notified)")
-_MOVE = "WITH " + _WRITTEN.format(where="") + " SELECT count(*) FROM notified"
+    "WHERE session_id NOT IN (SELECT session_id FROM held)), ",
+    " WHERE part NOT IN (SELECT part FROM dropped)",
+    "ARRAY(SELECT session_id FROM held), (SELECT count(*) FROM notified)")
+_MOVE = _move_statement("", "", "count(*) FROM notified")
 
 
 def _connection_lost(exc: BaseException) -> bool:

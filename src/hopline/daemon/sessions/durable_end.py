@@ -38,7 +38,6 @@ def storage_error(prompt_id: str, refused: int) -> dict[str, Any]:
 async def end_turn_durably(bus: EventBus, journal: EventJournal, session: DaemonSession, prompt_id: str,
                            end: tuple[str, dict[str, Any]]) -> None:
     """Store the turn's end (``end``, or the storage error), then close the prompt's row."""
-    session.ended_prompts.add(prompt_id)  # before its end is visible: whoever sees it may queue again
     await bus.flushed()  # every event of the turn committed or refused: the refusals are counted
     event_type, data = end
     delay = RETRY_FIRST_SECONDS

@@ -126,6 +126,7 @@ class Prompts:
         ``turn_error`` (origin daemon, reason storage), stored once the store takes it again
         (:func:`end_turn_durably`)."""
         lost = session.turn_lost.pop(prompt_id, 0) + lost_here
+        session.ended_prompts.add(prompt_id)  # its slot frees before its end is visible (queue again)
         await end_turn_durably(self.bus, self.journal, session, prompt_id,
                                (event_type, {**data, "lostBytes": lost, "degraded": lost > 0}))
 
