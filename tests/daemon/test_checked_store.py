@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import sqlite3
+import zlib
 from pathlib import Path
 
 import orjson
@@ -23,6 +24,8 @@ from hopline.store.integrity import (
     QUARANTINED,
     SEGMENT_MISSING,
     SEGMENT_SHORT,
+    checksum,
+    verified,
 )
 from hopline.store.segments import segment_path
 from hopline.store.sqlite_journal import (
@@ -75,6 +78,17 @@ async def _replayed(journal: SqliteJournal) -> tuple[list[int], list[int]]:
                 good.append(event.id)
     assert bus.corrupt.status()["corruptEvents"] == len(damaged)
     return good, damaged
+
+
+@pytest.mark.parametrize("size", [0, 1, INLINE_MAX_BYTES, INLINE_MAX_BYTES + 1, 1 << 20])
+def test_the_checksum_is_zlibs_crc32_so_journals_written_before_still_verify(size: int) -> None:
+    data = bytes((i * 131 + 7) % 256 for i in range(size))
+    assert checksum(data) == zlib.crc32(data)
+    assert checksum(memoryview(data)) == zlib.crc32(data)
+    assert verified(data, zlib.crc32(data))
+    if size:
+        flipped = bytes([data[0] ^ 1]) + data[1:]
+        assert not verified(flipped, zlib.crc32(data))
 
 
 async def test_a_flipped_byte_in_a_segment_is_said_by_id_and_the_rest_delivered(tmp_path: Path) -> None:

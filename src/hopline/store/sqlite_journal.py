@@ -36,11 +36,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
-from zlib import crc32
 
 import orjson
 
-from hopline.store.integrity import ROW_UNREADABLE
+from hopline.store.integrity import ROW_UNREADABLE, checksum
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -364,9 +363,9 @@ class SqliteJournal(StagedIds, EventJournal):
             if size > INLINE_MAX_BYTES:
                 offset = offsets[session_id]
                 offsets[session_id] = offset + size
-                extend((session_id, seq, event_type, b"", offset, size, crc32(data)))
+                extend((session_id, seq, event_type, b"", offset, size, checksum(data)))
             else:
-                extend((session_id, seq, event_type, data, None, None, crc32(data)))
+                extend((session_id, seq, event_type, data, None, None, checksum(data)))
         width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
             chunk = params[start:start + width]
