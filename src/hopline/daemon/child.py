@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
+from hopline.daemon.pipe_chunks import PipeChunks, start_child
 from hopline.daemon.reaper import end_escaped, subreaper_preexec
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
@@ -155,6 +156,7 @@ class AcpChild:
         self._write_lock = asyncio.Lock()
         self.not_reading = False  # a write passed its deadline: no write is tried again
         self._proc: asyncio.subprocess.Process | None = None
+        self._stdout: PipeChunks | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.exited = asyncio.Event()
         self.returncode: int | None = None
@@ -169,11 +171,10 @@ class AcpChild:
         return self._proc is not None and not self.exited.is_set() and not self.not_reading
 
     async def start(self) -> None:
-        # The stream-reader limit is the largest read: we only ever call read(n).
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
-            limit=LARGE_READ_BYTES, preexec_fn=subreaper_preexec())
+        # The readers' limit is the largest read: stdout's chunks are taken up to a read's bytes.
+        self._proc, self._stdout = await start_child(
+            self.argv, env=self.env, start_new_session=True, limit=LARGE_READ_BYTES,
+            preexec_fn=subreaper_preexec())
         self._tasks = [asyncio.create_task(self._read_stdout()), asyncio.create_task(self._drain_stderr())]
 
     # --- writing ----------------------------------------------------------------------------------
@@ -255,8 +256,8 @@ class AcpChild:
     # --- reading ----------------------------------------------------------------------------------
 
     async def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
+        assert self._proc is not None and self._stdout is not None
+        stdout = self._stdout
         try:
             while True:
                 held = self.handler.backpressure()
@@ -265,11 +266,13 @@ class AcpChild:
                     # in its write until the journal catches up.
                     await held
                 large = self.decoder.buffered_bytes >= READ_CHUNK_BYTES
-                chunk = await stdout.read(LARGE_READ_BYTES if large else READ_CHUNK_BYTES)
-                if not chunk:
+                chunks = await stdout.read_chunks(LARGE_READ_BYTES if large else READ_CHUNK_BYTES)
+                if not chunks:
                     break
                 errors_before = self.decoder.frame_errors
-                items = self.decoder.feed(chunk)
+                items = self.decoder.feed(chunks[0])
+                for chunk in chunks[1:]:
+                    items += self.decoder.feed(chunk)
                 # The read's frames feed the inbound tap at once (one call per read, not per frame).
                 self.inbound.notify_read_frames(items, errors=self.decoder.frame_errors != errors_before)
                 index = 0
