@@ -4,7 +4,7 @@
 buffer (``feed_data``), then out of it (``read``), and moves what is left behind each read. The
 daemon only ever asks for "what is there, up to N bytes", so :class:`PipeChunks` keeps the bytes
 objects the event loop read from the pipe and hands them over as they are (a read of 1 KiB frames
-is one pipe read of up to 64 KiB: no copy at all). Measured by ``bench --only relay``.
+is one pipe read of up to 64 KiB: no copy at all).
 
 Flow control is the ``StreamReader``'s: past twice ``limit`` bytes held, the pipe is not read
 (the child then blocks in its write), and reading resumes once at most ``limit`` are held.
