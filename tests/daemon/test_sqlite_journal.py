@@ -119,7 +119,7 @@ async def test_oversize_check_in_a_batch_sizes_each_event_with_its_journal_id(tm
     await bus.journal.close()
 
 
-async def test_new_journal_uses_large_pages_wal_and_no_autocheckpoint(tmp_path: Path) -> None:
+async def test_new_journal_uses_its_page_size_wal_and_no_autocheckpoint(tmp_path: Path) -> None:
     journal = await _journal(tmp_path)
     await journal.close()
     db = sqlite3.connect(tmp_path / JOURNAL_FILE)

@@ -53,14 +53,16 @@ from hopline.store.private import private_dir, private_file
 from hopline.store.segments import SegmentWriter, read_rows
 from hopline.vocabulary import TURN_END_TYPES
 
-# Storage layout, not a limit. Events are up to MiBs: 32 KiB pages (set before the first table is
-# created, so new files only), measured in isolation against the 4 KiB default: a 1 MiB insert
-# ~4.3 -> ~3.2 ms, a batch of 1 KiB inserts ~0.017 -> ~0.005 ms per row, a 64 KiB insert unchanged
-# (64 KiB pages were worse there: a 64 KiB row spills into a second page).
-PAGE_SIZE_BYTES = 32 * 1024
-# Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (the
-# size SQLite's default autocheckpoint of 1000 pages gives with these pages).
-CHECKPOINT_BYTES = 1000 * PAGE_SIZE_BYTES
+# Storage layout, not a limit (set before the first table is created, so new files only; a journal
+# made with other pages keeps them). Event data over INLINE_MAX_BYTES lives in segment files, so a
+# row is a key and a few integers, and a commit rewrites each page it dirtied whole into the WAL:
+# small pages write less. Measured here, 64-row transactions of 1 KiB events (external): 2.7-5.0 us
+# of writer CPU per row with 4 KiB pages against 4.0-6.0 with the 32 KiB pages chosen before
+# segments existed (when 1 MiB rows were inline), interleaved runs.
+PAGE_SIZE_BYTES = 4 * 1024
+# Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (what
+# SQLite's default autocheckpoint of 1000 pages gave with the former 32 KiB pages).
+CHECKPOINT_BYTES = 32 * 1024 * 1024
 # Storage layout, not a limit: larger event data goes to the session's segment file (each session's
 # in one writev per transaction). Measured here, 1 KiB events in 64-row transactions: inline, the
 # writer spent 7.2 us of CPU per row and wrote 138 MiB of WAL for 36 MiB of data (every commit
@@ -69,6 +71,9 @@ CHECKPOINT_BYTES = 1000 * PAGE_SIZE_BYTES
 # control events and word deltas stay in their rows.
 INLINE_MAX_BYTES = 256
 SEGMENTS_DIR = "journal.segments"
+# An estimate, not a limit: a row's bytes besides its session id and inline data (seq, type, the
+# segment pointer, the CRC, SQLite's record header), for the WAL's growth.
+ROW_FIXED_BYTES = 48
 # A query's work, not a payload ceiling: the ids one page looks up one by one past a damaged page.
 PROBE_MAX_IDS = 4096
 
@@ -339,9 +344,11 @@ class SqliteJournal(StagedIds, EventJournal):
 
         def settled(error: BaseException | None) -> None:
             self._settle_ids(rows, error)
-        # What the WAL grows by, for the checkpoint: the inline data, and at least one page (SQLite
-        # writes each dirtied page whole; rows of external data are small, their pages are not).
-        wal = PAGE_SIZE_BYTES + sum(len(row[3]) for row in rows if len(row[3]) <= INLINE_MAX_BYTES)
+        # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
+        # page whole), and each row: its key, its integers, and its data when inline.
+        wal = PAGE_SIZE_BYTES + sum(len(session_id) + ROW_FIXED_BYTES
+                                    + (len(data) if len(data) <= INLINE_MAX_BYTES else 0)
+                                    for session_id, _, _, data in rows)
         return self.submit_write(insert, nbytes=wal, settled=settled)
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:

@@ -34,6 +34,8 @@ class Commit:
     # A write-ahead request's own event (publish_committed): refused, it is answered to the
     # requester (507/503) and was never accepted, so it is neither a loss nor a turn's fault.
     answered: bool = False
+    # The sessions of its events, made once: the fair-share scan looks at it per commit per delivery.
+    sessions: frozenset[str] = frozenset()
 
 
 AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
@@ -79,13 +81,16 @@ class CommitQueue:
         commit = Commit(events, self.journal.commit() if journaled else None, len(journaled),
                         sum(len(event.data) for event in journaled))
         queued_by = self.queued_by
+        sessions: set[str] = set()
         for session_id, event in events:
+            sessions.add(session_id)
             if event.id is not None:
                 share = queued_by.get(session_id)
                 if share is None:
                     share = queued_by[session_id] = [0, 0]
                 share[0] += 1
                 share[1] += len(event.data)
+        commit.sessions = frozenset(sessions)
         self._commits.append(commit)
         self.queued_events += commit.journaled
         self.queued_bytes += commit.nbytes
@@ -126,7 +131,7 @@ class CommitQueue:
             self._unqueue(commit)
             if commit.delivered is not None and not commit.delivered.done():
                 commit.delivered.set_result(None)
-            if self.queued_by.keys() - {session_id for session_id, _ in events}:
+            if self.queued_by.keys() - commit.sessions:
                 # another session has journaled events queued: give it its turn beside this one
                 # (alone, as a relay of one session is, the scan would find nothing to deliver)
                 self._deliver_around(commit)
@@ -146,10 +151,10 @@ class CommitQueue:
         another's events nor does a slow stream. A session's own events keep their order: a commit
         is passed over while any commit before it that is not yet out holds one of its sessions.
         The scan is bounded (``AROUND_SCAN`` commits)."""
-        blocked = {session_id for session_id, _ in head.events}
+        blocked = set(head.sessions)
         start = 1 if self._commits and self._commits[0] is head else 0
         for commit in list(itertools.islice(self._commits, start, start + AROUND_SCAN)):
-            sessions = {session_id for session_id, _ in commit.events}
+            sessions = commit.sessions
             if not ready(commit) or commit.next_index or sessions & blocked:
                 blocked |= sessions
                 continue
