@@ -5,10 +5,19 @@ StreamReader's bound (twice the limit, plus the one pipe read that passed it).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import sys
+from collections.abc import Awaitable
 
+import pytest
+import uvloop
+
+from hopline.budget import Budget
+from hopline.daemon.child import AcpChild
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
+from hopline.observe.pipe import PipeObservability
+from hopline.wire.ndjson import Frame, FrameError
 
 PIPE_READ_MAX = 256 * 1024  # the event loop's read buffer: the most one pipe read returns
 WRITER = ("import sys; block = bytes(range(256)) * 4096\n"
@@ -75,3 +84,73 @@ async def test_a_pipe_read_larger_than_the_bound_is_handed_over_in_pieces_of_the
     one_over.feed_data(b"y" * (bound + 1))
     assert [len(c) for c in await one_over.read_chunks(bound)] == [bound]
     assert [len(c) for c in await one_over.read_chunks(bound)] == [1]
+
+
+class _ReadCounter:
+    """An AcpChild handler that counts the frames of each read (one batch per read) and holds the
+    first read back until the child has filled the pipe and the held chunks."""
+
+    def __init__(self) -> None:
+        self.per_read: list[int] = []
+        self.exited = asyncio.Event()
+        self._held_once = False
+
+    def on_notification(self, frame: Frame) -> None:
+        self.per_read[-1] += 1
+
+    def on_request(self, frame: Frame) -> None:
+        raise AssertionError("no requests expected")
+
+    def on_not_reading(self) -> None:
+        raise AssertionError("the test writes nothing")
+
+    def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:
+        raise AssertionError(f"frame error {reason}")
+
+    def on_exit(self, returncode: int | None) -> None:
+        self.exited.set()
+
+    def batch(self) -> contextlib.AbstractContextManager[None]:
+        self.per_read.append(0)
+        return contextlib.nullcontext()
+
+    def backpressure(self) -> Awaitable[None] | None:
+        if self._held_once:
+            return None
+        self._held_once = True
+        return asyncio.sleep(0.5)  # not a measured wait: it only lets the reads that follow be full
+
+
+FRAMES_CHILD = ("import sys\n"
+                "line = (b'{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",'\n"
+                "        b'\"params\":{\"text\":\"%s\"}}\\n')\n"
+                "size, count = int(sys.argv[1]), int(sys.argv[2])\n"
+                "sys.stdout.buffer.write(b''.join(line % (b'x' * size) for _ in range(count)))\n")
+
+
+@pytest.mark.parametrize(("text_bytes", "most_per_read", "least_of_the_most"),
+                         [(1000, 64, 1), (16 * 1024, 16, 8)])
+def test_a_read_carries_at_most_64_frames_of_1_kib_or_16_of_16_kib(
+        text_bytes: int, most_per_read: int, least_of_the_most: int) -> None:
+    # on uvloop, as the daemon runs: its pipe reads return up to 256 KiB at once
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(_reads_of(text_bytes, most_per_read, least_of_the_most))
+
+
+async def _reads_of(text_bytes: int, most_per_read: int, least_of_the_most: int) -> None:
+    # 1 KiB frames are read 64 KiB at a time (a whole pipe read of 200-byte frames, ~1,100 of them,
+    # doubled another session's round trip during a flood); after a read of frames of
+    # LARGE_FRAME_BYTES or more, reads take up to LARGE_READ_BYTES, about 16 frames of 16 KiB
+    # (64 KiB reads carry at most 4, and 64 KiB frames read so were a commit each).
+    handler = _ReadCounter()
+    count = 200
+    child = AcpChild([sys.executable, "-c", FRAMES_CHILD, str(text_bytes), str(count)], env={},
+                     budget=Budget.defaults(), instruments=PipeObservability(Budget.defaults()),
+                     handler=handler)
+    await child.start()
+    try:
+        await asyncio.wait_for(handler.exited.wait(), 30)
+    finally:
+        await child.stop()
+    assert sum(handler.per_read) == count
+    assert least_of_the_most <= max(handler.per_read) <= most_per_read
