@@ -53,12 +53,10 @@ from hopline.store.private import private_dir, private_file
 from hopline.store.segments import SegmentWriter, read_rows
 from hopline.vocabulary import TURN_END_TYPES
 
-# Storage layout, not a limit (set before the first table is created, so new files only; a journal
-# made with other pages keeps them). Event data over INLINE_MAX_BYTES lives in segment files, so a
-# row is a key and a few integers, and a commit rewrites each page it dirtied whole into the WAL:
-# small pages write less. Measured here, 64-row transactions of 1 KiB events (external): 2.7-5.0 us
-# of writer CPU per row with 4 KiB pages against 4.0-6.0 with the 32 KiB pages chosen before
-# segments existed (when 1 MiB rows were inline), interleaved runs.
+# Storage layout, not a limit (new files only: a journal made with other pages keeps them). Data
+# over INLINE_MAX_BYTES lives in segment files, so a row is a key and a few integers, and a commit
+# writes each page it dirtied whole to the WAL. 64-row transactions of 1 KiB events: 2.7-5.0 us of
+# writer CPU per row with 4 KiB pages, 4.0-6.0 with the 32 KiB ones of when 1 MiB rows were inline.
 PAGE_SIZE_BYTES = 4 * 1024
 # Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (what
 # SQLite's default autocheckpoint of 1000 pages gave with the former 32 KiB pages).
@@ -71,9 +69,7 @@ CHECKPOINT_BYTES = 32 * 1024 * 1024
 # control events and word deltas stay in their rows.
 INLINE_MAX_BYTES = 256
 SEGMENTS_DIR = "journal.segments"
-# An estimate, not a limit: a row's bytes besides its session id and inline data (seq, type, the
-# segment pointer, the CRC, SQLite's record header), for the WAL's growth.
-ROW_FIXED_BYTES = 48
+ROW_FIXED_BYTES = 48  # an estimate for the WAL's growth: a row's seq, type, pointer, CRC and header
 # A query's work, not a payload ceiling: the ids one page looks up one by one past a damaged page.
 PROBE_MAX_IDS = 4096
 
