@@ -117,7 +117,6 @@ class _Write:
     apply: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
-    nbytes: int = 0
     settled: Callable[[BaseException | None], None] | None = None
 
 
@@ -199,7 +198,6 @@ class SqliteJournal(StagedIds, EventJournal):
         for session_id in self._unlink_after_commit:
             self._segments.remove(session_id)
         self._unlink_after_commit.clear()
-        self._wal_bytes += sum(write.nbytes for write in batch)
         self.transactions += 1
         return [(result, None) for result in results]
 
@@ -221,7 +219,7 @@ class SqliteJournal(StagedIds, EventJournal):
             self._wal_bytes = 0
             self.checkpoints += 1
 
-    def submit_write(self, apply: Callable[[sqlite3.Connection], T], *, nbytes: int = 0,
+    def submit_write(self, apply: Callable[[sqlite3.Connection], T], *,
                      settled: Callable[[BaseException | None], None] | None = None) -> asyncio.Future[T]:
         """Queue ``apply`` for the writer thread, the journal's one write path: it runs inside the
         writer's next transaction, beside whatever else is queued by then (group commit), and the
@@ -230,7 +228,7 @@ class SqliteJournal(StagedIds, EventJournal):
             raise RuntimeError("the journal is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Write(apply, future, loop, nbytes, settled))
+        self._queue.put(_Write(apply, future, loop, settled))
         return future
 
     # --- the reader thread ------------------------------------------------------------------------
@@ -340,12 +338,7 @@ class SqliteJournal(StagedIds, EventJournal):
 
         def settled(error: BaseException | None) -> None:
             self._settle_ids(rows, error)
-        # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
-        # page whole), and each row: its key, its integers, and its data when inline.
-        wal = PAGE_SIZE_BYTES + sum(len(session_id) + ROW_FIXED_BYTES
-                                    + (len(data) if len(data) <= INLINE_MAX_BYTES else 0)
-                                    for session_id, _, _, data in rows)
-        return self.submit_write(insert, nbytes=wal, settled=settled)
+        return self.submit_write(insert, settled=settled)  # the writer counts its WAL bytes
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:
         """In the writer: large data to the segment files first, then every row."""
@@ -361,14 +354,20 @@ class SqliteJournal(StagedIds, EventJournal):
                    for session_id, datas in external.items()}
         params: list[Any] = []
         extend = params.extend
+        # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
+        # page whole), and each row: its key, its integers, and its data when inline.
+        wal = PAGE_SIZE_BYTES
         for session_id, seq, event_type, data in rows:
             size = len(data)
             if size > INLINE_MAX_BYTES:
                 offset = offsets[session_id]
                 offsets[session_id] = offset + size
                 extend((session_id, seq, event_type, b"", offset, size, checksum(data)))
+                wal += len(session_id) + ROW_FIXED_BYTES
             else:
                 extend((session_id, seq, event_type, data, None, None, checksum(data)))
+                wal += len(session_id) + ROW_FIXED_BYTES + size
+        self._wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
         width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
             chunk = params[start:start + width]
