@@ -8,13 +8,13 @@ import asyncio
 import contextlib
 import hashlib
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import pytest
 import uvloop
 
 from hopline.budget import Budget
-from hopline.daemon.child import AcpChild
+from hopline.daemon.child import LARGE_READ_BYTES, AcpChild
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
 from hopline.observe.pipe import PipeObservability
 from hopline.wire.ndjson import Frame, FrameError
@@ -88,11 +88,12 @@ async def test_a_pipe_read_larger_than_the_bound_is_handed_over_in_pieces_of_the
 
 class _ReadCounter:
     """An AcpChild handler that counts the frames of each read (one batch per read) and holds the
-    first read back until the child has filled the pipe and the held chunks."""
+    first read back until ``ready()`` (the child's output is held, up to the reader's bound)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ready: Callable[[], bool]) -> None:
         self.per_read: list[int] = []
         self.exited = asyncio.Event()
+        self._ready = ready
         self._held_once = False
 
     def on_notification(self, frame: Frame) -> None:
@@ -118,7 +119,14 @@ class _ReadCounter:
         if self._held_once:
             return None
         self._held_once = True
-        return asyncio.sleep(0.5)  # not a measured wait: it only lets the reads that follow be full
+        return self._until_ready()
+
+    async def _until_ready(self) -> None:
+        for _ in range(3000):  # a deadline of 30 s, for a child starting on a loaded machine
+            if self._ready():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("the child's output was not held in time")
 
 
 FRAMES_CHILD = ("import sys\n"
@@ -142,8 +150,14 @@ async def _reads_of(text_bytes: int, most_per_read: int, least_of_the_most: int)
     # doubled another session's round trip during a flood); after a read of frames of
     # LARGE_FRAME_BYTES or more, reads take up to LARGE_READ_BYTES, about 16 frames of 16 KiB
     # (64 KiB reads carry at most 4, and 64 KiB frames read so were a commit each).
-    handler = _ReadCounter()
     count = 200
+    line_bytes = len(b'{"jsonrpc":"2.0","method":"session/update","params":{"text":""}}\n') + text_bytes
+    held_then = min(count * line_bytes, 2 * LARGE_READ_BYTES)  # all of it, or until reading pauses
+
+    def ready() -> bool:
+        return child._stdout is not None and child._stdout.held_bytes >= held_then
+
+    handler = _ReadCounter(ready)
     child = AcpChild([sys.executable, "-c", FRAMES_CHILD, str(text_bytes), str(count)], env={},
                      budget=Budget.defaults(), instruments=PipeObservability(Budget.defaults()),
                      handler=handler)
