@@ -129,9 +129,8 @@ class _ReadCounter:
         raise AssertionError("the child's output was not held in time")
 
 
-FRAMES_CHILD = ("import sys\n"
-                "line = (b'{\"jsonrpc\":\"2.0\",\"method\":\"session/update\",'\n"
-                "        b'\"params\":{\"text\":\"%s\"}}\\n')\n"
+FRAME_LINE = b'{"jsonrpc":"2.0","method":"session/update","params":{"text":"%s"}}\n'
+FRAMES_CHILD = (f"import sys\nline = {FRAME_LINE!r}\n"
                 "size, count = int(sys.argv[1]), int(sys.argv[2])\n"
                 "sys.stdout.buffer.write(b''.join(line % (b'x' * size) for _ in range(count)))\n")
 
@@ -151,7 +150,7 @@ async def _reads_of(text_bytes: int, most_per_read: int, least_of_the_most: int)
     # LARGE_FRAME_BYTES or more, reads take up to LARGE_READ_BYTES, about 16 frames of 16 KiB
     # (64 KiB reads carry at most 4, and 64 KiB frames read so were a commit each).
     count = 200
-    line_bytes = len(b'{"jsonrpc":"2.0","method":"session/update","params":{"text":""}}\n') + text_bytes
+    line_bytes = len(FRAME_LINE % b"") + text_bytes
     held_then = min(count * line_bytes, 2 * LARGE_READ_BYTES)  # all of it, or until reading pauses
 
     def ready() -> bool:

@@ -359,14 +359,14 @@ class SqliteJournal(StagedIds, EventJournal):
         wal = PAGE_SIZE_BYTES
         for session_id, seq, event_type, data in rows:
             size = len(data)
+            wal += len(session_id) + ROW_FIXED_BYTES
             if size > INLINE_MAX_BYTES:
                 offset = offsets[session_id]
                 offsets[session_id] = offset + size
                 extend((session_id, seq, event_type, b"", offset, size, checksum(data)))
-                wal += len(session_id) + ROW_FIXED_BYTES
             else:
                 extend((session_id, seq, event_type, data, None, None, checksum(data)))
-                wal += len(session_id) + ROW_FIXED_BYTES + size
+                wal += size
         self._wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
         width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
