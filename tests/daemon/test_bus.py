@@ -58,18 +58,11 @@ async def test_event_is_journaled_with_its_id_before_subscribers_see_it(make_bus
     bus = await make_bus()
     sub, upto = await bus.subscribe("s1", 16)
     assert upto == 0
-    offered: list[BusEvent] = []
-    original_offer = sub.offer
-
-    def offer(event):  # type: ignore[no-untyped-def]
-        offered.append(event)
-        original_offer(event)
-
-    sub.offer = offer  # type: ignore[method-assign]
     for i in range(3):
         bus.publish("s1", "session_update", {"n": i})
-    assert offered == []  # staged and handed to the writer, not yet committed: not delivered
+    assert sub.queued == 0  # staged and handed to the writer, not yet committed: not delivered
     await bus.flushed()
+    offered = sub.drain()
     assert [e.id for e in offered] == [1, 2, 3]
     # a second journal on the same file (a restarted daemon) reads the same events, as delivered
     again = SqliteJournal(tmp_path)
@@ -289,3 +282,78 @@ async def test_a_non_owners_catch_up_is_paced_to_a_subscriber_that_keeps_reading
     await asyncio.wait_for(reader, 30)
     assert not sub.evicted and reader_bus.evictions == 0
     assert received == list(range(total))
+
+
+# --- a commit's runs of one session's events, offered together (issue #30) --------------------------
+
+
+async def test_one_commits_run_pauses_where_a_woken_subscriber_is_half_full(make_bus: MakeBus) -> None:
+    bus = await make_bus()
+    sub, _ = await bus.subscribe("s1", 16)
+    waiting = asyncio.ensure_future(sub.next(30))  # a stream waiting for its next event
+    await asyncio.sleep(0)
+    with bus.batch():
+        for i in range(12):
+            bus.publish("s1", "e", {"i": i})
+    commit = bus._queue.last()
+    assert commit is not None and commit.committed is not None
+    await commit.committed  # resumed right after its first delivery turn (its callback came first)
+    # the first delivery turn stops at 8 of 16 (half), woken: the stream runs before the other 4
+    assert sub.queued == 8 and not waiting.done()
+    assert [e.id for e in bus._ring("s1").events] == list(range(1, 9))
+    first = await waiting
+    assert first is not None and first.id == 1
+    await bus.flushed()
+    assert [e.id for e in sub.drain()] == list(range(2, 13))
+    assert [e.id for e in bus._ring("s1").events] == list(range(1, 13))
+
+
+async def test_runs_of_two_sessions_reach_each_subscriber_in_order(make_bus: MakeBus) -> None:
+    bus = await make_bus()
+    await bus.journal.create_session("s2", {})
+    a, _ = await bus.subscribe("s1", 1000)
+    b, _ = await bus.subscribe("s1", 1000)  # two subscribers: event by event
+    c, _ = await bus.subscribe("s2", 1000)  # one: its runs at once
+    with bus.batch():
+        for i in range(5):
+            bus.publish("s1", "e", {"i": i})
+        bus.publish_synthetic("s2", "note", {"n": 0})
+        for i in range(3):
+            bus.publish("s2", "e", {"i": i})
+        bus.publish("s1", "e", {"i": 5})
+        bus.publish("s2", "e", {"i": 3})
+    await bus.flushed()
+    s1 = [(e.type, e.id) for e in a.drain()]
+    assert s1 == [(e.type, e.id) for e in b.drain()] == [("e", i) for i in range(1, 7)]
+    assert [(e.type, e.id) for e in c.drain()] == [("note", None)] + [("e", i) for i in range(1, 5)]
+    assert [e.id for e in bus._ring("s2").events] == [1, 2, 3, 4]  # a synthetic event is not ringed
+
+
+async def test_a_subscriber_evicted_inside_a_run_takes_nothing_more_and_the_ring_everything(
+        make_bus: MakeBus) -> None:
+    bus = await make_bus()
+    sub, _ = await bus.subscribe("s1", 4)  # nobody reads it: its stream is never woken
+    with bus.batch():
+        for i in range(10):
+            bus.publish("s1", "e", {"i": i})
+    await bus.flushed()
+    assert sub.evicted and sub.queued == 0 and bus.subscriber_count("s1") == 0
+    evicted = sub.drain()
+    assert [e.type for e in evicted] == ["slow_client_warning", "client_evicted"]
+    assert orjson.loads(evicted[-1].data)["droppedEvents"] == 5  # 4 queued and the 5th, over
+    assert [e.id for e in bus._ring("s1").events] == list(range(1, 11))
+
+
+async def test_drain_gives_what_pop_nowait_would_in_its_order(make_bus: MakeBus) -> None:
+    bus = await make_bus()
+    one, _ = await bus.subscribe("s1", 8)
+    other, _ = await bus.subscribe("s1", 8)
+    for i in range(7):  # the 6th passes 75 %: a warning, before the queue in both
+        await _publish(bus, "s1", "e", {"i": i})
+    popped = []
+    while (event := one.pop_nowait()) is not None:
+        popped.append((event.type, event.id))
+    drained = other.drain()
+    assert [(e.type, e.id) for e in drained] == popped
+    assert popped[0][0] == "slow_client_warning" and len(popped) == 8
+    assert other.queued == 0 and other.queued_bytes == 0 and not other.warned

@@ -17,6 +17,8 @@ from hopline.daemon.bus.events import BusEvent
 from hopline.store.journal import EventJournal
 
 Deliver = Callable[[str, BusEvent], bool]  # (session, event) -> a half-full subscriber is about to run
+# (a commit's events, the first to deliver) -> (the next one, a half-full subscriber is about to run)
+DeliverFrom = Callable[[list[tuple[str, BusEvent]], int], tuple[int, bool]]
 Failed = Callable[[str, BusEvent, BaseException, bool], None]  # (session, event, error, answered)
 
 
@@ -36,6 +38,8 @@ class Commit:
     answered: bool = False
     # The sessions of its events, made once: the fair-share scan looks at it per commit per delivery.
     sessions: frozenset[str] = frozenset()
+    # Each session's journaled events in it: [events, bytes], added to and taken from the queue's.
+    shares: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
 
 AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
@@ -48,9 +52,11 @@ def ready(commit: Commit) -> bool:
 class CommitQueue:
     """The commits handed to the journal and not yet delivered, in commit order."""
 
-    def __init__(self, journal: EventJournal, deliver: Deliver, failed: Failed) -> None:
+    def __init__(self, journal: EventJournal, deliver: Deliver, deliver_from: DeliverFrom,
+                 failed: Failed) -> None:
         self.journal = journal
         self._deliver = deliver
+        self._deliver_from = deliver_from
         self._failed = failed
         self._commits: collections.deque[Commit] = collections.deque()  # in commit order
         self.queued_events = 0  # handed to the journal, not yet committed
@@ -73,24 +79,30 @@ class CommitQueue:
     def hand_over(self, events: list[tuple[str, BusEvent]]) -> None:
         if not events:
             return
-        journaled = [event for _, event in events if event.id is not None]
-        if not journaled and not self._commits:
+        shares: dict[str, list[int]] = {}
+        for session_id, event in events:
+            if event.id is not None:
+                share = shares.get(session_id)
+                if share is None:
+                    share = shares[session_id] = [0, 0]
+                share[0] += 1
+                share[1] += len(event.data)
+        if not shares and not self._commits:
             for session_id, event in events:  # nothing before them: out at once
                 self._deliver(session_id, event)
             return
-        commit = Commit(events, self.journal.commit() if journaled else None, len(journaled),
-                        sum(len(event.data) for event in journaled))
+        commit = Commit(events, self.journal.commit() if shares else None,
+                        sum(share[0] for share in shares.values()),
+                        sum(share[1] for share in shares.values()),
+                        sessions=frozenset([session_id for session_id, _ in events]), shares=shares)
         queued_by = self.queued_by
-        sessions: set[str] = set()
-        for session_id, event in events:
-            sessions.add(session_id)
-            if event.id is not None:
-                share = queued_by.get(session_id)
-                if share is None:
-                    share = queued_by[session_id] = [0, 0]
-                share[0] += 1
-                share[1] += len(event.data)
-        commit.sessions = frozenset(sessions)
+        for session_id, (count, nbytes) in shares.items():
+            share = queued_by.get(session_id)
+            if share is None:
+                queued_by[session_id] = [count, nbytes]
+            else:
+                share[0] += count
+                share[1] += nbytes
         self._commits.append(commit)
         self.queued_events += commit.journaled
         self.queued_bytes += commit.nbytes
@@ -117,11 +129,16 @@ class CommitQueue:
                 error = commit.committed.exception()
             events = commit.events
             while commit.next_index < len(events):
-                session_id, event = events[commit.next_index]
-                commit.next_index += 1
-                if error is not None and event.id is not None:
-                    self._failed(session_id, event, error, commit.answered)
-                elif self._deliver(session_id, event) and commit.next_index < len(events):
+                if error is None:
+                    commit.next_index, pause = self._deliver_from(events, commit.next_index)
+                else:
+                    session_id, event = events[commit.next_index]
+                    commit.next_index += 1
+                    if event.id is not None:
+                        self._failed(session_id, event, error, commit.answered)
+                        continue
+                    pause = self._deliver(session_id, event)
+                if pause and commit.next_index < len(events):
                     asyncio.get_running_loop().call_soon(self._deliver_next)
                     self._deliver_around(commit)
                     return
@@ -177,10 +194,10 @@ class CommitQueue:
 
     def _unqueue(self, commit: Commit) -> None:
         queued_by = self.queued_by
-        for session_id, event in commit.events:
-            if event.id is not None and (share := queued_by.get(session_id)) is not None:
-                share[0] -= 1
-                share[1] -= len(event.data)
+        for session_id, (count, nbytes) in commit.shares.items():
+            if (share := queued_by.get(session_id)) is not None:
+                share[0] -= count
+                share[1] -= nbytes
                 if share[0] <= 0:
                     del queued_by[session_id]
 

@@ -45,6 +45,10 @@ class _Ring:
     def append(self, event: BusEvent) -> None:
         self.events.append(event)
         self.bytes += event.size
+        self.trim()
+
+    def trim(self) -> None:
+        """Drop the oldest events past either bound (the newest one is always kept)."""
         while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
             self.bytes -= self.events.popleft().size
 
@@ -70,7 +74,7 @@ class EventBus:
         self.on_journal_failed: Callable[[str], None] = lambda _session_id: None
         self.corrupt = CorruptCount()  # damaged events met on reads (T-3), for /daemon/status
         self._batch: list[tuple[str, BusEvent]] | None = None  # (session id, event), in publication order
-        self._queue = CommitQueue(journal, self._deliver, self._journal_failed)
+        self._queue = CommitQueue(journal, self._deliver, self._deliver_from, self._journal_failed)
         # Several daemons (SPEC X): the last id delivered here per session, and the catch-ups that
         # read another daemon's committed events for this daemon's subscribers. ``owns`` tells the
         # sessions this daemon writes itself (their events are delivered after their commit).
@@ -248,6 +252,54 @@ class EventBus:
             elif subscriber.half_full_and_woken:
                 pause = True
         return pause
+
+    def _deliver_from(self, events: list[tuple[str, BusEvent]], start: int) -> tuple[int, bool]:
+        """:meth:`_deliver` for ``events[start:]`` (a commit's): each session's run of consecutive
+        events is offered in one call when it has one subscriber (the common case: the per-event
+        calls were a tenth of the daemon's CPU at 1 KiB frames), else event by event. Return the
+        index of the next event to deliver and whether a half-full subscriber is about to run
+        (delivery pauses there, as :meth:`_deliver` says)."""
+        end = len(events)
+        index = start
+        while index < end:
+            session_id = events[index][0]
+            stop = index + 1
+            while stop < end and events[stop][0] == session_id:
+                stop += 1
+            subscribers = self._subscribers.get(session_id)
+            if session_id in self._catch_ups or (subscribers is not None and len(subscribers) > 1):
+                for at in range(index, stop):
+                    if self._deliver(session_id, events[at][1]):
+                        return at + 1, True
+                index = stop
+                continue
+            pause = False
+            if subscribers:
+                subscriber = next(iter(subscribers))
+                offered, pause = subscriber.offer_run(events, index, stop)
+                if subscriber.evicted:
+                    self._drop(subscriber)
+                stop = offered
+            self._ring_run(session_id, events, index, stop)
+            index = stop
+            if pause:
+                return index, True
+        return index, False
+
+    def _ring_run(self, session_id: str, events: list[tuple[str, BusEvent]], start: int, stop: int) -> None:
+        """Ring ``events[start:stop]``, one session's, and move its last delivered id."""
+        last = None
+        ring = self._ring(session_id)
+        for at in range(start, stop):
+            event = events[at][1]
+            if event.id is not None:
+                ring.events.append(event)
+                ring.bytes += event.size
+                last = event.id
+        if last is not None:
+            ring.trim()
+            if last > self._delivered.get(session_id, 0):
+                self._delivered[session_id] = last
 
     async def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:
         """Register a subscriber; return it and the session's last committed id at that instant.

@@ -20,7 +20,9 @@ class BusEvent:
         self.id = id
         self.type = type
         self.data = data  # the JSON of the event's data
-        self.size = wire_size(id, type, len(data))
+        # wire_size, inline (once per event): "id: <id>\n", the type's lines, the data, "\n\n"
+        lines = _TYPE_LINE_BYTES.get(type) or len(_type_lines(type))
+        self.size = lines + len(data) + 2 if id is None else lines + len(data) + 7 + len(str(id))
 
     def __repr__(self) -> str:
         return f"BusEvent(id={self.id!r}, type={self.type!r}, {len(self.data)} bytes)"
@@ -41,7 +43,13 @@ class BusEvent:
 
 @functools.lru_cache(maxsize=64)  # the event types (vocabulary), and a few more
 def _type_lines(event_type: str) -> bytes:
-    return b"event: " + event_type.encode() + b"\ndata: "
+    lines = b"event: " + event_type.encode() + b"\ndata: "
+    if len(_TYPE_LINE_BYTES) < 64:
+        _TYPE_LINE_BYTES[event_type] = len(lines)
+    return lines
+
+
+_TYPE_LINE_BYTES: dict[str, int] = {}  # the lengths of _type_lines, for BusEvent's size
 
 
 def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+from collections.abc import Sequence
 
 from hopline.budget import HOP_DAEMON_SSE
 from hopline.daemon.bus.events import BusEvent, synthetic
@@ -48,8 +49,31 @@ class Subscriber:
         return len(self._queue)
 
     def offer(self, event: BusEvent) -> None:
+        if self._take(event):
+            self._wake()
+
+    def offer_run(self, events: Sequence[tuple[str, BusEvent]], start: int, stop: int) -> tuple[int, bool]:
+        """:meth:`offer` each event of ``events[start:stop]`` ((session, event) pairs) in turn, up
+        to the first after which the queue is half full while its stream is woken (the bus lets
+        the stream run before offering more). Return the index after the last event offered, and
+        whether it stopped there for that reason."""
+        for index in range(start, stop):
+            if self._take(events[index][1]):
+                waiter = self._waiter
+                if waiter is not None:
+                    if not waiter.done():
+                        waiter.set_result(None)
+                    if self.half_full:
+                        return index + 1, True
+            elif self.evicted or self.closed:
+                return stop, False  # it takes nothing more
+        return stop, False
+
+    def _take(self, event: BusEvent) -> bool:
+        """Queue ``event`` (True), or pass over it (False: an id the replay serves, the queue gone),
+        or evict the subscriber (False) when it does not fit."""
         if self.evicted or self.closed or (event.id is not None and event.id <= self.after):
-            return
+            return False
         # The head of the queue is the event in delivery: it does not count toward the byte bound,
         # so one large event never evicts a subscriber that keeps up (an empty queue accepts any
         # event). A subscriber holds at most max_bytes plus one event (<= sse_max_event_bytes).
@@ -57,7 +81,7 @@ class Subscriber:
         if queue and (len(queue) + 1 > self.max_events
                       or self.queued_bytes - queue[0].size + event.size > self.max_bytes):
             self._evict(event)
-            return
+            return False
         queue.append(event)
         self.queued_bytes += event.size
         if not self.warned:
@@ -68,7 +92,7 @@ class Subscriber:
                     "queuedEvents": len(queue), "maxQueuedEvents": self.max_events,
                     "queuedBytes": waiting, "maxQueuedBytes": self.max_bytes,
                     "lastQueuedEventId": event.id}))
-        self._wake()
+        return True
 
     def _evict(self, event: BusEvent) -> None:
         dropped = len(self._queue)
@@ -132,6 +156,19 @@ class Subscriber:
                 self._check_below_half()
             return event
         return None
+
+    def drain(self) -> list[BusEvent]:
+        """Every event :meth:`pop_nowait` would give now, in its order, taken at once."""
+        out = list(self._control)
+        self._control.clear()
+        if self._queue:
+            out += self._queue
+            self._queue.clear()
+            self.queued_bytes = 0
+            self.warned = False
+            if self._below_half is not None:
+                self._check_below_half()
+        return out
 
     def _wake(self) -> None:
         waiter = self._waiter

@@ -136,13 +136,9 @@ class SseStream(Response):
                         return
                     await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
                     continue
-                # Everything already queued goes out in one write (the queue's byte bound bounds it).
-                batch = [live]
-                while batch[-1].type != CLIENT_EVICTED:
-                    queued = self.subscriber.pop_nowait()
-                    if queued is None:
-                        break
-                    batch.append(queued)
+                # Everything already queued goes out in one write (the queue's byte bound bounds it);
+                # nothing follows an eviction's client_evicted (its queue is gone).
+                batch = [live] if live.type == CLIENT_EVICTED else [live, *self.subscriber.drain()]
                 await self._emit(send, batch)
                 if batch[-1].type == CLIENT_EVICTED:
                     return
