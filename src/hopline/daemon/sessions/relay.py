@@ -171,16 +171,15 @@ class Relay:
         update's own bytes, :func:`~hopline.wire.passthrough.text_chunk_update_bytes`) the event's
         data is the envelope with those bytes spliced in: the same JSON, not encoded again."""
         lost, reasons = losses(update)
-        # The data is {"promptId", "update"[, "lostBytes"]} as orjson writes it, joined from its
-        # parts: the join is the one copy of the exact size the ring keeps (events.exact_bytes).
-        head = b'{"promptId":' + orjson.dumps(prompt_id) + b',"update":'
         if raw_update is not None and not lost:
-            event = self.bus.publish_encoded(session.id, SESSION_UPDATE, b"".join((head, raw_update, b"}")))
+            payload = b"".join((b'{"promptId":', orjson.dumps(prompt_id), b',"update":', raw_update, b"}"))
+            event = self.bus.publish_encoded(session.id, SESSION_UPDATE, payload)
             self.passed_through += event is not None
         else:
-            tail = b',"lostBytes":%d}' % lost if lost else b"}"
-            event = self.bus.publish_encoded(session.id, SESSION_UPDATE,
-                                             b"".join((head, orjson.dumps(update), tail)))
+            data: dict[str, Any] = {"promptId": prompt_id, "update": update}
+            if lost:
+                data["lostBytes"] = lost
+            event = self.bus.publish(session.id, SESSION_UPDATE, data)
         if event is None:  # over the SSE event limit: the bus sent frame_dropped instead
             lost, reasons = len(orjson.dumps(update)), ["sse_max_event_bytes"]
         if lost and count:
