@@ -16,7 +16,9 @@ A session's pipe reader also waits (:meth:`EventBus.catch_up`, at most ``sse_cat
 before each read) while one of the session's subscribers is past half its queue: a reader a little
 slower than the agent is waited for, not evicted by the next burst; one that does not read is
 evicted as its queue fills. Delivery of one commit pauses for a turn of the loop when a subscriber
-whose stream is about to run is half full.
+whose stream is about to run is half full. A commit's run of one session's events goes to a session
+with one subscriber in one call (:meth:`Subscriber.offer_run`, the same rules event by event), and
+the SSE stream takes its whole queue at once (:meth:`Subscriber.drain`).
 
 Synthetic events (no id, not journaled) go to the live subscribers only.
 
