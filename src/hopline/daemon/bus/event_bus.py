@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -43,12 +44,12 @@ class _Ring:
         self.max_bytes = max_bytes
 
     def append(self, event: BusEvent) -> None:
-        self.events.append(event)
-        self.bytes += event.size
-        self.trim()
+        self.extend((event,))
 
-    def trim(self) -> None:
-        """Drop the oldest events past either bound (the newest one is always kept)."""
+    def extend(self, events: Sequence[BusEvent]) -> None:
+        """Append ``events``, then drop the oldest past either bound (the newest is always kept)."""
+        self.events.extend(events)
+        self.bytes += sum(event.size for event in events)
         while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
             self.bytes -= self.events.popleft().size
 
@@ -288,17 +289,11 @@ class EventBus:
 
     def _ring_run(self, session_id: str, events: list[tuple[str, BusEvent]], start: int, stop: int) -> None:
         """Ring ``events[start:stop]``, one session's, and move its last delivered id."""
-        last = None
-        ring = self._ring(session_id)
-        for at in range(start, stop):
-            event = events[at][1]
-            if event.id is not None:
-                ring.events.append(event)
-                ring.bytes += event.size
-                last = event.id
-        if last is not None:
-            ring.trim()
-            if last > self._delivered.get(session_id, 0):
+        journaled = [event for _, event in itertools.islice(events, start, stop) if event.id is not None]
+        if journaled:
+            self._ring(session_id).extend(journaled)
+            last = journaled[-1].id
+            if last is not None and last > self._delivered.get(session_id, 0):
                 self._delivered[session_id] = last
 
     async def subscribe(self, session_id: str, max_queued: int) -> tuple[Subscriber, int]:

@@ -20,9 +20,7 @@ class BusEvent:
         self.id = id
         self.type = type
         self.data = data  # the JSON of the event's data
-        # wire_size, inline (once per event): "id: <id>\n", the type's lines, the data, "\n\n"
-        lines = _TYPE_LINE_BYTES.get(type) or len(_type_lines(type))
-        self.size = lines + len(data) + 2 if id is None else lines + len(data) + 7 + len(str(id))
+        self.size = wire_size(id, type, len(data))
 
     def __repr__(self) -> str:
         return f"BusEvent(id={self.id!r}, type={self.type!r}, {len(self.data)} bytes)"
@@ -52,9 +50,14 @@ def _type_lines(event_type: str) -> bytes:
 _TYPE_LINE_BYTES: dict[str, int] = {}  # the lengths of _type_lines, for BusEvent's size
 
 
+_ID_LINE_BYTES = len(b"id: \n")
+_END_BYTES = len(b"\n\n")
+
+
 def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
-    head = 0 if event_id is None else len(b"id: \n") + len(str(event_id))
-    return head + len(_type_lines(event_type)) + len(b"\n\n") + data_bytes
+    """The length of the event's SSE bytes (once per event: the type's lines are looked up)."""
+    size = (_TYPE_LINE_BYTES.get(event_type) or len(_type_lines(event_type))) + data_bytes + _END_BYTES
+    return size if event_id is None else size + _ID_LINE_BYTES + len(str(event_id))
 
 
 # orjson (3.13) returns a small document in a buffer of at least 8 KiB (measured: 64 events of
