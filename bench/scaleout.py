@@ -3,7 +3,9 @@
 A throwaway PostgreSQL cluster (tests/services.py: ``initdb`` + ``pg_ctl`` in the scratch directory,
 127.0.0.1) serves every PostgreSQL daemon; sidecar bodies stay files (this measures the store).
 * *relay*: one prompt streaming 1 KiB ``agent_message_chunk`` frames (``bench/stream_agent.py``)
-  through ``hopline serve`` on SQLite, then on PostgreSQL: frames per second, PostgreSQL / SQLite.
+  through ``hopline serve`` on SQLite, on a second SQLite daemon (the A/A) and on PostgreSQL, in
+  interleaved rounds: the median of the per-round frames-per-second ratios PostgreSQL / SQLite,
+  ``[NOISY]`` unless the A/A spread is under a third of the margin (issue 30's rule).
 * *POST /session*: the median of N creates on each (``HOPLINE_WARM_CHILDREN=1``, the pool refilled
   before each), PostgreSQL / SQLite.
 * *2 daemons against 1*: two sessions streaming at once, both on one PostgreSQL daemon, then one on
@@ -25,7 +27,7 @@ from typing import Any
 import httpx
 
 from bench import daemon_driver, delivery_lag
-from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, say
+from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, aa_spread, quartiles, say
 from bench.cpu import CpuWindow
 from bench.frames import write_stream
 
@@ -87,6 +89,25 @@ async def _streams(targets: list[daemon_driver.Daemon], path: Any, frames: int) 
         return len(targets) * frames / seconds, cpu
 
 
+def _relay_rounds(settings: Settings, stores: dict[str, daemon_driver.Daemon], path: Any,
+                  frames: int) -> dict[str, Any]:
+    """Interleaved relay rounds on the SQLite daemon, a second SQLite daemon (the A/A) and the
+    PostgreSQL one, each round in another order: the median of the per-round PostgreSQL / SQLite
+    frames-per-second ratios, its quartiles and the A/A spread (issue 30's rule for a verdict)."""
+    names = list(stores)
+    for d in stores.values():
+        daemon_driver.relay_on(d, path, frames)  # warm: the first prompt of a daemon is not measured
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(settings.pick(7, 3)):
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+            rates[name].append(frames / daemon_driver.relay_on(stores[name], path, frames)["seconds"])
+    ratios = [pg / lite for pg, lite in zip(rates["postgresql"], rates["sqlite"], strict=True)]
+    aa = [again / lite for again, lite in zip(rates["sqliteAgain"], rates["sqlite"], strict=True)]
+    q1, median, q3 = quartiles(ratios)
+    return {"rounds": len(ratios), "ratio": median, "quartiles": [q1, q3], "aaSpread": aa_spread(aa),
+            "framesPerSecond": {name: statistics.median(values) for name, values in rates.items()}}
+
+
 def run(settings: Settings) -> BenchResult:
     result = BenchResult("scaleout")
     cluster = _cluster(settings)
@@ -97,7 +118,7 @@ def run(settings: Settings) -> BenchResult:
                              ("events/s 2 daemons / 1, CPU-normalized", TARGET_TWO)):
             result.verdicts.append(Verdict(name, None, target, name.startswith(("relay", "events"))))
         return result
-    frames = settings.pick(8192, 2048)
+    frames = settings.pick(32768, 2048)  # a relay round of ~0.6 s: at 8192 the A/A spread was 15 %
     creates = settings.pick(8, 4)
     path = settings.workdir / "scaleout-1k.ndjson"
     write_stream(path, FRAME_BYTES, frames)
@@ -106,17 +127,18 @@ def run(settings: Settings) -> BenchResult:
     try:
         pg = {"HOPLINE_STORE_URL": cluster.url(cluster.fresh_database()),
               "HOPLINE_CLUSTER_TOKEN": "bench-cluster"}
-        for name, env in (("sqlite", {}), ("postgresql", pg)):
-            with daemon_driver.daemon(settings, agent, env={**env, "HOPLINE_WARM_CHILDREN": "1"},
-                                      name=f"scaleout-{name}") as d:
-                relay = daemon_driver.relay_on(d, path, frames)
-                times = asyncio.run(_creates(d, creates))
-                if name == "sqlite":
-                    figures["lagSqlite"] = _lag(settings, d, d, "SQLite, owner")
-            figures[name] = {"relayFramesPerSecond": frames / relay["seconds"],
-                             "createMedianSeconds": statistics.median(times)}
-            say(f"  {name:>10}: relay {frames / relay['seconds']:9.0f} frames/s, POST /session median "
-                f"{statistics.median(times) * 1000:7.1f} ms")
+        with contextlib.ExitStack() as stack:
+            stores = {name: stack.enter_context(daemon_driver.daemon(
+                settings, agent, env={**env, "HOPLINE_WARM_CHILDREN": "1"}, name=f"scaleout-{name}"))
+                for name, env in (("sqlite", {}), ("sqliteAgain", {}), ("postgresql", pg))}
+            figures["relay"] = _relay_rounds(settings, stores, path, frames)
+            for name in ("sqlite", "postgresql"):
+                times = asyncio.run(_creates(stores[name], creates))
+                figures[name] = {"relayFramesPerSecond": figures["relay"]["framesPerSecond"][name],
+                                 "createMedianSeconds": statistics.median(times)}
+                say(f"  {name:>10}: relay {figures[name]['relayFramesPerSecond']:9.0f} frames/s (median), "
+                    f"POST /session median {statistics.median(times) * 1000:7.1f} ms")
+            figures["lagSqlite"] = _lag(settings, stores["sqlite"], stores["sqlite"], "SQLite, owner")
         with contextlib.ExitStack() as stack:
             one = stack.enter_context(daemon_driver.daemon(settings, agent, env=pg, name="scaleout-one"))
             single, single_cpu = asyncio.run(_streams([one, one], path, frames))
@@ -133,7 +155,7 @@ def run(settings: Settings) -> BenchResult:
             f" two daemons {double:9.0f} events/s ({double_per_cpu:9.0f} per CPU s)")
     finally:
         cluster.stop()
-    relay_ratio = figures["postgresql"]["relayFramesPerSecond"] / figures["sqlite"]["relayFramesPerSecond"]
+    relay_ratio = figures["relay"]["ratio"]
     create_ratio = figures["postgresql"]["createMedianSeconds"] / figures["sqlite"]["createMedianSeconds"]
     two_wall = figures["twoDaemonsEventsPerSecond"] / figures["oneDaemonEventsPerSecond"]
     # CPU-normalized (issue 30): each daemon on a machine of its own carries what its CPU allows, so
@@ -142,8 +164,12 @@ def run(settings: Settings) -> BenchResult:
     figures.update(relayRatio=relay_ratio, createRatio=create_ratio, twoDaemonsRatio=two_ratio,
                    twoDaemonsWallRatio=two_wall)
     result.figures.update(figures)
-    result.verdicts.append(Verdict("relay PostgreSQL / SQLite (1 KiB frames)", relay_ratio, TARGET_RELAY,
-                                   True))
+    q1, q3 = figures["relay"]["quartiles"]
+    result.verdicts.append(Verdict(
+        "relay PostgreSQL / SQLite (1 KiB frames)", relay_ratio, TARGET_RELAY, True,
+        note=f"median of {figures['relay']['rounds']} interleaved rounds, quartiles {q1:.2f}..{q3:.2f}, "
+             f"A/A spread {figures['relay']['aaSpread']:.1%}",
+        spread=figures["relay"]["aaSpread"] * relay_ratio))
     result.verdicts.append(Verdict("POST /session PostgreSQL / SQLite", create_ratio, TARGET_CREATE, False))
     result.verdicts.append(Verdict("events/s 2 daemons / 1, CPU-normalized (2 x events per CPU s of the "
                                    "daemons and agents, two / one)", two_ratio, TARGET_TWO, True))
