@@ -29,8 +29,6 @@ class Commit:
 
     events: list[tuple[str, BusEvent]]
     committed: asyncio.Future[None] | None
-    journaled: int  # events with an id
-    nbytes: int  # their data bytes
     delivered: asyncio.Future[None] | None = None  # made on demand by CommitQueue.flushed
     next_index: int = 0  # the first event not yet delivered (a commit may take several turns)
     # A write-ahead request's own event (publish_committed): refused, it is answered to the
@@ -40,6 +38,16 @@ class Commit:
     sessions: frozenset[str] = frozenset()
     # Each session's journaled events in it: [events, bytes], added to and taken from the queue's.
     shares: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def journaled(self) -> int:
+        """Its events with an id."""
+        return sum(share[0] for share in self.shares.values())
+
+    @property
+    def nbytes(self) -> int:
+        """Their data bytes."""
+        return sum(share[1] for share in self.shares.values())
 
 
 AROUND_SCAN = 64  # commits looked at behind a held one (each is one pipe read or one publish)
@@ -92,8 +100,6 @@ class CommitQueue:
                 self._deliver(session_id, event)
             return
         commit = Commit(events, self.journal.commit() if shares else None,
-                        sum(share[0] for share in shares.values()),
-                        sum(share[1] for share in shares.values()),
                         sessions=frozenset([session_id for session_id, _ in events]), shares=shares)
         queued_by = self.queued_by
         for session_id, (count, nbytes) in shares.items():
@@ -143,11 +149,7 @@ class CommitQueue:
                     self._deliver_around(commit)
                     return
             commits.popleft()
-            self.queued_events -= commit.journaled
-            self.queued_bytes -= commit.nbytes
-            self._unqueue(commit)
-            if commit.delivered is not None and not commit.delivered.done():
-                commit.delivered.set_result(None)
+            self._retire(commit)
             if self.queued_by.keys() - commit.sessions:
                 # another session has journaled events queued: give it its turn beside this one
                 # (alone, as a relay of one session is, the scan would find nothing to deliver)
@@ -186,13 +188,13 @@ class CommitQueue:
                     self._deliver(session_id, event)
             commit.next_index = len(commit.events)
             self._commits.remove(commit)
-            self.queued_events -= commit.journaled
-            self.queued_bytes -= commit.nbytes
-            self._unqueue(commit)
-            if commit.delivered is not None and not commit.delivered.done():
-                commit.delivered.set_result(None)
+            self._retire(commit)
 
-    def _unqueue(self, commit: Commit) -> None:
+    def _retire(self, commit: Commit) -> None:
+        """A delivered commit, out of the queue: its events and bytes leave the queue's counts and
+        its sessions' shares, and a ``flushed`` waiting on it returns."""
+        self.queued_events -= commit.journaled
+        self.queued_bytes -= commit.nbytes
         queued_by = self.queued_by
         for session_id, (count, nbytes) in commit.shares.items():
             if (share := queued_by.get(session_id)) is not None:
@@ -200,6 +202,8 @@ class CommitQueue:
                 share[1] -= nbytes
                 if share[0] <= 0:
                     del queued_by[session_id]
+        if commit.delivered is not None and not commit.delivered.done():
+            commit.delivered.set_result(None)
 
     async def flushed(self) -> None:
         """Return once everything published before the call is committed and delivered."""

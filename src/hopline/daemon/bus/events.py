@@ -41,23 +41,12 @@ class BusEvent:
 
 @functools.lru_cache(maxsize=64)  # the event types (vocabulary), and a few more
 def _type_lines(event_type: str) -> bytes:
-    lines = b"event: " + event_type.encode() + b"\ndata: "
-    if len(_TYPE_LINE_BYTES) < 64:
-        _TYPE_LINE_BYTES[event_type] = len(lines)
-    return lines
-
-
-_TYPE_LINE_BYTES: dict[str, int] = {}  # the lengths of _type_lines, for BusEvent's size
-
-
-_ID_LINE_BYTES = len(b"id: \n")
-_END_BYTES = len(b"\n\n")
+    return b"event: " + event_type.encode() + b"\ndata: "
 
 
 def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
-    """The length of the event's SSE bytes (once per event: the type's lines are looked up)."""
-    size = (_TYPE_LINE_BYTES.get(event_type) or len(_type_lines(event_type))) + data_bytes + _END_BYTES
-    return size if event_id is None else size + _ID_LINE_BYTES + len(str(event_id))
+    head = 0 if event_id is None else len(b"id: \n") + len(str(event_id))
+    return head + len(_type_lines(event_type)) + len(b"\n\n") + data_bytes
 
 
 # orjson (3.13) returns a small document in a buffer of at least 8 KiB (measured: 64 events of

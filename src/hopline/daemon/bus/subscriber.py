@@ -59,12 +59,9 @@ class Subscriber:
         whether it stopped there for that reason."""
         for index in range(start, stop):
             if self._take(events[index][1]):
-                waiter = self._waiter
-                if waiter is not None:
-                    if not waiter.done():
-                        waiter.set_result(None)
-                    if self.half_full:
-                        return index + 1, True
+                self._wake()
+                if self.half_full_and_woken:
+                    return index + 1, True
             elif self.evicted or self.closed:
                 return stop, False  # it takes nothing more
         return stop, False
