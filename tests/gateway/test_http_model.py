@@ -9,6 +9,7 @@ import struct
 import threading
 from collections.abc import Iterator
 
+import httpx
 import orjson
 import pytest
 from starlette.applications import Starlette
@@ -160,11 +161,18 @@ async def test_the_gateways_answer_is_read_up_to_the_response_ceiling(plain_serv
     assert caught.value.observed_bytes is not None and caught.value.observed_bytes > limit
 
 
+# Far below the 4 MiB bodies the reset tests upload (the kernel doubles it for bookkeeping).
+SMALL_SOCKET_BUFFER = 16 * KiB
+
+
 @contextlib.contextmanager
 def resetting_server() -> Iterator[str]:
     """Reads the request head and a little body, then resets the connection (RST), as a proxy
     refusing a large upload does."""
     listener = socket.socket()
+    # A clamped receive buffer (inherited by the accepted socket) keeps the kernel from taking the
+    # whole upload before the reset; with autotuning it could hold megabytes (tcp_rmem).
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_SOCKET_BUFFER)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     listener.settimeout(10)
@@ -187,8 +195,14 @@ def resetting_server() -> Iterator[str]:
 
 
 async def test_a_reset_while_uploading_is_a_code_size_error() -> None:
+    # Both ends' socket buffers are small, so the reset surely lands while the body is still being
+    # handed over: with default buffers the kernels could take all 4 MiB first, and the reset would
+    # then be one after a whole upload (a retryable connection failure, which CI once saw).
+    transport = httpx.AsyncHTTPTransport(
+        socket_options=[(socket.SOL_SOCKET, socket.SO_SNDBUF, SMALL_SOCKET_BUFFER)])
     with resetting_server() as url:
-        async with HttpModel(url, "s", TOKEN, Budget.defaults()) as model:
+        async with httpx.AsyncClient(transport=transport, timeout=10) as client, \
+                HttpModel(url, "s", TOKEN, Budget.defaults(), client=client) as model:
             with pytest.raises(TurnFailure) as caught:
                 await model.complete(_encoded(4 * MiB))
     failure = caught.value
