@@ -170,11 +170,21 @@ async def _session_with_events(daemon: Daemon) -> str:
 def _external_ids(data: Path, session_id: str) -> dict[int, tuple[int, int]]:
     import sqlite3
 
+    from hopline.store.event_groups import expand, is_group
+
     db = sqlite3.connect(data / JOURNAL_FILE)
-    rows = db.execute("SELECT seq, ext_offset, ext_bytes FROM events WHERE session_id = ? AND ext_offset "
-                      "IS NOT NULL ORDER BY seq", (session_id,)).fetchall()
+    rows = db.execute("SELECT seq, type, data, ext_offset, ext_bytes, crc FROM events WHERE session_id = ? "
+                      "AND ext_offset IS NOT NULL ORDER BY seq", (session_id,)).fetchall()
     db.close()
-    return {int(seq): (int(offset), int(size)) for seq, offset, size in rows}
+    places: dict[int, tuple[int, int]] = {}
+    for seq, event_type, index, offset, size, crc in rows:
+        if is_group(index, offset):  # a run of small events in one row: each one's place
+            members = expand(seq, event_type, bytes(index), offset, crc)
+            assert members is not None
+            places.update((member[0], (member[2], member[3])) for member in members)
+        else:
+            places[int(seq)] = (int(offset), int(size))
+    return places
 
 
 @pytest.mark.parametrize("fault", ["flip", "truncate", "delete"])

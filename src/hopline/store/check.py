@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hopline.store.event_groups import covering_row, ungroup
 from hopline.store.integrity import QUARANTINED, QUARANTINED_CRC, ROW_UNREADABLE
 from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
@@ -199,15 +200,19 @@ def _probe(db: sqlite3.Connection, segments_dir: Path, session_id: str, after: i
         (found,) = db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
         top = int(found or after)
     out = []
-    for seq in range(after + 1, top + 1):
+    seq = after + 1
+    while seq <= top:
         try:
-            row = db.execute("SELECT seq, type, data, ext_offset, ext_bytes, crc FROM events "
-                             "WHERE session_id = ? AND seq = ?", (session_id, seq)).fetchone()
+            row = covering_row(db, session_id, seq)
         except sqlite3.DatabaseError:
             out.append(make(seq, "", b"", ROW_UNREADABLE))
+            seq += 1
             continue
-        if row is not None:
-            out.extend(read_rows(segments_dir, session_id, [row], make))
+        if row is None:
+            seq += 1
+            continue
+        out.extend(read_rows(segments_dir, session_id, [row], make, after=seq - 1))
+        seq = int(row[0]) + 1  # past its group
     return out
 
 
@@ -265,20 +270,21 @@ def _quarantine_rows(journal: Path, damaged: list[Damage]) -> list[str]:
         for item in damaged:
             if item.reason in (QUARANTINED, ROW_UNREADABLE):
                 continue
+            # A grouped event gets a row of its own first; a group whose index is damaged is kept
+            # whole in quarantined_events, its ids marked.
+            count += ungroup(db, item.session_id, item.event_id, item.reason)
             db.execute("INSERT OR REPLACE INTO quarantined_events SELECT session_id, seq, type, data, "
-                       "ext_offset, ext_bytes, crc, ?, ? FROM events WHERE session_id = ? AND seq = ?",
-                       (item.reason, time.time(), item.session_id, item.event_id))
-            db.execute("UPDATE events SET data = x'', ext_offset = NULL, ext_bytes = NULL, crc = ? "
-                       "WHERE session_id = ? AND seq = ?", (QUARANTINED_CRC, item.session_id, item.event_id))
-            count += 1
+                       "ext_offset, ext_bytes, crc, ?, ? FROM events WHERE session_id = ? AND seq = ? "
+                       "AND crc IS NOT ?", (item.reason, time.time(), item.session_id, item.event_id,
+                                            QUARANTINED_CRC))
+            marked = db.execute("UPDATE events SET data = x'', ext_offset = NULL, ext_bytes = NULL, crc = ? "
+                                "WHERE session_id = ? AND seq = ? AND crc IS NOT ?",
+                                (QUARANTINED_CRC, item.session_id, item.event_id, QUARANTINED_CRC))
+            count += marked.rowcount
         db.execute("COMMIT")
     finally:
         db.close()
     return [f"quarantined {count} damaged event row(s) into the quarantined_events table"] if count else []
-
-
-_RAW_ROW = ("SELECT session_id, seq, type, data, ext_offset, ext_bytes, crc FROM events "
-            "WHERE session_id = ? AND seq = ?")
 
 
 def _salvage(old: Path, new: Path, schema: str) -> int:
@@ -309,13 +315,13 @@ def _salvage(old: Path, new: Path, schema: str) -> int:
                     row = None
                     if corrupt != ROW_UNREADABLE:
                         with contextlib.suppress(sqlite3.DatabaseError):
-                            row = source.execute(_RAW_ROW, (session_id, seq)).fetchone()
+                            row = covering_row(source, session_id, seq)  # a group's: copied once
                     if row is None:
-                        row = (session_id, seq, "", b"", None, None, QUARANTINED_CRC)
+                        row = (seq, "", b"", None, None, QUARANTINED_CRC)
                     else:
                         copied += 1
                     target.execute("INSERT OR IGNORE INTO events (session_id, seq, type, data, ext_offset, "
-                                   "ext_bytes, crc) VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+                                   "ext_bytes, crc) VALUES (?, ?, ?, ?, ?, ?, ?)", (session_id, *row))
         finally:
             source.close()
         target.execute("COMMIT")

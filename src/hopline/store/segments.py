@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hopline.store.event_groups import events_of
 from hopline.store.integrity import (
     CHECKSUM_MISMATCH,
     QUARANTINED,
@@ -109,12 +110,15 @@ class SegmentWriter:
             os.close(self._fds.pop(session_id))
 
 
-def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make: RowFactory[R]) -> list[R]:
+def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make: RowFactory[R], *,
+              after: int = 0, upto: int | None = None) -> list[R]:
     """``(seq, type, data, ext_offset, ext_bytes, crc)`` rows as ``make(seq, type, data, corrupt)``,
     the external ones' data read from the session's segment file: small events that lie end to end
     in it (a session's events are appended in order) in one read per run, each larger one in a
-    read of its own. Every event's bytes are checked against its CRC; a damaged one is made with
-    its reason and no bytes, and the reading goes on."""
+    read of its own. A group row is its events (:mod:`~hopline.store.event_groups`); only the
+    events ``after < id <= upto`` are made (a group may straddle either). Every event's bytes are
+    checked against its CRC; a damaged one is made with its reason and no bytes, and the reading
+    goes on."""
     out: list[R] = []
     fd: int | None = None
     missing = False
@@ -155,18 +159,21 @@ def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make
         run.clear()
 
     try:
-        for seq, event_type, data, offset, nbytes, crc in rows:
+        for seq, event_type, data, offset, nbytes, crc, damaged in events_of(rows, after, upto):
+            if damaged is not None:
+                flush()
+                out.append(make(seq, event_type, b"", damaged))
+                continue
             if offset is None:
                 flush()
-                raw = bytes(data)
-                bad = (None if verified(raw, crc) else
+                bad = (None if verified(data, crc) else
                        QUARANTINED if crc == QUARANTINED_CRC else CHECKSUM_MISMATCH)
-                out.append(make(int(seq), str(event_type), b"" if bad else raw, bad))
+                out.append(make(seq, event_type, b"" if bad else data, bad))
                 continue
-            if run and (int(offset) != run[-1][2] + run[-1][3] or int(nbytes) >= READ_RUN_MAX_EVENT_BYTES):
+            if run and (offset != run[-1][2] + run[-1][3] or nbytes >= READ_RUN_MAX_EVENT_BYTES):
                 flush()
-            run.append((int(seq), str(event_type), int(offset), int(nbytes), crc))
-            if int(nbytes) >= READ_RUN_MAX_EVENT_BYTES:
+            run.append((seq, event_type, offset, nbytes, crc))
+            if nbytes >= READ_RUN_MAX_EVENT_BYTES:
                 flush()
         flush()
     finally:

@@ -3,7 +3,8 @@
 One SQLite file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an
 acknowledged event survives a daemon crash). An event's data larger than ``INLINE_MAX_BYTES`` (a
 few hundred bytes) is appended to its session's segment file (``journal.segments/``, one
-append-only file per session) and its row holds the offset and size: SQLite writes a blob twice
+append-only file per session) and its row holds the offset and size (a commit's run of small such
+events shares ONE row, ``store/event_groups.py``; reads expand it): SQLite writes a blob twice
 (WAL, then the checkpoint) and slowly (about 2 ms per MiB here, each way; a 1 KiB row costs a
 whole page rewrite per commit), a file append once; reads take a run of contiguous small events
 in one ``pread``. The row commits after the
@@ -39,7 +40,8 @@ from typing import Any, TypeVar
 
 import orjson
 
-from hopline.store.integrity import ROW_UNREADABLE, checksum
+from hopline.store import event_groups as groups
+from hopline.store.integrity import ROW_UNREADABLE
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -312,7 +314,7 @@ class SqliteJournal(StagedIds, EventJournal):
                 pair = (str(session_id), str(prompt_id))
                 ends = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
                                   "AND type IN (?, ?)", (session_id, after, *TURN_END_TYPES)).fetchall()
-                found = read_rows(self._segments.root, str(session_id), ends, JournalRow)
+                found = read_rows(self._segments.root, str(session_id), ends, JournalRow, after=after)
                 (ended if any(prompt_id_of(r.data) == prompt_id for r in found) else unended).append(pair)
             return unended, ended
         unended, ended = await self._read(query)
@@ -341,7 +343,8 @@ class SqliteJournal(StagedIds, EventJournal):
         return self.submit_write(insert, settled=settled)  # the writer counts its WAL bytes
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:
-        """In the writer: large data to the segment files first, then every row."""
+        """In the writer: large data to the segment files first (one write per session, in row
+        order), then the rows, a run of small external events as one group row."""
         external: dict[str, list[bytes]] = {}
         for session_id, _, _, data in rows:
             if len(data) > INLINE_MAX_BYTES:
@@ -349,24 +352,16 @@ class SqliteJournal(StagedIds, EventJournal):
                 if datas is None:
                     datas = external[session_id] = []
                 datas.append(data)
-        # One write per session for all its large data of the batch, in row order.
         offsets = {session_id: self._segments.append(session_id, datas)
                    for session_id, datas in external.items()}
         params: list[Any] = []
         extend = params.extend
         # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
-        # page whole), and each row: its key, its integers, and its data when inline.
+        # page whole), and each row: its key, its integers, its data (inline, or a group's index).
         wal = PAGE_SIZE_BYTES
-        for session_id, seq, event_type, data in rows:
-            size = len(data)
-            wal += len(session_id) + ROW_FIXED_BYTES
-            if size > INLINE_MAX_BYTES:
-                offset = offsets[session_id]
-                offsets[session_id] = offset + size
-                extend((session_id, seq, event_type, b"", offset, size, checksum(data)))
-            else:
-                extend((session_id, seq, event_type, data, None, None, checksum(data)))
-                wal += size
+        for row in groups.journal_rows(rows, offsets, INLINE_MAX_BYTES):
+            wal += len(row[0]) + ROW_FIXED_BYTES + len(row[3])
+            extend(row)
         self._wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
         width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
@@ -402,12 +397,14 @@ class SqliteJournal(StagedIds, EventJournal):
             page: list[tuple[Any, ...]] = []
             total = 0
             try:
+                # A group is keyed by its last id: one that starts by the bound may end past it.
+                ends_by = min(bound, 2**62) + groups.GROUP_MAX_EVENTS
                 cursor = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq > ? "
-                                    "AND seq <= ? ORDER BY seq", (session_id, after, bound))
+                                    "AND seq < ? ORDER BY seq", (session_id, after, ends_by))
                 try:
                     for row in cursor:
                         size = len(row[2]) if row[3] is None else int(row[4])
-                        if page and total + size > max_bytes:
+                        if (page and total + size > max_bytes) or groups.first_of(row) > bound:
                             break
                         page.append(row)
                         total += size
@@ -416,10 +413,12 @@ class SqliteJournal(StagedIds, EventJournal):
             except sqlite3.DatabaseError:
                 if bound >= 2**62:
                     raise
-                rows = read_rows(self.segments_dir, session_id, page, JournalRow)
-                return rows + probe_rows(db, self.segments_dir, session_id, page[-1][0] if page else after,
-                                         bound, max_bytes - total)
-            return read_rows(self.segments_dir, session_id, page, JournalRow)
+                rows = read_rows(self.segments_dir, session_id, page, JournalRow, after=after, upto=bound)
+                rows += probe_rows(db, self.segments_dir, session_id, page[-1][0] if page else after,
+                                   bound, max_bytes - total)
+                return groups.within_bytes(rows, max_bytes)
+            rows = read_rows(self.segments_dir, session_id, page, JournalRow, after=after, upto=bound)
+            return groups.within_bytes(rows, max_bytes)
         return await self._read(query)
 
     async def last_id(self, session_id: str) -> int:
@@ -432,9 +431,9 @@ class SqliteJournal(StagedIds, EventJournal):
 
     async def count(self, session_id: str, event_type: str) -> int:
         (found,) = await self._read(lambda db: db.execute(
-            "SELECT COUNT(*) FROM events WHERE session_id = ? AND type = ?",
+            f"SELECT SUM({groups.ROW_EVENTS_SQL}) FROM events WHERE session_id = ? AND type = ?",
             (session_id, event_type)).fetchone())
-        return int(found)
+        return int(found or 0)
 
     async def open(self) -> SqliteJournal:
         return self  # opened by the constructor (the writer thread, the reader connection)
@@ -468,21 +467,24 @@ def probe_rows(db: sqlite3.Connection, root: Path, session_id: str, after: int, 
     ``row_unreadable``; an id with no row is a gap ids may have (a failed commit), not damage."""
     out: list[JournalRow] = []
     total = 0
-    for seq in range(after + 1, min(upto, after + PROBE_MAX_IDS) + 1):
+    seq, stop = after + 1, min(upto, after + PROBE_MAX_IDS)
+    while seq <= stop:
         try:
-            found = db.execute(f"SELECT {_EVENT_COLUMNS} FROM events WHERE session_id = ? AND seq = ?",
-                               (session_id, seq)).fetchone()
+            found = groups.covering_row(db, session_id, seq)
         except sqlite3.DatabaseError:
             out.append(JournalRow(seq, "", b"", ROW_UNREADABLE))
+            seq += 1
             continue
         if found is None:
+            seq += 1
             continue
         size = len(found[2]) if found[3] is None else int(found[4])
         if out and total + size > max_bytes:
             break
-        out.extend(read_rows(root, session_id, [found], JournalRow))
+        out.extend(read_rows(root, session_id, [found], JournalRow, after=seq - 1, upto=upto))
         total += size
-    return out
+        seq = int(found[0]) + 1  # past its group
+    return groups.within_bytes(out, max_bytes)
 
 
 def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) -> None:
