@@ -204,3 +204,77 @@ async def test_unended_prompts_of_one_session_and_forgotten_allocations(open_jou
     await journal.commit()
     assert await journal.get_session("s1") is not None
     assert journal.next_id("s1") == 1 and await journal.last_id("s1") == 0
+
+
+def _event(n: int, size: int) -> bytes:
+    head = b'{"n":%d,"t":"' % n
+    return head + b"x" * (size - len(head) - 2) + b'"}'
+
+
+async def test_runs_stored_as_one_row_read_back_event_by_event_through_any_page(open_journal: Opener) -> None:
+    """Runs of small events are one row in either store (store/event_groups.py); every page, wherever
+    it starts and ends, and whatever its byte bound, is the events in order, each whole."""
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    await journal.create_session("s2", {})
+    sizes = [1024] * 12 + [100, 70 * 1024, 300] + [2048] * 5  # runs, a tiny one, one over a group's event
+    events = [("u" if n != 14 else "v", _event(n, size)) for n, size in enumerate(sizes, 1)]
+    for staged in (events[:9], events[9:]):  # two commits; s2's events interleaved with s1's
+        for event_type, data in staged:
+            journal.stage("s1", event_type, data)
+            journal.stage("s2", "u", b'{"s2":1}')
+        await journal.commit()
+    assert await journal.count("s1", "u") == len(events) - 1 and await journal.count("s2", "u") == len(events)
+    for after in range(len(events)):
+        for upto in (after + 1, after + 7, len(events)):
+            for max_bytes in (1, 3 * 1024, 1 << 30):
+                page = await journal.read_page("s1", after, upto=upto, max_bytes=max_bytes)
+                expected = list(enumerate(events, 1))[after:upto]
+                assert [(r.seq, r.type, r.data, r.corrupt) for r in page] == [
+                    (n, t, d, None) for n, (t, d) in expected[:len(page)]]
+                assert page and (len(page) == 1 or sum(len(r.data) for r in page) <= max_bytes)
+
+
+async def test_prompt_ends_inside_a_run_are_found(open_journal: Opener) -> None:
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    await journal.append_many("s1", [("session_update", _event(1, 1024))])
+    await journal.open_prompt("s1", "p1")
+    await journal.open_prompt("s1", "p2")
+    end = orjson.dumps({"promptId": "p1", "message": "x" * 600})
+    await journal.append_many("s1", [("session_update", _event(n, 1024)) for n in range(3)]
+                              + [("turn_error", end), ("turn_error", end.replace(b"p1", b"p3"))])
+    assert await journal.unended_prompts("s1") == [("s1", "p2")]
+
+
+@pytest.mark.e2e
+async def test_postgresql_group_rows_are_checked_event_by_event(pg_url: str) -> None:
+    """A run is one PostgreSQL row; a flipped byte of one event's bytes is said for that event
+    alone, a damaged index for every id of the row, by reads, the startup check and store check."""
+    from hopline.cli.store import _check_postgres
+    from hopline.store.check import check_recent_events
+
+    migrate(pg_url)
+    journal = await PgJournal(pg_url, Budget.defaults()).open()
+    try:
+        await journal.create_session("s1", {})
+        await journal.append_many("s1", [("u", _event(n, 1024)) for n in range(1, 11)])  # ids 1..10
+        await journal.append_many("s1", [("u", _event(n, 1024)) for n in range(11, 16)])  # ids 11..15
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            assert conn.execute("SELECT seq, octet_length(parts) FROM events ORDER BY seq").fetchall() == [
+                (10, 80), (15, 40)]
+            conn.execute("UPDATE events SET data = overlay(data placing '\\x00'::bytea from 3 * 1024 + 20 "
+                         "for 1) WHERE seq = 10")  # inside event 4
+            conn.execute("UPDATE events SET parts = overlay(parts placing '\\x00'::bytea from 2 for 1) "
+                         "WHERE seq = 15")
+        page = await journal.read_page("s1", 0, max_bytes=1 << 30)
+        damaged = [n for n in range(11, 16)] + [4]
+        assert [(r.seq, r.corrupt) for r in page] == [
+            (n, "checksum_mismatch" if n in damaged else None) for n in range(1, 16)]
+        assert all(r.data == _event(r.seq, 1024) for r in page if r.corrupt is None)
+        assert check_recent_events(pg_url) == 6
+        report = _check_postgres(pg_url, False)
+        assert report["eventsChecked"] == 15
+        assert sorted(d["eventId"] for d in report["damagedEvents"]) == sorted(damaged)
+    finally:
+        await journal.close()

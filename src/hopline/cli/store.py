@@ -108,7 +108,7 @@ def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
     import psycopg
 
     from hopline.budget import redact_url
-    from hopline.store.integrity import CHECKSUM_MISMATCH, verified
+    from hopline.store.event_groups import inline_events
     from hopline.store.postgres import StoreUnavailable, connect
 
     damaged: list[dict[str, Any]] = []
@@ -118,16 +118,17 @@ def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
         with connect(dsn) as conn:
             after: tuple[str, int] = ("", 0)
             while True:
-                rows = conn.execute("SELECT session_id, seq, type, data, crc FROM events WHERE "
+                rows = conn.execute("SELECT session_id, seq, type, data, crc, parts FROM events WHERE "
                                     "(session_id, seq) > (%s, %s) ORDER BY session_id, seq LIMIT 2048",
                                     after).fetchall()
                 if not rows:
                     break
-                for session_id, seq, event_type, data, crc in rows:
-                    checked += 1
-                    if not verified(bytes(data), crc):
-                        damaged.append({"sessionId": session_id, "eventId": seq, "eventType": event_type,
-                                        "reason": CHECKSUM_MISMATCH})
+                for session_id, *row in rows:
+                    for event in inline_events([row]):  # a group row's events each checked
+                        checked += 1
+                        if event.corrupt is not None:
+                            damaged.append({"sessionId": session_id, "eventId": event.seq,
+                                            "eventType": event.type, "reason": event.corrupt})
                 after = (rows[-1][0], rows[-1][1])
     except (psycopg.Error, StoreUnavailable) as exc:
         problem = f"the PostgreSQL store could not be read ({type(exc).__name__})"

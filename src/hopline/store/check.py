@@ -342,18 +342,19 @@ def check_recent_events(dsn: str) -> int:
 
     import psycopg
 
-    from hopline.store.integrity import verified
+    from hopline.store.event_groups import inline_events
     from hopline.store.postgres import connect
 
     try:
         with connect(dsn) as conn:
-            rows = conn.execute("SELECT data, crc FROM events ORDER BY ctid DESC LIMIT %s",
+            rows = conn.execute("SELECT seq, type, data, crc, parts FROM events ORDER BY ctid DESC LIMIT %s",
                                 (PG_CHECK_EVENTS,)).fetchall()
     except psycopg.Error as exc:
         raise StoreUnavailable(
             f"the PostgreSQL store failed its startup check ({type(exc).__name__})") from None
-    damaged = sum(1 for data, crc in rows if not verified(bytes(data), crc))
+    events = inline_events(rows)  # a group row's events each checked
+    damaged = sum(1 for event in events if event.corrupt is not None)
     if damaged:
         logging.getLogger("hopline.store").error("damaged events in the store", extra={
-            "damagedEvents": damaged, "checkedEvents": len(rows)})
+            "damagedEvents": damaged, "checkedEvents": len(events)})
     return damaged

@@ -12,7 +12,11 @@ them is stored as ONE row instead:
 * ``ext_offset`` / ``ext_bytes``: where the run's bytes start in the segment file, and their sum;
 * ``crc``: the CRC-32 of the index itself, so a damaged index is caught like damaged bytes.
 
-A group is told from the other rows by an ``ext_offset`` together with a non-empty ``data`` (an
+PostgreSQL keeps data in its rows: a group row there holds its events' bytes end to end in
+``data``, the index in ``parts`` (NULL for a plain row), the index's CRC-32 in ``crc``; runs take
+events of any size under ``GROUP_EVENT_MAX_BYTES`` (:func:`inline_rows`, :func:`inline_events`).
+
+In SQLite a group is told from the other rows by an ``ext_offset`` together with a non-empty ``data`` (an
 external event's row has empty ``data``, an inline one no ``ext_offset``). Each event of a group
 is checked against its own CRC when read, and a damaged one is said alone. Reads expand a group
 into its events (:func:`expand`); a journal written before groups has none and reads as before.
@@ -26,7 +30,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from hopline.store.integrity import CHECKSUM_MISMATCH, QUARANTINED_CRC, checksum
+from hopline.store.integrity import CHECKSUM_MISMATCH, QUARANTINED_CRC, checksum, verified
+from hopline.store.journal import JournalRow
 
 # Storage layout, not limits: a group holds 2 to GROUP_MAX_EVENTS events, each smaller than
 # GROUP_EVENT_MAX_BYTES (a larger one is a row of its own, read alone), GROUP_MAX_BYTES in all (a
@@ -110,29 +115,50 @@ Row = tuple[str, int, str, bytes, "int | None", "int | None", int]
 
 
 class _Run:
-    """A session's run of small external events, growing into one row."""
+    """A session's run of small events, growing into one row."""
 
-    __slots__ = ("crcs", "event_type", "last", "nbytes", "session_id", "sizes", "start")
+    __slots__ = ("crcs", "datas", "event_type", "last", "nbytes", "session_id", "sizes", "start")
 
-    def __init__(self, session_id: str, event_type: str, seq: int, start: int) -> None:
+    def __init__(self, session_id: str, event_type: str, seq: int, start: int = 0) -> None:
         self.session_id = session_id
         self.event_type = event_type
         self.last = seq - 1
         self.start = start
         self.sizes: list[int] = []
         self.crcs: list[int] = []
+        self.datas: list[bytes] = []
         self.nbytes = 0
 
+    def takes(self, seq: int, event_type: str, size: int) -> bool:
+        """The one rule of a group: consecutive ids, one type, within its bounds."""
+        return (seq == self.last + 1 and event_type == self.event_type and len(self.sizes) < GROUP_MAX_EVENTS
+                and self.nbytes + size <= GROUP_MAX_BYTES)
+
+    def add(self, seq: int, data: bytes, crc: int) -> None:
+        self.last = seq
+        self.nbytes += len(data)
+        self.sizes.append(len(data))
+        self.crcs.append(crc)
+        self.datas.append(data)
+
     def row(self) -> Row:
+        """SQLite's row: the bytes are in the segment file from ``start`` on."""
         if len(self.sizes) == 1:  # a lone event keeps the plain row
             return (self.session_id, self.last, self.event_type, b"", self.start, self.sizes[0], self.crcs[0])
         index = pack(self.sizes, self.crcs)
         return (self.session_id, self.last, self.event_type, index, self.start, self.nbytes, checksum(index))
 
+    def inline_row(self) -> InlineRow:
+        """PostgreSQL's row: the bytes end to end in ``data``, the index in ``parts``."""
+        if len(self.sizes) == 1:
+            return (self.session_id, self.last, self.event_type, self.datas[0], self.crcs[0], None)
+        index = pack(self.sizes, self.crcs)
+        return (self.session_id, self.last, self.event_type, b"".join(self.datas), checksum(index), index)
+
 
 def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[str, int],
                  inline_max: int) -> list[Row]:
-    """The rows of a commit's staged events (session id, id, type, data): data up to
+    """SQLite's rows of a commit's staged events (session id, id, type, data): data up to
     ``inline_max`` bytes in its row; larger data, appended to its session's segment file in
     staged order from ``offsets[session]`` on, pointed at, each run of small ones by one group
     row. ``offsets`` is advanced past what the rows point at."""
@@ -141,9 +167,8 @@ def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[st
     for session_id, seq, event_type, data in staged:
         size = len(data)
         run = runs.get(session_id)
-        if run is not None and (size <= inline_max or size >= GROUP_EVENT_MAX_BYTES or seq != run.last + 1
-                                or event_type != run.event_type or len(run.sizes) >= GROUP_MAX_EVENTS
-                                or run.nbytes + size > GROUP_MAX_BYTES):
+        if run is not None and (size <= inline_max or size >= GROUP_EVENT_MAX_BYTES
+                                or not run.takes(seq, event_type, size)):
             out.append(runs.pop(session_id).row())
             run = None
         if size <= inline_max:
@@ -156,12 +181,68 @@ def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[st
             continue
         if run is None:
             run = runs[session_id] = _Run(session_id, event_type, seq, offset)
-        run.last = seq
-        run.nbytes += size
-        run.sizes.append(size)
-        run.crcs.append(checksum(data))
+        run.add(seq, data, checksum(data))
     out.extend(run.row() for run in runs.values())
     return out
+
+
+# One PostgreSQL row: (session id, seq, type, data, crc, parts: a group's index or None)
+InlineRow = tuple[str, int, str, bytes, int, "bytes | None"]
+
+
+def inline_rows(staged: Sequence[tuple[str, int, str, bytes]]) -> list[InlineRow]:
+    """PostgreSQL's rows of a commit's staged events: data in the row; each run of events smaller
+    than ``GROUP_EVENT_MAX_BYTES`` one group row (their bytes end to end, the index in ``parts``,
+    the index's CRC in ``crc``): a row a run, not a row an event, to COPY and to insert."""
+    out: list[InlineRow] = []
+    runs: dict[str, _Run] = {}
+    for session_id, seq, event_type, data in staged:
+        size = len(data)
+        run = runs.get(session_id)
+        if run is not None and (size >= GROUP_EVENT_MAX_BYTES or not run.takes(seq, event_type, size)):
+            out.append(runs.pop(session_id).inline_row())
+            run = None
+        if size >= GROUP_EVENT_MAX_BYTES:
+            out.append((session_id, seq, event_type, data, checksum(data), None))
+            continue
+        if run is None:
+            run = runs[session_id] = _Run(session_id, event_type, seq)
+        run.add(seq, data, checksum(data))
+    out.extend(run.inline_row() for run in runs.values())
+    return out
+
+
+def inline_events(rows: Sequence[Sequence[Any]], after: int = 0, upto: int | None = None) -> list[JournalRow]:
+    """PostgreSQL's ``(seq, type, data, crc, parts)`` rows as the events ``after < id <= upto``
+    they hold, each checked against its CRC (T-3): a damaged one comes back with its reason and no
+    bytes, and every id of a group whose index is damaged is said."""
+    out: list[JournalRow] = []
+    top = upto if upto is not None else 2**63 - 1
+    for seq, event_type, data, crc, parts in rows:
+        seq, event_type = int(seq), str(event_type)
+        if parts is None:
+            if after < seq <= top:
+                out.append(_checked(seq, event_type, bytes(data), crc))
+            continue
+        index = bytes(parts)
+        members = expand(seq, event_type, index, 0, crc)
+        if members is None:
+            out.extend(JournalRow(damaged, event_type, b"", CHECKSUM_MISMATCH)
+                       for damaged in range(max(first_id(seq, index), after + 1), min(seq, top) + 1))
+            continue
+        view = memoryview(data)
+        for member_seq, _, offset, size, member_crc in members:
+            if after < member_seq <= top:
+                piece = view[offset:offset + size].tobytes()
+                out.append(_checked(member_seq, event_type, piece, member_crc) if len(piece) == size
+                           else JournalRow(member_seq, event_type, b"", CHECKSUM_MISMATCH))
+    return out
+
+
+def _checked(seq: int, event_type: str, data: bytes, crc: Any) -> JournalRow:
+    if verified(data, crc):
+        return JournalRow(seq, event_type, data)
+    return JournalRow(seq, event_type, b"", CHECKSUM_MISMATCH)
 
 
 # How many events a row stands for, in SQL (the same rule as is_group and count).

@@ -86,6 +86,11 @@ CREATE TABLE counters (
     (2, "event checksums", """
 ALTER TABLE events ADD COLUMN crc BIGINT;
 """),
+    # Issue 30: a commit's run of small events of a session is one row (store/event_groups.py):
+    # their bytes end to end in data, the index of their sizes and CRCs here (NULL: one event).
+    (3, "event row groups", """
+ALTER TABLE events ADD COLUMN parts BYTEA;
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
