@@ -1,4 +1,4 @@
-"""Row groups of the SQLite journal (SPEC D-5, T-3): a run of small external events in one row.
+"""Row groups of both journals (SPEC D-5, T-3, issue 30): a run of small events in one row.
 
 A commit of a pipe read of 1 KiB frames is dozens of events of one session, their bytes already
 end to end in the session's segment file. One ``events`` row per event cost SQLite's insert (about
@@ -39,10 +39,9 @@ from hopline.store.journal import JournalRow
 GROUP_MAX_EVENTS = 512
 GROUP_EVENT_MAX_BYTES = 64 * 1024
 GROUP_MAX_BYTES = 256 * 1024
-_ENTRY_BYTES = 8  # a size and a CRC-32, 4 bytes each
+ENTRY_BYTES = 8  # a size and a CRC-32, 4 bytes each
 
-# (seq, type, offset, size, crc) of one event of a group, or the id alone with a reason when the
-# group's index is damaged (its events' places in the file are then unknown).
+# (seq, type, offset, size, crc) of one event of a group (offset: in the segment file, or in data)
 Member = tuple[int, str, int, int, int]
 
 
@@ -58,7 +57,7 @@ def pack(sizes: Sequence[int], crcs: Sequence[int]) -> bytes:
 
 def count(index: bytes) -> int:
     """The events of a group (at least one: an index of a wrong length still stands for its id)."""
-    return max(1, len(index) // _ENTRY_BYTES)
+    return max(1, len(index) // ENTRY_BYTES)
 
 
 def first_id(last: int, index: bytes) -> int:
@@ -68,9 +67,9 @@ def first_id(last: int, index: bytes) -> int:
 def expand(last: int, event_type: str, index: bytes, offset: int, crc: Any) -> Iterator[Member] | None:
     """A group's events in id order, or None when its index does not match its CRC (then every
     id of the group, :func:`first_id` to ``last``, is damaged)."""
-    if crc is None or checksum(index) != int(crc) or len(index) % _ENTRY_BYTES:
+    if crc is None or checksum(index) != int(crc) or len(index) % ENTRY_BYTES:
         return None
-    n = len(index) // _ENTRY_BYTES
+    n = len(index) // ENTRY_BYTES
     values = struct.unpack(f"<{2 * n}I", index)
     return _members(last - n + 1, event_type, offset, values[:n], values[n:])
 
@@ -246,8 +245,8 @@ def _checked(seq: int, event_type: str, data: bytes, crc: Any) -> JournalRow:
 
 
 # How many events a row stands for, in SQL (the same rule as is_group and count).
-ROW_EVENTS_SQL = ("CASE WHEN ext_offset IS NOT NULL AND length(data) > 0 THEN max(1, length(data) / 8) "
-                  "ELSE 1 END")
+ROW_EVENTS_SQL = ("CASE WHEN ext_offset IS NOT NULL AND length(data) > 0 "
+                  f"THEN max(1, length(data) / {ENTRY_BYTES}) ELSE 1 END")
 _COVERING_ROW = ("SELECT seq, type, data, ext_offset, ext_bytes, crc FROM events WHERE session_id = ? "
                  "AND seq >= ? AND seq < ? ORDER BY seq LIMIT 1")
 

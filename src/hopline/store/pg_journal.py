@@ -32,7 +32,7 @@ import orjson
 
 from hopline.budget import Budget, HoplineError
 from hopline.store.bounded import is_broken, session_options
-from hopline.store.event_groups import GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
+from hopline.store.event_groups import ENTRY_BYTES, GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -48,8 +48,8 @@ log = logging.getLogger("hopline.store.journal")
 
 # Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
 _SIZING_ROWS = 1000
-# The events a row stands for, and the first of their ids (event_groups: 8 bytes of index an event).
-_ROW_EVENTS = "GREATEST(1, octet_length(parts) / 8)"  # (GREATEST passes over a NULL)
+# The events a row stands for (GREATEST passes over a NULL: 1 for a plain row), and the first id.
+_ROW_EVENTS = f"GREATEST(1, octet_length(parts) / {ENTRY_BYTES})"
 _FIRST_ID = f"seq - {_ROW_EVENTS} + 1"
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
 # A group's rows land here first (binary COPY, each with its write's place in the group), then one
