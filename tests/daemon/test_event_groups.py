@@ -289,3 +289,33 @@ async def test_repair_of_a_damaged_journal_copies_groups_whole_and_says_every_id
     assert 0 < len(lost) < 4400 / 2
     assert all(data == datas[seq] for seq, data, corrupt in got if corrupt is None)
     await reopened.close()
+
+
+async def test_a_journal_in_a_newer_format_is_refused_and_never_repaired(tmp_path: Path) -> None:
+    from hopline.store.check import StoreDamaged, require_usable
+    from hopline.store.event_groups import JOURNAL_FORMAT, JournalTooNew
+
+    journal, _ = await _journal(tmp_path, [KiB] * 3)
+    await journal.close()
+    path = tmp_path / JOURNAL_FILE
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone() == (JOURNAL_FORMAT,)  # marked by its writer
+    db.execute(f"PRAGMA user_version={JOURNAL_FORMAT + 1}")
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(StoreDamaged, match="newer hopline") as refused:
+        require_usable(path, tmp_path)
+    assert "\n" not in str(refused.value) and f"journal format {JOURNAL_FORMAT + 1}" in str(refused.value)
+    with pytest.raises(JournalTooNew):
+        SqliteJournal(tmp_path)
+    report = repair(path, JOURNAL_SCHEMA)
+    assert report.problem is not None and "newer hopline" in report.problem and not report.repaired
+    assert path.read_bytes() == before and not (tmp_path / "journal.quarantine").exists()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version=0")  # a journal from before the format mark reads as before
+    db.close()
+    require_usable(path, tmp_path)
+    reopened = SqliteJournal(tmp_path)
+    await reopened.get_session("s1")
+    assert [r.seq for r in await reopened.read_page("s1", 0, max_bytes=1 << 30)] == [1, 2, 3]
+    await reopened.close()

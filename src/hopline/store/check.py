@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopline.store.event_groups import covering_row, ungroup
+from hopline.store.event_groups import covering_row, newer_format, ungroup
 from hopline.store.integrity import QUARANTINED, QUARANTINED_CRC, ROW_UNREADABLE
 from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
@@ -130,10 +130,25 @@ def store_problem(journal: Path) -> tuple[str | None, list[str]]:
     return None, []
 
 
+def format_problem(journal: Path) -> str | None:
+    """What to say of a journal a newer hopline wrote (see ``JOURNAL_FORMAT``), else None."""
+    if not journal.exists() or journal.stat().st_size == 0 or sqlite_problem(journal) is not None:
+        return None
+    db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+    try:
+        newer = newer_format(db)
+    finally:
+        db.close()
+    return None if newer is None else f"the journal {journal} {newer}"
+
+
 def require_usable(journal: Path, data_dir: Path) -> None:
     """At startup: the data dir made private, then the journal checked; :class:`StoreDamaged`
     with the one line to print when it cannot be used."""
     private_dir(data_dir)
+    newer = format_problem(journal)
+    if newer is not None:
+        raise StoreDamaged(newer)
     problem, _ = store_problem(journal)
     if problem is not None:
         raise StoreDamaged(f"the store {journal} cannot be used: {problem}. Next: run `hopline store check "
@@ -144,6 +159,10 @@ def require_usable(journal: Path, data_dir: Path) -> None:
 def check_sqlite(journal: Path) -> Report:
     """The store-level check, then every event read and checked (when the journal opens)."""
     report = Report(journal)
+    newer = format_problem(journal)
+    if newer is not None:  # not damage: its rows are not this hopline's to read
+        report.problem = newer
+        return report
     report.problem, report.orphan_segments = store_problem(journal)
     if not journal.exists() or journal.stat().st_size == 0:
         return report
@@ -220,6 +239,8 @@ def repair(journal: Path, schema: str) -> Report:
     """Quarantine what :func:`check_sqlite` finds (nothing is deleted), then check again;
     ``schema`` makes a new journal when the old one cannot be used."""
     report = check_sqlite(journal)
+    if format_problem(journal) is not None:
+        return report  # a newer hopline's journal: nothing is changed
     quarantine = journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
     done: list[str] = []
     if report.problem is not None and not report.orphan_segments and journal.exists():

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
+from hopline.errors import HoplineError
 from hopline.store.integrity import CHECKSUM_MISMATCH, QUARANTINED_CRC, checksum, verified
 from hopline.store.journal import JournalRow
 
@@ -40,6 +41,35 @@ GROUP_MAX_EVENTS = 512
 GROUP_EVENT_MAX_BYTES = 64 * 1024
 GROUP_MAX_BYTES = 256 * 1024
 ENTRY_BYTES = 8  # a size and a CRC-32, 4 bytes each
+
+# SQLite's ``PRAGMA user_version`` of a journal this hopline writes: 1, row groups (a journal at 0,
+# written before them, reads the same). One at a higher format was written by a newer hopline, whose
+# rows this one could misread: it is refused (never read, never repaired), saying so.
+JOURNAL_FORMAT = 1
+
+
+def newer_format(db: sqlite3.Connection) -> str | None:
+    """What to say of a journal written in a newer format than this hopline reads, else None."""
+    (found,) = db.execute("PRAGMA user_version").fetchone()
+    if int(found) <= JOURNAL_FORMAT:
+        return None
+    return (f"was written by a newer hopline (journal format {found}; this one reads formats up to "
+            f"{JOURNAL_FORMAT}): run that hopline, or a newer one")
+
+
+class JournalTooNew(HoplineError):
+    """The journal was written in a newer format than this hopline reads."""
+
+
+def claim_format(db: sqlite3.Connection, path: object) -> None:
+    """The journal ``db`` (at ``path``) opened for writing: marked with this hopline's format, or
+    closed and refused (:class:`JournalTooNew`) when a newer hopline wrote it."""
+    newer = newer_format(db)
+    if newer is not None:
+        db.close()
+        raise JournalTooNew(f"the journal {path} {newer}")
+    db.execute(f"PRAGMA user_version={JOURNAL_FORMAT}")
+
 
 # (seq, type, offset, size, crc) of one event of a group (offset: in the segment file, or in data)
 Member = tuple[int, str, int, int, int]

@@ -102,9 +102,8 @@ CREATE TABLE IF NOT EXISTS prompts (
 
 JOURNAL_SCHEMA = _SCHEMA  # what `hopline store check --repair` makes a new journal with
 _INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes, crc) VALUES "
-# Rows per INSERT statement: one statement is one sqlite3_step, which is one release of the GIL by
-# the writer (executemany releases it once per row: with many small events the event loop and the
-# writer then pass the GIL back and forth per row). 7 parameters a row, well under SQLite's 32766.
+# Rows per INSERT: one statement is one sqlite3_step, one release of the GIL by the writer (executemany
+# releases it per row, passing the GIL back and forth with the loop). 7 parameters a row, under 32766.
 ROWS_PER_INSERT = 512
 _EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes, crc"
 
@@ -139,6 +138,7 @@ class SqliteJournal(StagedIds, EventJournal):
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA wal_autocheckpoint=0")  # the writer checkpoints between batches
         db.executescript(_SCHEMA)
+        groups.claim_format(db, self.path)  # a newer hopline's journal is refused
         columns = {row[1] for row in db.execute("PRAGMA table_info(events)")}
         for column in ("ext_offset", "ext_bytes", "crc"):  # a journal from before segments, checksums
             if column not in columns:
