@@ -131,14 +131,18 @@ def store_problem(journal: Path) -> tuple[str | None, list[str]]:
 
 
 def format_problem(journal: Path) -> str | None:
-    """What to say of a journal a newer hopline wrote (see ``JOURNAL_FORMAT``), else None."""
-    if not journal.exists() or journal.stat().st_size == 0 or sqlite_problem(journal) is not None:
+    """What to say of a journal a newer hopline wrote (see ``JOURNAL_FORMAT``), else None. Only its
+    header is read: a file that cannot be read is :func:`store_problem`'s to say (and to check, once)."""
+    if not journal.exists() or journal.stat().st_size == 0:
         return None
-    db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
     try:
-        newer = newer_format(db)
-    finally:
-        db.close()
+        db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
+        try:
+            newer = newer_format(db)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return None
     return None if newer is None else f"the journal {journal} {newer}"
 
 

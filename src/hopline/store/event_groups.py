@@ -94,6 +94,11 @@ def first_id(last: int, index: bytes) -> int:
     return last - count(index) + 1
 
 
+def damaged_ids(last: int, index: bytes, after: int, top: int) -> range:
+    """The ids ``after < id <= top`` of a group whose index is damaged (each said damaged)."""
+    return range(max(first_id(last, index), after + 1), min(last, top) + 1)
+
+
 def expand(last: int, event_type: str, index: bytes, offset: int, crc: Any) -> Iterator[Member] | None:
     """A group's events in id order, or None when its index does not match its CRC (then every
     id of the group, :func:`first_id` to ``last``, is damaged)."""
@@ -124,7 +129,7 @@ def events_of(rows: Sequence[Sequence[Any]], after: int = 0, upto: int | None = 
         index = bytes(data)
         members = expand(seq, event_type, index, int(offset), crc)
         if members is None:  # a damaged index: its events cannot be told apart
-            for damaged in range(max(first_id(seq, index), after + 1), min(seq, top) + 1):
+            for damaged in damaged_ids(seq, index, after, top):
                 yield damaged, event_type, b"", None, 0, None, CHECKSUM_MISMATCH
             continue
         for member_seq, _, member_offset, size, member_crc in members:
@@ -257,7 +262,7 @@ def inline_events(rows: Sequence[Sequence[Any]], after: int = 0, upto: int | Non
         members = expand(seq, event_type, index, 0, crc)
         if members is None:
             out.extend(JournalRow(damaged, event_type, b"", CHECKSUM_MISMATCH)
-                       for damaged in range(max(first_id(seq, index), after + 1), min(seq, top) + 1))
+                       for damaged in damaged_ids(seq, index, after, top))
             continue
         view = memoryview(data)
         for member_seq, _, offset, size, member_crc in members:
@@ -333,7 +338,7 @@ def ungroup(db: sqlite3.Connection, session_id: str, seq: int, reason: str) -> i
         return 0
     db.execute("INSERT OR REPLACE INTO quarantined_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                (session_id, *row, reason, time.time()))
-    ids = range(first_id(last, index), last + 1)
+    ids = damaged_ids(last, index, 0, last)
     db.executemany(insert + "(?, ?, ?, x'', NULL, NULL, ?)",
                    [(session_id, marked, event_type, QUARANTINED_CRC) for marked in ids])
     return len(ids)
