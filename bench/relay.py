@@ -7,6 +7,9 @@ every hop instead of going to sidecars (S-4). For each frame size the same NDJSO
 * raw pipe: ``cat FILE`` into a reader in this process that only counts bytes;
 * naive relay: ``bench/naive_relay.py`` (asyncio subprocess, ``readline`` with a raised limit,
   ``json.loads`` / ``json.dumps``, SSE over a real socket) driving ``bench/stream_agent.py``;
+* floor relay: ``bench/floor_relay.py``, only the work the daemon cannot skip (check each frame is
+  JSON, append it to a file, send it as SSE), one thread, blocking calls: no verdict, it says how
+  much of the daemon's CPU is that work and how near raw or how far from naive any such relay is;
 * daemon: ``hopline serve --agent-cmd "python bench/stream_agent.py FILE"``, prompt over HTTP,
   the frames read back from ``GET /session/{id}/events``; twice (two identical daemons, the A/A);
 * the journal's cost: the same app (``bench/daemon_server.py``) with its journal and with the
@@ -128,16 +131,18 @@ async def _read_naive(port: int, frames: int, window: CpuWindow) -> SseCounter:
     finally:
         await body.aclose()
     if counter.marked != frames:
-        raise RuntimeError(f"naive relay delivered {counter.marked} frames, expected {frames}")
+        raise RuntimeError(f"relay delivered {counter.marked} frames, expected {frames}")
     return counter
 
 
-def measure_naive(path: Path, frames: int, settings: Settings) -> dict[str, Any]:
-    """The naive relay on ``path``: wall seconds and CPU (relay, its agent, this reader)."""
+def measure_naive(path: Path, frames: int, settings: Settings,
+                  script: str = "naive_relay.py") -> dict[str, Any]:
+    """The naive relay (or another relay ``script`` of bench/ with its interface, such as the
+    floor relay) on ``path``: wall seconds and CPU (relay, its agent, this reader)."""
     port = free_port()
     agent = [PYTHON, str(BENCH_DIR / "stream_agent.py"), str(path)]
-    log = settings.workdir / "naive_relay.stderr"
-    with started([PYTHON, str(BENCH_DIR / "naive_relay.py"), str(port), *agent], port=port,
+    log = settings.workdir / f"{Path(script).stem}.stderr"
+    with started([PYTHON, str(BENCH_DIR / script), str(port), *agent], port=port,
                  stderr_path=log) as proc:
         window = CpuWindow(proc.pid)
         counter = asyncio.run(asyncio.wait_for(_read_naive(port, frames, window), TIMEOUT_S))
@@ -148,14 +153,16 @@ def measure_naive(path: Path, frames: int, settings: Settings) -> dict[str, Any]
 
 # The paths measured each round, in rotating order. "daemonAgain" is a second `hopline serve`
 # identical to "daemon": the A/A pair whose per-round ratio is the noise floor of the verdicts.
-PATHS = ("raw", "naive", "daemon", "daemonAgain", "journalOn", "noJournal")
+# "floor" is bench/floor_relay.py: only the work the daemon cannot skip (no verdict; it says how
+# much of the daemon's CPU is that work, and how near raw any relay with its duties can come).
+PATHS = ("raw", "naive", "floor", "daemon", "daemonAgain", "journalOn", "noJournal")
 
 
 def _measure(name: str, target: Any, path: Path, count: int, settings: Settings) -> dict[str, Any]:
     if name == "raw":
         return measure_raw_pipe(path)
-    if name == "naive":
-        return measure_naive(path, count, settings)
+    if name in ("naive", "floor"):
+        return measure_naive(path, count, settings, f"{name}_relay.py")
     # noJournal cannot resume (no journal to replay from); its queue is raised so it is not evicted.
     return dict(daemon_driver.relay_on(target, path, count, resume=name != "noJournal"))
 
@@ -210,6 +217,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], nbytes: int, count: int) ->
     # CPU), since the shared client's cost differs with how each relay writes (per frame, or joined).
     ratios = {"daemonVsNaive": ("naive", "daemon", "total"), "daemonVsRaw": ("raw", "daemon", "total"),
               "daemonVsNaiveServer": ("naive", "daemon", "server"),
+              "daemonVsFloor": ("floor", "daemon", "total"), "floorVsNaive": ("naive", "floor", "total"),
+              "floorVsRaw": ("raw", "floor", "total"),
               "aa": ("daemon", "daemonAgain", "total"),
               "aaDaemonProcess": ("daemon", "daemonAgain", "server"),
               "journalOffOverOn": ("noJournal", "journalOn", "server")}
@@ -244,7 +253,8 @@ def _print_row(label: str, row: dict[str, Any]) -> None:
     say(f"  {label:>7} x{row['frames']:>6} | CPU ms/MiB raw {cpu('raw')} naive {cpu('naive')} "
         f"daemon {cpu('daemon')} | MB/s raw {mbps('raw')} naive {mbps('naive')} daemon {mbps('daemon')} | "
         f"CPU d/naive {ratio_of('daemonVsNaive')} d/raw {ratio_of('daemonVsRaw')} "
-        f"(server alone d/naive {ratio_of('daemonVsNaiveServer')}) | "
+        f"(server alone d/naive {ratio_of('daemonVsNaiveServer')}) | floor/d {ratio_of('daemonVsFloor')} "
+        f"floor: /naive {ratio_of('floorVsNaive')} /raw {ratio_of('floorVsRaw')} | "
         f"A/A {ratio_of('aa')} spread {aa if aa is None else f'{aa:.1%}'} | "
         f"journal off/on {ratio_of('journalOffOverOn')}")
 
@@ -279,7 +289,7 @@ def run(settings: Settings) -> BenchResult:
     rounds = settings.pick(7, 3)
     with contextlib.ExitStack() as stack:
         daemons = _start_daemons(stack, settings, files[0][1]) if missing is None else {}
-        paths: dict[str, Any] = {"raw": None, "naive": None, **daemons}
+        paths: dict[str, Any] = {"raw": None, "naive": None, "floor": None, **daemons}
         for name, d in daemons.items():  # warm-up: first session, imports, caches
             daemon_driver.relay_on(d, files[0][1], files[0][2], resume=name != "noJournal")
         for size, path, count, nbytes in files:

@@ -1,5 +1,6 @@
 """``python -m bench.report``: bench/README.md's table of every target with its last verdict, and
-bench/relay.png (throughput and CPU per MiB against frame size: raw pipe, naive relay, daemon).
+bench/relay.png (throughput and CPU per MiB against frame size: raw pipe, naive relay, floor relay,
+daemon).
 
 Both are made from bench/results.json (``python -m bench`` calls this after writing it), so the
 README shows what the last run of each benchmark measured, with its date and its A/A spread.
@@ -85,7 +86,8 @@ def plot_relay(results: dict[str, Any], path: Path) -> str | None:
     rows = sorted(sizes.values(), key=lambda r: r["frameBytes"])
     xs = [r["frameBytes"] for r in rows]
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 7), sharex=True)
-    for name, label in (("raw", "raw pipe (cat)"), ("naive", "naive relay"), ("daemon", "hopline daemon")):
+    for name, label in (("raw", "raw pipe (cat)"), ("naive", "naive relay"),
+                        ("floor", "floor relay (only the work)"), ("daemon", "hopline daemon")):
         for axis, key in ((top, "MBps"), (bottom, "cpuMsPerMiB")):
             bands = [((r.get("paths") or {}).get(name) or {}).get(key) for r in rows]
             if key == "cpuMsPerMiB":
