@@ -4,12 +4,18 @@ CPU figure is only a floor of the daemon's work if it does that work."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
 import orjson
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds bench/
 from bench.common import BENCH_DIR, HOST, PYTHON, free_port, started
 from bench.frames import message_chunk_line
 from bench.sse_client import stream_body
+
+pytestmark = pytest.mark.e2e  # starts the relay and its agent
 
 # Small frames, one larger than the relay's 1 MiB read (it crosses reads), then small ones again.
 SIZES = [300, 1024, 1024, (1 << 20) + 4097, 700, 2 * (1 << 20) + 1, 1024]
