@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint bench soak clean
+.PHONY: demo test test-fast lint bench soak clean compiled
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,17 +12,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The relay's hot path compiled with mypyc (src/hopline/compiled.py), rebuilt when any source
+# changes: hopline uses a build only when it was made from exactly the sources it runs.
+COMPILED := build/compiled/manifest.json
+SOURCES := $(shell find src/hopline -name '*.py' -not -path '*/__pycache__/*')
+
+$(COMPILED): $(STAMP) $(SOURCES) tools/compile_hot_path.py
+	$(BIN)/python tools/compile_hot_path.py
+
+compiled: $(COMPILED)
+
+demo: $(STAMP) $(COMPILED)
 	$(BIN)/hopline demo
 
-test: $(STAMP)
+test: $(STAMP) $(COMPILED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/pytest
 
 # Every check, and the tests that start no real process (no agent child, daemon, CLI run or browser).
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(COMPILED)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -34,12 +44,12 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(BENCH_STAMP)
+bench: $(BENCH_STAMP) $(COMPILED)
 	$(BIN)/python -m bench
 
 # `hopline demo` 20 times in a row: each run's time and exit code; exit 1 unless all 20 exit 0.
-soak: $(STAMP)
+soak: $(STAMP) $(COMPILED)
 	$(BIN)/python -m bench.soak --runs 20
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build/compiled

@@ -281,6 +281,11 @@ def run(settings: Settings) -> BenchResult:
     result = BenchResult("relay")
     result.notes.append("frames are agent_message_chunk session/update notifications; the sidecar threshold "
                         f"is raised to {RELAY_SIDECAR_THRESHOLD} so every byte crosses every hop")
+    from hopline.compiled import STATE  # the daemons run this checkout, so they run what it runs
+
+    result.figures["compiledHotPath"] = STATE.to_json()
+    result.notes.append(f"the daemons' hot path: compiled {STATE.state} ({STATE.modules} modules"
+                        f"{'; ' + STATE.reason if STATE.reason else ''})")
     files = stream_files(settings)
     missing = daemon_driver.available()
     if missing is not None:

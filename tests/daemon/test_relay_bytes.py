@@ -11,6 +11,8 @@ import orjson
 import pytest
 
 from hopline.budget import Budget
+from hopline.compiled import ENV as COMPILED_ENV
+from hopline.compiled import STATE as COMPILED_STATE
 from hopline.daemon.bus import EventBus
 from hopline.daemon.routes.sse import SseStream
 from hopline.store.sqlite_journal import SqliteJournal
@@ -21,11 +23,14 @@ from .test_serve import new_session, prompt
 
 
 @pytest.mark.e2e
-async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compiled", ["1", "0"])  # the compiled hot path (when built) and the source
+async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_path: Path,
+                                                                         compiled: str) -> None:
     # Chunks over the pass-through size and under it, under a sidecar threshold that keeps them
     # whole (over the threshold the projection moves their text: they are not unchanged).
     size = PASSTHROUGH_MIN_FRAME_BYTES
-    with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_THRESHOLD_BYTES": "1mb"}) as daemon:
+    env = {"HOPLINE_SIDECAR_THRESHOLD_BYTES": "1mb", COMPILED_ENV: compiled}
+    with running_daemon(tmp_path, env=env) as daemon:
         async with daemon.client() as client:
             sid = await new_session(client, tmp_path)
             before = (await client.get("/daemon/status")).json()["delivery"]["passedThroughUpdates"]
@@ -38,6 +43,7 @@ async def test_text_chunks_reach_sse_and_the_journal_as_the_agents_bytes(tmp_pat
                     if raw.count(b"event: turn_complete") == 2 and raw.endswith(b"\n\n"):
                         break
             status = (await client.get("/daemon/status")).json()
+            assert status["compiled"]["state"] == ("off" if compiled == "0" else COMPILED_STATE.state)
             transcript = b""
             cursor: str | None = "0"
             while cursor is not None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
+from hopline.compiled import STATE as COMPILED
 from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
     print(f"console: {console_url}", flush=True)
     print(f"hopline serve listening on {url}", flush=True)
     bound_port = sock.getsockname()[1]
-    logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind()})
+    logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind(),
+                                                                 "compiled": COMPILED.state})
     prepare_daemon_process()
     server.run(sockets=[sock])  # on the loop config.loop picks

@@ -8,7 +8,7 @@ import collections
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -60,6 +60,42 @@ class _Ring:
             return False
         first, last = self.events[0].id, self.events[-1].id
         return first is not None and last is not None and first <= after + 1 and last >= upto
+
+
+class ReplayPages:
+    """:meth:`EventBus.replay`'s pages, read one at a time as they are iterated. A class, not an
+    async generator: the bus is compiled with mypyc (src/hopline/compiled.py), which has none."""
+
+    def __init__(self, bus: EventBus, session_id: str, after: int, upto: int) -> None:
+        self.bus = bus
+        self.session_id = session_id
+        self.cursor = after
+        self.upto = upto
+        self.first = True
+
+    def __aiter__(self) -> ReplayPages:
+        return self
+
+    async def __anext__(self) -> list[BusEvent]:
+        bus, session_id, after, upto = self.bus, self.session_id, self.cursor, self.upto
+        if after >= upto:
+            raise StopAsyncIteration
+        if self.first:
+            self.first = False
+            ring = bus._ring(session_id)
+            if ring.covers(after, upto):
+                self.cursor = upto
+                return [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
+        try:
+            rows = await bus.journal.read_page(session_id, after, upto=upto,
+                                               max_bytes=bus.budget.sse_queue_max_bytes)
+        except Exception as exc:
+            raise JournalReadFailed(exc) from exc
+        if not rows:
+            self.cursor = upto
+            raise StopAsyncIteration
+        self.cursor = rows[-1].seq
+        return [bus.event_of(session_id, r) for r in rows]
 
 
 class EventBus:
@@ -322,26 +358,10 @@ class EventBus:
     def subscriber_count(self, session_id: str) -> int:
         return len(self._subscribers.get(session_id, ()))
 
-    async def replay(self, session_id: str, after: int, upto: int) -> AsyncIterator[list[BusEvent]]:
+    def replay(self, session_id: str, after: int, upto: int) -> ReplayPages:
         """Pages of the events ``after < id <= upto``: from the ring when it holds them all, else
-        from the journal in pages of about ``sse_queue_max_bytes``."""
-        if upto <= after:
-            return
-        ring = self._ring(session_id)
-        if ring.covers(after, upto):
-            yield [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
-            return
-        cursor = after
-        while cursor < upto:
-            try:
-                rows = await self.journal.read_page(session_id, cursor, upto=upto,
-                                                    max_bytes=self.budget.sse_queue_max_bytes)
-            except Exception as exc:
-                raise JournalReadFailed(exc) from exc
-            if not rows:
-                return
-            yield [self.event_of(session_id, r) for r in rows]
-            cursor = rows[-1].seq
+        from the journal in pages of about ``sse_queue_max_bytes`` (an async iterator)."""
+        return ReplayPages(self, session_id, after, upto)
 
     def event_of(self, session_id: str, row: JournalRow) -> BusEvent:
         """The event a journal row is, or the ``data_corrupt`` that says it is damaged (T-3): a

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from hopline.budget import check_coherence, limits_json
+from hopline.compiled import STATE as COMPILED
 from hopline.daemon.cluster import cluster_metrics, with_daemon_label
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.routes.sessions import ERRORS
@@ -32,6 +33,8 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             "gates": gates.status(),
             # uvloop under `hopline serve` (uvicorn[standard]), asyncio's own loop elsewhere
             "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0],
+            # the relay's hot path compiled (mypyc) or its source, and why (hopline/compiled.py)
+            "compiled": COMPILED.to_json(),
             "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
                         "failedEvents": bus.journal_failed, **bus.corrupt.status()},
             **instruments.status(),
