@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import os
@@ -190,17 +191,10 @@ class AcpChild:
         proc = self._proc
         if proc is None or proc.stdin is None or self.exited.is_set():
             raise AgentExited(self.returncode)
-        stdin = proc.stdin
         timeout = self.budget.pipe_write_timeout_seconds
-
-        async def write(line: bytes) -> None:
-            stdin.write(line)
-            try:
-                await asyncio.wait_for(stdin.drain(), timeout)
-            except TimeoutError:
-                self._not_reading()
-                raise AgentNotReading(timeout) from None
-
+        # A bound method, not a closure: compiled (mypyc), a closure and its environment form a
+        # cycle that would hold the message until the collector runs.
+        write = functools.partial(self._write_line, proc.stdin, timeout)
         async with self._write_lock:
             if self.not_reading:
                 raise AgentNotReading(timeout)
@@ -211,6 +205,14 @@ class AcpChild:
             except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
                 # RuntimeError: a write to a transport closed meanwhile (the child being stopped)
                 raise AgentExited(self.returncode) from exc
+
+    async def _write_line(self, stdin: asyncio.StreamWriter, timeout: float, line: bytes) -> None:
+        stdin.write(line)
+        try:
+            await asyncio.wait_for(stdin.drain(), timeout)
+        except TimeoutError:
+            self._not_reading()
+            raise AgentNotReading(timeout) from None
 
     def _not_reading(self) -> None:
         """A write passed its deadline: what is buffered for the child is dropped (its stdin is

@@ -14,7 +14,7 @@ import hashlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from hopline.store.event_groups import events_of
 from hopline.store.integrity import (
@@ -119,64 +119,79 @@ def read_rows(root: Path, session_id: str, rows: Sequence[tuple[Any, ...]], make
     events ``after < id <= upto`` are made (a group may straddle either). Every event's bytes are
     checked against its CRC; a damaged one is made with its reason and no bytes, and the reading
     goes on."""
-    out: list[R] = []
-    fd: int | None = None
-    missing = False
-    run: list[tuple[int, str, int, int, Any]] = []  # (seq, type, offset, size, crc), contiguous
-
-    def read(offset: int, nbytes: int) -> bytes | None:
-        """The bytes, or None when the file is gone (``missing``) or ends before them."""
-        nonlocal fd, missing
-        if fd is None and not missing:
-            try:
-                fd = os.open(segment_path(root, session_id), os.O_RDONLY)
-            except FileNotFoundError:
-                missing = True
-        if fd is None:
-            return None
-        data = os.pread(fd, nbytes, offset)
-        return data if len(data) == nbytes else None
-
-    def checked(seq: int, event_type: str, data: bytes | None, crc: Any) -> R:
-        if data is None:
-            return make(seq, event_type, b"", SEGMENT_MISSING if missing else SEGMENT_SHORT)
-        if not verified(data, crc):
-            return make(seq, event_type, b"", CHECKSUM_MISMATCH)
-        return make(seq, event_type, data, None)
-
-    def flush() -> None:
-        if len(run) == 1:
-            seq, event_type, offset, nbytes, crc = run[0]
-            out.append(checked(seq, event_type, read(offset, nbytes), crc))
-        elif run:
-            start = run[0][2]
-            whole = read(start, run[-1][2] + run[-1][3] - start)
-            view = memoryview(whole) if whole is not None else None
-            for seq, event_type, offset, nbytes, crc in run:
-                data = (read(offset, nbytes) if view is None  # short: one by one, to find the whole ones
-                        else view[offset - start:offset - start + nbytes].tobytes())
-                out.append(checked(seq, event_type, data, crc))
-        run.clear()
-
+    reader = _SegmentReader(segment_path(root, session_id), make)
     try:
         for seq, event_type, data, offset, nbytes, crc, damaged in events_of(rows, after, upto):
             if damaged is not None:
-                flush()
-                out.append(make(seq, event_type, b"", damaged))
+                reader.flush()
+                reader.out.append(make(seq, event_type, b"", damaged))
                 continue
             if offset is None:
-                flush()
+                reader.flush()
                 bad = (None if verified(data, crc) else
                        QUARANTINED if crc == QUARANTINED_CRC else CHECKSUM_MISMATCH)
-                out.append(make(seq, event_type, b"" if bad else data, bad))
+                reader.out.append(make(seq, event_type, b"" if bad else data, bad))
                 continue
+            run = reader.run
             if run and (offset != run[-1][2] + run[-1][3] or nbytes >= READ_RUN_MAX_EVENT_BYTES):
-                flush()
+                reader.flush()
             run.append((seq, event_type, offset, nbytes, crc))
             if nbytes >= READ_RUN_MAX_EVENT_BYTES:
-                flush()
-        flush()
+                reader.flush()
+        reader.flush()
     finally:
-        if fd is not None:
-            os.close(fd)
-    return out
+        reader.close()
+    return reader.out
+
+
+class _SegmentReader(Generic[R]):
+    """:func:`read_rows`'s state: the segment file, opened on the first external event, and the
+    run of contiguous events read at once. A class, not closures: compiled (mypyc), closures and
+    their environment form a cycle that would keep a page's bytes until the collector runs."""
+
+    def __init__(self, path: Path, make: RowFactory[R]) -> None:
+        self.path = path
+        self.make = make
+        self.fd: int | None = None
+        self.missing = False
+        self.run: list[tuple[int, str, int, int, Any]] = []  # (seq, type, offset, size, crc), contiguous
+        self.out: list[R] = []
+
+    def read(self, offset: int, nbytes: int) -> bytes | None:
+        """The bytes, or None when the file is gone (``missing``) or ends before them."""
+        if self.fd is None and not self.missing:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                self.missing = True
+        if self.fd is None:
+            return None
+        data = os.pread(self.fd, nbytes, offset)
+        return data if len(data) == nbytes else None
+
+    def checked(self, seq: int, event_type: str, data: bytes | None, crc: Any) -> R:
+        if data is None:
+            return self.make(seq, event_type, b"", SEGMENT_MISSING if self.missing else SEGMENT_SHORT)
+        if not verified(data, crc):
+            return self.make(seq, event_type, b"", CHECKSUM_MISMATCH)
+        return self.make(seq, event_type, data, None)
+
+    def flush(self) -> None:
+        run, out = self.run, self.out
+        if len(run) == 1:
+            seq, event_type, offset, nbytes, crc = run[0]
+            out.append(self.checked(seq, event_type, self.read(offset, nbytes), crc))
+        elif run:
+            start = run[0][2]
+            whole = self.read(start, run[-1][2] + run[-1][3] - start)
+            view = memoryview(whole) if whole is not None else None
+            for seq, event_type, offset, nbytes, crc in run:
+                data = (self.read(offset, nbytes) if view is None  # short: one by one, to find the whole ones
+                        else view[offset - start:offset - start + nbytes].tobytes())
+                out.append(self.checked(seq, event_type, data, crc))
+        run.clear()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
