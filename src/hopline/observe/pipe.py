@@ -43,8 +43,8 @@ class PipeObservability:
         # stats and the histogram sharing the count, the sum and the extremes of the read.
         stats, metrics = self.stats.direction(direction), self.metrics if self.histogram else None
 
-        def record(sizes: list[int]) -> None:
-            count, total, largest = len(sizes), sum(sizes), max(sizes)
+        def record(sizes: list[int], total: int, largest: int) -> None:
+            count = len(sizes)
             stats.add(count, total, largest)
             if metrics is not None:
                 metrics.add(direction, sizes, count, total, min(sizes), largest)

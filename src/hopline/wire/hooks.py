@@ -27,7 +27,10 @@ Direction = Literal["inbound", "outbound"]  # inbound = child -> daemon, outboun
 DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
 
 ByteHook = Callable[[int], None]
-SizesHook = Callable[[list[int]], None]  # the sizes of several frames, in stream order
+# The sizes of several frames, in stream order, with their sum and the largest (the tap computes
+# those once for every hook and its own large-frame check: each pass over a read's sizes is a
+# share of the observer's cost per frame, a target of its own).
+SizesHook = Callable[[list[int], int, int], None]
 _SIZE = operator.attrgetter("size")
 
 
@@ -80,15 +83,15 @@ class PipeTap:
             except Exception:
                 self.hook_errors += 1
         if self.sizes_hooks:
-            self._notify_sizes([size])
+            self._notify_sizes([size], size, size)
         if self._observe_from is None or size < self._observe_from:
             return
         self._observe(size, message)
 
-    def _notify_sizes(self, sizes: list[int]) -> None:
+    def _notify_sizes(self, sizes: list[int], total: int, largest: int) -> None:
         for sizes_hook in self.sizes_hooks:
             try:
-                sizes_hook(sizes)
+                sizes_hook(sizes, total, largest)
             except Exception:
                 self.hook_errors += 1
 
@@ -123,9 +126,11 @@ class PipeTap:
         if not sizes:
             return
         self.notified += len(sizes)
-        self._notify_sizes(sizes)
+        largest = max(sizes)
+        if self.sizes_hooks:
+            self._notify_sizes(sizes, sum(sizes), largest)
         observe_from = self._observe_from
-        if observe_from is None or max(sizes) < observe_from:
+        if observe_from is None or largest < observe_from:
             return
         for item in items:
             if item.__class__ is Frame and item.size >= observe_from:
