@@ -4,7 +4,7 @@
 
 Why: at 1 KiB frames most of the daemon's CPU is the interpreter running this path, frame by frame
 (issue 30's profile); mypyc compiles the same typed source to C, and the daemon then spends about a
-quarter less CPU per MiB (bench/README.md has the A/B). mypyc is mypy's compiler (a dev dependency
+fifth less CPU per MiB (bench/README.md has the A/B). mypyc is mypy's compiler (a dev dependency
 already), so nothing is hand-written in C.
 
 The build runs on a copy of the package, then replaces build/compiled/ whole, its manifest last: a
