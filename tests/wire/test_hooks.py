@@ -87,8 +87,8 @@ def test_read_frames_gives_sizes_hooks_one_list_and_observers_only_large_frames(
     batches: list[list[int]] = []
     seen: list[FrameObservation] = []
     tap = PipeTap("inbound")
-    tap.add_sizes_hook(lambda sizes, total, largest: batches.append(sizes)
-                       if (total, largest) == (sum(sizes), max(sizes)) else None)
+    tap.add_sizes_hook(lambda sizes, total, smallest, largest: batches.append(sizes)
+                       if (total, smallest, largest) == (sum(sizes), min(sizes), max(sizes)) else None)
     tap.add_observer(seen.append, min_bytes=30)
     big = {"id": 2, "result": {"text": "y" * 40}}
     items = NdjsonDecoder(1024).feed(encode({"id": 1, "result": {}}) + b'{"bad"\n' + encode(big))
@@ -105,7 +105,7 @@ def test_read_frames_gives_sizes_hooks_one_list_and_observers_only_large_frames(
 def test_read_frames_keeps_per_frame_calls_for_byte_hooks_and_swallows_raising_sizes_hooks() -> None:
     sizes: list[int] = []
 
-    def bad_sizes(_: list[int], total: int, largest: int) -> None:
+    def bad_sizes(_: list[int], total: int, smallest: int, largest: int) -> None:
         raise RuntimeError("boom")
 
     tap = PipeTap("inbound", byte_hooks=[sizes.append])
@@ -119,8 +119,8 @@ def test_read_frames_keeps_per_frame_calls_for_byte_hooks_and_swallows_raising_s
 def test_read_frames_without_errors_takes_the_sizes_as_they_are() -> None:
     batches: list[list[int]] = []
     tap = PipeTap("inbound")
-    tap.add_sizes_hook(lambda sizes, total, largest: batches.append(sizes)
-                       if (total, largest) == (sum(sizes), max(sizes)) else None)
+    tap.add_sizes_hook(lambda sizes, total, smallest, largest: batches.append(sizes)
+                       if (total, smallest, largest) == (sum(sizes), min(sizes), max(sizes)) else None)
     decoder = NdjsonDecoder(1024)
     before = decoder.frame_errors
     items = decoder.feed(b'{"a":1}\n{"a":22}\n')

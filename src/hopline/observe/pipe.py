@@ -43,11 +43,11 @@ class PipeObservability:
         # stats and the histogram sharing the count, the sum and the extremes of the read.
         stats, metrics = self.stats.direction(direction), self.metrics if self.histogram else None
 
-        def record(sizes: list[int], total: int, largest: int) -> None:
+        def record(sizes: list[int], total: int, smallest: int, largest: int) -> None:
             count = len(sizes)
             stats.add(count, total, largest)
             if metrics is not None:
-                metrics.add(direction, sizes, count, total, min(sizes), largest)
+                metrics.add(direction, sizes, count, total, smallest, largest)
 
         tap.add_sizes_hook(record)
         tap.add_observer(self._observe_large, min_bytes=self.large_frames.threshold_bytes)

@@ -17,7 +17,6 @@ list form costs a fraction of that (SPEC W-3 holds: sizes only, after the frames
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -27,11 +26,10 @@ Direction = Literal["inbound", "outbound"]  # inbound = child -> daemon, outboun
 DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
 
 ByteHook = Callable[[int], None]
-# The sizes of several frames, in stream order, with their sum and the largest (the tap computes
-# those once for every hook and its own large-frame check: each pass over a read's sizes is a
-# share of the observer's cost per frame, a target of its own).
-SizesHook = Callable[[list[int], int, int], None]
-_SIZE = operator.attrgetter("size")
+# The sizes of several frames, in stream order, with their sum, the smallest and the largest (the
+# tap computes them in one pass for every hook and its own large-frame check: each pass over a
+# read's sizes is a share of the observer's cost per frame, a target of its own).
+SizesHook = Callable[[list[int], int, int, int], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,15 +81,15 @@ class PipeTap:
             except Exception:
                 self.hook_errors += 1
         if self.sizes_hooks:
-            self._notify_sizes([size], size, size)
+            self._notify_sizes([size], size, size, size)
         if self._observe_from is None or size < self._observe_from:
             return
         self._observe(size, message)
 
-    def _notify_sizes(self, sizes: list[int], total: int, largest: int) -> None:
+    def _notify_sizes(self, sizes: list[int], total: int, smallest: int, largest: int) -> None:
         for sizes_hook in self.sizes_hooks:
             try:
-                sizes_hook(sizes, total, largest)
+                sizes_hook(sizes, total, smallest, largest)
             except Exception:
                 self.hook_errors += 1
 
@@ -119,16 +117,26 @@ class PipeTap:
                 if item.__class__ is Frame:
                     self._notify(item.size, item.message)
             return
-        if errors:
-            sizes = [item.size for item in items if item.__class__ is Frame]
-        else:
-            sizes = list(map(_SIZE, items))
+        # One pass for the sizes, their sum and extremes (compiled, a typed loop costs less than
+        # building the list and three builtin passes over it).
+        sizes: list[int] = []
+        total = largest = 0
+        smallest = -1
+        for item in items:
+            if errors and item.__class__ is not Frame:
+                continue
+            size = item.size
+            sizes.append(size)
+            total += size
+            if size > largest:
+                largest = size
+            if size < smallest or smallest < 0:
+                smallest = size
         if not sizes:
             return
         self.notified += len(sizes)
-        largest = max(sizes)
         if self.sizes_hooks:
-            self._notify_sizes(sizes, sum(sizes), largest)
+            self._notify_sizes(sizes, total, smallest, largest)
         observe_from = self._observe_from
         if observe_from is None or largest < observe_from:
             return
