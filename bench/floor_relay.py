@@ -34,12 +34,14 @@ def _send(sock: socket.socket, parts: list[bytes | memoryview]) -> None:
     """One HTTP chunk of ``parts``, sent without joining them."""
     size = sum(map(len, parts))
     pending: list[bytes | memoryview] = [b"%x\r\n" % size, *parts, CHUNK_TAIL]
-    while pending:
-        sent = sock.sendmsg(pending[:512])
-        while pending and sent >= len(pending[0]):
-            sent -= len(pending.pop(0))
+    first = 0  # pending[first:] is still to send (an index: popping the head would be quadratic)
+    while first < len(pending):
+        sent = sock.sendmsg(pending[first:first + 512])
+        while first < len(pending) and sent >= len(pending[first]):
+            sent -= len(pending[first])
+            first += 1
         if sent:
-            pending[0] = memoryview(pending[0])[sent:]
+            pending[first] = memoryview(pending[first])[sent:]
 
 
 def _request(child: subprocess.Popen[bytes], msg_id: int, method: str, params: dict) -> None:
@@ -99,10 +101,8 @@ def relay(conn: socket.socket, agent: list[str], journal_fd: int) -> None:
             parts += (b"id: %d\nevent: session_update\ndata: " % event_id, frame[:-1], b"\n\n")
         if start < len(block):
             pending.append(view[start:])
-        if lines:
-            os.writev(journal_fd, lines[:1024])
-            for first in range(1024, len(lines), 1024):
-                os.writev(journal_fd, lines[first:first + 1024])
+        for first in range(0, len(lines), 1024):  # IOV_MAX buffers a call
+            os.writev(journal_fd, lines[first:first + 1024])
         if done:
             parts.append(b"event: done\ndata: {}\n\n")
         if parts:
