@@ -31,11 +31,12 @@ sys.path.insert(0, str(REPO / "src"))
 from hopline.compiled import BUILD_DIR, MANIFEST, PACKAGE_ROOT, source_digest  # noqa: E402
 
 # The per-frame path: pipe read and decode, JSON-RPC kinds and the pipe's tap, relay, the bus (its
-# events, subscriber queues and commits), the SSE stream, the journal's row groups, segments and
-# checksums. Left as source: the journals' classes (SQLite's writer and PostgreSQL's, subclasses of
-# journal.py's, which mypyc would have to compile with them; compiled, a PostgreSQL outage went
-# wrong in a way the source does not, so they stay source until that is understood) and modules that
-# define async generators (mypyc has none).
+# events, subscriber queues and commits), the SSE stream, the journals (ids, staging, SQLite's writer
+# thread, PostgreSQL's writer task), their row groups, segments and checksums. Left as source: modules
+# that define async generators (mypyc has none) and the observer (compiled, it gained nothing).
+# Compiled, a variable keeps the type of its first assignment and mypyc checks every later one at run
+# time, where mypy lets an ``Any`` through: give each value its own name (pg_journal's fencing answer
+# once reused a row's name, and every fenced commit failed with a TypeError).
 HOT_MODULES = (
     "hopline/wire/ndjson.py",
     "hopline/wire/jsonrpc.py",
@@ -53,6 +54,9 @@ HOT_MODULES = (
     "hopline/store/event_groups.py",
     "hopline/store/segments.py",
     "hopline/store/integrity.py",
+    "hopline/store/journal.py",
+    "hopline/store/sqlite_journal.py",
+    "hopline/store/pg_journal.py",
 )
 
 

@@ -265,8 +265,9 @@ class PgJournal(StagedIds, EventJournal):
                 else:
                     cursor = await self._conn.execute(_MOVE_FENCED, {
                         "sessions": sessions, "owner": self.owner, "channel": EVENTS_CHANNEL})
-                    row = await cursor.fetchone()
-                    fenced = set(sessions) - set(row[0] if row is not None else ())
+                    # a name of its own: compiled (mypyc), a variable keeps its first type
+                    answer = await cursor.fetchone()
+                    fenced = set(sessions) - set(answer[0] if answer is not None else ())
             kept_ids = {id(w) for w in group if not fenced.intersection(row[0] for row in w.rows or ())}
         for write in group:
             if id(write) in kept_ids:
