@@ -3,9 +3,9 @@
     python tools/compile_hot_path.py
 
 Why: at 1 KiB frames most of the daemon's CPU is the interpreter running this path, frame by frame
-(issue 30's profile); mypyc compiles the same typed source to C, and the daemon then spends about a
-fifth less CPU per MiB (bench/README.md has the A/B). mypyc is mypy's compiler (a dev dependency
-already), so nothing is hand-written in C.
+(issue 30's profile); mypyc compiles the same typed source to C, and the daemon then spends about
+30 % less CPU per MiB at 1 KiB frames (bench/README.md has the A/B). mypyc is mypy's compiler (a
+dev dependency already), so nothing is hand-written in C.
 
 The build runs on a copy of the package, then replaces build/compiled/ whole, its manifest last: a
 build cut off leaves the previous one (which the digest then marks stale, if the sources moved).

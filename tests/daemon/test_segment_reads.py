@@ -1,8 +1,9 @@
 """A page read from the journal is freed as soon as its reader drops it, and a commit's events as
 soon as they are durable: compiled with mypyc (src/hopline/compiled.py), closures and their
 environment form a reference cycle, and a slow client's replays of 1 MiB events then held the pages
-until the collector ran (the daemon's RSS grew 2.2x past its bounds); the SQLite journal's commits
-held their events' data the same way. With the collector off, nothing may outlive its use."""
+until the collector ran (the daemon's RSS grew 2.2x past its bounds). The journals are compiled
+too, so their commits and reads are held to the same rule. With the collector off, nothing may
+outlive its use."""
 
 from __future__ import annotations
 
