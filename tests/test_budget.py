@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -23,6 +24,7 @@ from hopline.budget import (
     check_sidecar_stub_within_sse_event,
     check_sidecar_under_large_frame,
     check_sse_event_within_client_reader,
+    check_sse_queue_holds_largest_events,
     check_stream_carries_response,
     check_summarization_fits_engine,
     format_size,
@@ -232,6 +234,29 @@ def test_sidecar_rules() -> None:
     assert check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse - 1)) == []
     [e] = check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse))
     assert e.severity == "error"
+
+
+def test_sse_queue_holds_four_of_the_largest_inline_events() -> None:
+    threshold = 12 * 1024 * 1024  # the relay bench's: whole 8 MiB frames cross every hop
+    assert check_sse_queue_holds_largest_events(
+        _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold)) == []
+    [w] = check_sse_queue_holds_largest_events(
+        _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold - 1))
+    assert w.severity == "warning"
+    assert w.settings == ("HOPLINE_SSE_QUEUE_MAX_BYTES", "HOPLINE_SIDECAR_THRESHOLD_BYTES")
+    assert str(4 * threshold - 1) in w.message and str(threshold) in w.message
+
+
+def test_serve_says_a_coherence_warning_at_start_up(tmp_path: Path) -> None:
+    """The warning reaches the operator of `hopline serve` (stderr), not only `hopline limits`."""
+    env = {"HOPLINE_SIDECAR_THRESHOLD_BYTES": "128KiB", "HOPLINE_SSE_QUEUE_MAX_BYTES": "511KiB"}
+    # A bad --agent-env name stops it right after the budget is read (exit 2, nothing bound).
+    proc = _hopline("serve", "--data-dir", str(tmp_path), "--agent-env", "BAD=NAME", env=env)
+    assert proc.returncode == 2 and "bad setting" in proc.stderr
+    assert "hopline serve: warning sse_queue_holds_largest_events:" in proc.stderr
+    coherent = _hopline("serve", "--data-dir", str(tmp_path), "--agent-env", "BAD=NAME",
+                        env={**env, "HOPLINE_SSE_QUEUE_MAX_BYTES": "512KiB"})
+    assert coherent.returncode == 2 and "warning" not in coherent.stderr
 
 
 def test_stream_carries_response() -> None:

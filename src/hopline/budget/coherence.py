@@ -141,6 +141,24 @@ def check_sidecar_stub_within_sse_event(budget: Budget) -> list[CoherenceFinding
                     f"{_show(budget, keys[0])} must be below {_show(budget, keys[1])}")]
 
 
+# A subscriber's queue holds at least this many events of the largest inline size (an update over
+# the sidecar threshold has its fields moved to sidecars): a client that keeps up on average is then
+# not evicted by a burst of a few such events (SPEC D-4; the default holds 32).
+SSE_QUEUE_MIN_LARGEST_EVENTS = 4
+
+
+def check_sse_queue_holds_largest_events(budget: Budget) -> list[CoherenceFinding]:
+    """Warning: a subscriber's queue that holds only a few of the largest inline events evicts a
+    client that keeps up on average, at the first burst of them."""
+    keys = ("sse_queue_max_bytes", "sidecar_threshold_bytes")
+    if budget.sse_queue_max_bytes >= SSE_QUEUE_MIN_LARGEST_EVENTS * budget.sidecar_threshold_bytes:
+        return []
+    return [CoherenceFinding("sse_queue_holds_largest_events", "warning", _names(*keys),
+                    f"{_show(budget, keys[0])} holds fewer than {SSE_QUEUE_MIN_LARGEST_EVENTS} events "
+                    f"of the largest inline size ({_show(budget, keys[1])}): a client that keeps up on "
+                    "average is evicted as a slow client by a burst of them")]
+
+
 COHERENCE_CHECKS = (
     check_engine_within_gateway,
     check_sse_event_within_client_reader,
@@ -150,6 +168,7 @@ COHERENCE_CHECKS = (
     check_sidecar_quotas_nested,
     check_sidecar_under_large_frame,
     check_sidecar_stub_within_sse_event,
+    check_sse_queue_holds_largest_events,
     check_stream_carries_response,
 )
 

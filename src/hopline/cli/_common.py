@@ -52,14 +52,17 @@ def naive_requested(environ: Mapping[str, str] | None = None) -> bool:
     return (os.environ if environ is None else environ).get(NAIVE_ENV) == "1"
 
 
-def require_coherent_or_exit(budget: Budget, command: str) -> bool:
-    """Print each coherence error and exit 2, unless naive mode runs it on purpose.
+def require_coherent_or_exit(budget: Budget, command: str, *, show_warnings: bool = False) -> bool:
+    """Print each coherence error and exit 2, unless naive mode runs it on purpose; with
+    ``show_warnings``, print each warning too (a server says them once at start-up).
 
     Returns whether naive mode is on.
     """
     naive = naive_requested()
     try:
-        require_coherent(budget)
+        for warning in require_coherent(budget):
+            if show_warnings:
+                print(f"hopline {command}: warning {warning.rule}: {warning.message}", file=sys.stderr)
     except IncoherentBudget as exc:
         for finding in exc.errors:
             print(f"hopline {command}: incoherent budget: {finding.rule}: {finding.message}", file=sys.stderr)

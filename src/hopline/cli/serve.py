@@ -59,7 +59,7 @@ def run_serve(*, host: str, port: int, data_dir: str, agent_cmd: str, agent_env:
 
     budget = budget_or_exit()
     # `hopline demo --naive` serves the seed's incoherent 100 KB gateway limit on purpose.
-    naive = require_coherent_or_exit(budget, "serve")
+    naive = require_coherent_or_exit(budget, "serve", show_warnings=True)
 
     from hopline.logs import configure_json_logging
 
