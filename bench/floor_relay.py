@@ -6,7 +6,8 @@ handshake, ``: ready``, then ``event: done``), and for every frame it does what 
 
 * reads the pipe in large blocks (``os.read``, 1 MiB, like the raw pipe's reader);
 * checks the frame is JSON (``orjson.loads``: the pipe hop refuses invalid frames);
-* appends the frame's bytes to a file (the journal: D-5, nothing acknowledged is lost);
+* appends the frame's bytes to a file (the journal: D-5, nothing acknowledged is lost), keeping
+  only its newest pages cached as the daemon's segment files do;
 * sends it as an SSE event with its id over chunked HTTP (``socket.sendmsg``, scatter-gather: no
   join of the frame's bytes).
 
@@ -27,6 +28,8 @@ import tempfile
 import orjson
 
 READ_BYTES = 1 << 20
+CACHE_STEP_BYTES = 1 << 20
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CHUNK_TAIL = b"\r\n"
 
 
@@ -77,6 +80,7 @@ def relay(conn: socket.socket, agent: list[str], journal_fd: int) -> None:
     _request(child, 3, "session/prompt",
              {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
     fd, event_id, done = child.stdout.fileno(), 0, False
+    stored, cached = 0, (0, 0)  # the journal's size; its page-cache window, as the daemon's segments
     pending: list[bytes | memoryview] = []  # the start of a frame whose newline has not come
     while not done:
         block = os.read(fd, READ_BYTES)
@@ -102,7 +106,8 @@ def relay(conn: socket.socket, agent: list[str], journal_fd: int) -> None:
         if start < len(block):
             pending.append(view[start:])
         for first in range(0, len(lines), 1024):  # IOV_MAX buffers a call
-            os.writev(journal_fd, lines[first:first + 1024])
+            stored += os.writev(journal_fd, lines[first:first + 1024])
+        cached = _drop_written(journal_fd, stored, cached)
         if done:
             parts.append(b"event: done\ndata: {}\n\n")
         if parts:
@@ -111,6 +116,18 @@ def relay(conn: socket.socket, agent: list[str], journal_fd: int) -> None:
     assert child.stdin is not None
     child.stdin.close()
     child.wait(5)
+
+
+def _drop_written(journal_fd: int, stored: int, cached: tuple[int, int]) -> tuple[int, int]:
+    """The daemon's page-cache rule for its segment files (src/hopline/store/segments.py): each
+    time the file grows by a step, its pages up to the step before are written out and dropped, so
+    the next appends reuse them (fresh pages cost this VM ten times the CPU)."""
+    start, mark = cached
+    if stored - mark < CACHE_STEP_BYTES:
+        return cached
+    point = stored - stored % PAGE_BYTES
+    os.posix_fadvise(journal_fd, start, point - start, os.POSIX_FADV_DONTNEED)
+    return mark, point
 
 
 def main() -> None:
