@@ -43,6 +43,15 @@ def quartiles(values: Sequence[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
+def quiesce() -> None:
+    """Call between interleaved runs, outside their CPU windows: ``os.sync()``. The writeback of
+    what the run before stored (a journal, the floor relay's file) would otherwise complete inside
+    the next run's window, and this machine's kernel (no IRQ time accounting) charges the disk's
+    interrupts to whichever process runs (measured: the path after the floor relay spent 5-10 %
+    more CPU at 8 MiB frames)."""
+    os.sync()
+
+
 def aa_spread(aa_ratios: Sequence[float]) -> float:
     """The noise floor of a measurement, from the per-round ratios of two identical runs (A/A, 1.0
     if nothing moved): how far the A/A's interquartile band reaches from 1, as a relative figure.

@@ -45,6 +45,7 @@ from bench.common import (
     aa_spread,
     free_port,
     quartiles,
+    quiesce,
     rate,
     say,
     started,
@@ -175,18 +176,14 @@ def _measure(name: str, target: Any, path: Path, count: int, settings: Settings)
 
 def _rounds(paths: dict[str, Any], path: Path, count: int, settings: Settings, rounds: int,
             notes: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Every path ``rounds`` times, interleaved: round i runs all paths, starting at path i.
-
-    Before each path, ``os.sync()`` (outside every CPU window): the writeback of what the path
-    before stored (the journals, the floor's file) would otherwise complete inside the next path's
-    window, and this kernel (no IRQ time accounting) charges its disk interrupts to whichever
-    process runs; measured, the path after the floor spent 5-10 % more at 8 MiB."""
+    """Every path ``rounds`` times, interleaved: round i runs all paths, starting at path i, each
+    after :func:`quiesce` (what the path before stored is written out outside every window)."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
     names = list(paths)
     for i in range(rounds):
         shift = i % len(names)
         for name in names[shift:] + names[:shift]:
-            os.sync()
+            quiesce()
             try:
                 runs[name].append(_measure(name, paths[name], path, count, settings))
             except Exception as exc:
