@@ -22,7 +22,7 @@ import httpx
 
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
 from bench.cpu import CpuWindow
-from bench.sse_client import SseCounter, stream_body
+from bench.sse_client import SseCounter, stream_sse
 from hopline.vocabulary import SERVER_TOKEN_ENV
 
 TIMEOUT_S = 90.0
@@ -117,11 +117,10 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
         headers = dict(d.headers)
         if last_id is not None:
             headers["last-event-id"] = str(last_id)
-        body = stream_body(HOST, d.port, path, headers)
+        reads = stream_sse(HOST, d.port, path, counter.feed_from, headers)
         try:
             evicted_before = counter.names.get("client_evicted", 0)
-            async for chunk in body:
-                counter.feed(chunk)
+            async for _ in reads:
                 if counter.last_id is not None:
                     last_id = counter.last_id
                 if prompt_started is None and counter.names.get("replay_complete"):
@@ -140,7 +139,7 @@ async def stream_prompt(client: httpx.AsyncClient, d: Daemon, session_id: str, f
                 if counter.names.get("turn_error"):
                     raise RuntimeError("the daemon reported turn_error; stderr tail: " + tail(d.stderr, 800))
         finally:
-            await body.aclose()
+            await reads.aclose()
         if counter.names.get("client_evicted", 0) > evicted_before:
             evictions += 1
             if not resume:

@@ -21,7 +21,7 @@ import httpx
 from bench import daemon_driver
 from bench.common import HOST, Settings
 from bench.frames import write_stream
-from bench.sse_client import SseCounter, stream_body
+from bench.sse_client import SseCounter, stream_sse
 
 FLOOD_FRAME_BYTES = 200  # a tiny agent_message_chunk line
 TIMEOUT_S = 300.0
@@ -33,12 +33,11 @@ async def _round_trips(client: httpx.AsyncClient, d: daemon_driver.Daemon, sid: 
                        until: asyncio.Event | None, most: int) -> list[float]:
     """Prompts one after the other on ``sid``; each one's time to its turn_complete."""
     counter = SseCounter(b"turn_complete")
-    body = stream_body(HOST, d.port, f"/session/{sid}/events", dict(d.headers))
+    reads = stream_sse(HOST, d.port, f"/session/{sid}/events", counter.feed_from, dict(d.headers))
     times: list[float] = []
     try:
-        chunks = aiter(body)
         while not counter.names.get("replay_complete"):
-            counter.feed(await anext(chunks))
+            await anext(reads)
         done = counter.names.get("turn_complete", 0)
         while len(times) < most and (until is None or not until.is_set()):
             started = time.perf_counter()
@@ -46,11 +45,11 @@ async def _round_trips(client: httpx.AsyncClient, d: daemon_driver.Daemon, sid: 
                                          headers=d.headers)
             accepted.raise_for_status()
             while counter.names.get("turn_complete", 0) <= done:
-                counter.feed(await anext(chunks))
+                await anext(reads)
             done = counter.names["turn_complete"]
             times.append(time.perf_counter() - started)
     finally:
-        await body.aclose()
+        await reads.aclose()
     return times
 
 

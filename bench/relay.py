@@ -52,7 +52,7 @@ from bench.common import (
 )
 from bench.cpu import CpuSample, CpuWindow, children_cpu_seconds, per_mib
 from bench.frames import frame_count, write_stream
-from bench.sse_client import SseCounter, stream_body
+from bench.sse_client import SseCounter, stream_sse
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -125,10 +125,9 @@ def measure_raw_pipe(path: Path) -> dict[str, Any]:
 
 async def _read_naive(port: int, frames: int, window: CpuWindow) -> SseCounter:
     counter = SseCounter()
-    body = stream_body(HOST, port, "/events")
+    reads = stream_sse(HOST, port, "/events", counter.feed_from)
     try:
-        async for chunk in body:
-            counter.feed(chunk)
+        async for _ in reads:
             if window.sample is None and counter.marked >= frames:
                 window.stop()
             elif counter.first_byte_at is not None and not window.started:
@@ -136,7 +135,7 @@ async def _read_naive(port: int, frames: int, window: CpuWindow) -> SseCounter:
             if counter.names.get("done"):
                 break
     finally:
-        await body.aclose()
+        await reads.aclose()
     if counter.marked != frames:
         raise RuntimeError(f"relay delivered {counter.marked} frames, expected {frames}")
     return counter

@@ -30,7 +30,7 @@ from bench.common import HOST, BenchResult, Settings, Verdict, say
 from bench.fair_share import FAIR_P50_TARGET_MS, fair_share
 from bench.frames import frame_count, write_stream
 from bench.gateway import RssSampler
-from bench.sse_client import SseCounter, stream_body
+from bench.sse_client import SseCounter, stream_sse
 from hopline.budget import Budget
 
 KiB = 1024
@@ -93,10 +93,9 @@ async def _slow_reader(d: daemon_driver.Daemon, frames: int, text: str = "go") -
             if last_id is not None:
                 headers["last-event-id"] = str(last_id)
             evicted_before = counter.names.get("client_evicted", 0)
-            body = stream_body(HOST, d.port, f"/session/{sid}/events", headers)
+            reads = stream_sse(HOST, d.port, f"/session/{sid}/events", counter.feed_from, headers)
             try:
-                async for chunk in body:
-                    counter.feed(chunk)
+                async for nbytes in reads:
                     last_id = counter.last_id if counter.last_id is not None else last_id
                     if not prompted and counter.names.get("replay_complete"):
                         prompted = True
@@ -104,9 +103,9 @@ async def _slow_reader(d: daemon_driver.Daemon, frames: int, text: str = "go") -
                                            headers=d.headers)).raise_for_status()
                     if counter.marked >= frames or counter.names.get("client_evicted", 0) > evicted_before:
                         break
-                    await asyncio.sleep(SLOW_PAUSE_S * len(chunk) / SLOW_READ_BYTES)
+                    await asyncio.sleep(SLOW_PAUSE_S * nbytes / SLOW_READ_BYTES)
             finally:
-                await body.aclose()
+                await reads.aclose()
             evictions += counter.names.get("client_evicted", 0) > evicted_before
         await client.delete(f"{d.url}/session/{sid}", headers=d.headers)
     return {"frames": counter.marked, "evictions": evictions, "sseBytes": counter.bytes_received}

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds bench/
 from bench.common import BENCH_DIR, HOST, PYTHON, free_port, started
 from bench.frames import message_chunk_line
-from bench.sse_client import stream_body
+from bench.sse_client import stream_sse
 
 pytestmark = pytest.mark.e2e  # starts the relay and its agent
 
@@ -23,12 +23,16 @@ SIZES = [300, 1024, 1024, (1 << 20) + 4097, 700, 2 * (1 << 20) + 1, 1024]
 
 async def _events(port: int) -> list[bytes]:
     body = bytearray()
-    stream = stream_body(HOST, port, "/events")
+
+    def keep(buf: bytearray, start: int, end: int) -> None:
+        body.extend(buf[start:end])
+
+    reads = stream_sse(HOST, port, "/events", keep)
     try:
-        async for chunk in stream:
-            body += chunk
+        async for _ in reads:
+            pass
     finally:
-        await stream.aclose()
+        await reads.aclose()
     return [bytes(e) for e in bytes(body).split(b"\n\n") if e]
 
 
