@@ -85,8 +85,11 @@ def size_label(size: int) -> str:
 
 def stream_files(settings: Settings) -> list[tuple[int, Path, int, int]]:
     """(frame size, file, frames, file bytes) for each size, generated once per run."""
-    total = settings.pick(64 * MiB, 8 * MiB)
-    max_frames = settings.pick(32768, 4096)  # 1 KiB: 32 MiB, runs of about half a second here
+    # Runs of 0.5-1.5 s per path: with 64 MiB (0.15 s for the daemon at 1 MiB frames) the A/A
+    # pair's per-round ratio scattered by 13-24 % in the 12:25-12:35 runs of 2026-12-06, 7 % with
+    # 256 MiB the same hour (host noise averages out over a longer window).
+    total = settings.pick(256 * MiB, 8 * MiB)
+    max_frames = settings.pick(65536, 4096)  # 1 KiB: 64 MiB, runs of about a second here
     out = []
     for size in SIZES:
         count = frame_count(size, total, max_frames)
