@@ -16,14 +16,13 @@ parser never holds more than the limit plus one field prefix.
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from hopline.budget import CEILINGS_BY_KEY, LimitExceeded
 
-_EOL = re.compile(rb"[\r\n]")
 _BOM = b"\xef\xbb\xbf"
 # Fields whose values become part of the delivered event; `retry` and unknown fields are dropped.
 _KEPT_FIELDS = (b"data", b"event", b"id")
+_LONGEST_FIELD = max(len(name) for name in _KEPT_FIELDS)
 
 
 class SseEventTooLarge(LimitExceeded):
@@ -55,6 +54,7 @@ class SseParser:
         self._skipping = False  # pending line is a comment or a dropped field: not buffered
         self._after_cr = False  # the previous chunk ended with "\r"
         self._started = False  # a leading BOM was checked
+        self._bom_matched = 0  # the BOM's bytes seen so far at the stream's start
         self._data: list[bytes] = []
         self._data_bytes = 0
         self._event: bytes | None = None
@@ -71,22 +71,29 @@ class SseParser:
         out: list[SseMessage] = []
         pos = 0
         if not self._started and chunk:
-            self._started = True
-            if chunk.startswith(_BOM):
-                pos = len(_BOM)
+            pos = self._after_bom(chunk)
         if self._after_cr and pos < len(chunk):
             self._after_cr = False
             if chunk[pos] == 0x0A:
                 pos += 1
         n = len(chunk)
+        # The next "\n" and "\r" at or after pos, each found with a one-byte search (memchr) and
+        # searched again only once passed: a regex for either byte scanned at a tenth of the speed.
+        lf, cr = chunk.find(b"\n", pos), chunk.find(b"\r", pos)
         while pos < n:
-            match = _EOL.search(chunk, pos)
-            if match is None:
+            if 0 <= lf < pos:
+                lf = chunk.find(b"\n", pos)
+            if 0 <= cr < pos:
+                cr = chunk.find(b"\r", pos)
+            end = lf if cr == -1 else cr if lf == -1 else min(lf, cr)
+            if end == -1:
                 self._extend(chunk, pos, n)
                 break
-            end = match.start()
-            self._extend(chunk, pos, end)
-            self._finish_line(out)
+            if self._line or self._skipping:
+                self._extend(chunk, pos, end)
+                self._finish_line(out)
+            else:
+                self._whole_line(chunk, pos, end, out)
             if chunk[end] == 0x0D:
                 if end + 1 < n:
                     pos = end + 2 if chunk[end + 1] == 0x0A else end + 1
@@ -99,7 +106,20 @@ class SseParser:
 
     # --- internals --------------------------------------------------------------------------
 
-    def _pending_contribution(self, piece: bytes = b"") -> int:
+    def _after_bom(self, chunk: bytes) -> int:
+        """Where the stream starts in ``chunk``: after a leading BOM, even one cut across chunks."""
+        matched = self._bom_matched
+        take = min(len(_BOM) - matched, len(chunk))
+        if chunk.startswith(_BOM[matched:matched + take]):
+            self._bom_matched = matched + take
+            self._started = self._bom_matched == len(_BOM)
+            return take
+        self._started = True
+        if matched:
+            self._skipping = True  # the first line starts with part of a BOM: it names no kept field
+        return 0
+
+    def _pending_contribution(self, piece: bytes | memoryview = b"") -> int:
         """What the pending line (plus ``piece``) adds to the event's size once complete.
 
         Before its colon a line is all field name and is counted in full (conservative)."""
@@ -138,7 +158,7 @@ class SseParser:
                 self._field = name
                 self._value_start = len(self._line) + (colon - start) + 1
         # Checked before buffering: the projected size includes this piece.
-        piece = chunk[start:end]
+        piece = memoryview(chunk)[start:end]  # appended below: one copy, not two
         projected = self._size + self._pending_contribution(piece)
         if projected > self.max_event_bytes:
             self._reset_event()
@@ -152,12 +172,12 @@ class SseParser:
             self.max_buffered = held
 
     def _finish_line(self, out: list[SseMessage]) -> None:
+        """The pending line (buffered across chunks) is complete."""
         if self._skipping:
             self._skipping = False
             self._line.clear()
             return
-        line = bytes(self._line)
-        self._line.clear()
+        line = self._line
         field, value_start = self._field, self._value_start
         self._field, self._value_start = None, 0
         if not line:
@@ -165,25 +185,49 @@ class SseParser:
             return
         if field is None:
             # No colon: the whole line is a field name with an empty value.
-            name, value = line, b""
-            if name not in _KEPT_FIELDS:
-                return
-        else:
-            name, value = field, line[value_start:]
-            if value.startswith(b" "):
-                value = value[1:]
-        if name == b"data":
-            added = len(value) + (1 if self._data else 0)
-            self._grow(added)
-            self._data.append(value)
-            self._data_bytes += len(value)
-        elif name == b"event":
-            self._grow(len(value) - len(self._event or b""))
-            self._event = value
-        elif name == b"id" and b"\x00" not in value:
-            self._grow(len(value) - len(self._id or b""))
-            self._id = value
+            field, value_start = bytes(line), len(line)
+        elif value_start < len(line) and line[value_start] == 0x20:
+            value_start += 1  # the optional space after the colon
+        if field in _KEPT_FIELDS:
+            self._take_field(field, line, value_start, len(line))
+        line.clear()
         self._note_buffered()
+
+    def _whole_line(self, chunk: bytes, start: int, end: int, out: list[SseMessage]) -> None:
+        """A line that is whole in ``chunk`` (nothing pending): read where it lies, not buffered."""
+        if start == end:
+            self._dispatch(out)
+            return
+        if chunk[start] == 0x3A:  # ":" first: a comment or heartbeat
+            return
+        colon = chunk.find(b":", start, end)
+        name_end = end if colon == -1 else colon
+        if name_end - start > _LONGEST_FIELD:
+            return  # not a kept field (nor copied to find it out)
+        value_start = end if colon == -1 else colon + 1
+        if value_start < end and chunk[value_start] == 0x20:
+            value_start += 1
+        name = chunk[start:name_end]
+        if name in _KEPT_FIELDS:
+            self._take_field(name, chunk, value_start, end)
+            self._note_buffered()
+
+    def _take_field(self, name: bytes, line: bytes | bytearray, start: int, end: int) -> None:
+        """``line[start:end]`` is the value of a kept field: checked against the limit, then copied
+        (once: a 1 MiB data line was copied three times)."""
+        size = end - start
+        if name == b"data":
+            self._grow(size + (1 if self._data else 0))
+            self._data.append(_copy(line, start, end))
+            self._data_bytes += size
+        elif name == b"event":
+            self._grow(size - len(self._event or b""))
+            self._event = _copy(line, start, end)
+        else:
+            value = _copy(line, start, end)
+            if b"\x00" not in value:  # an id with NUL is ignored (the SSE rule)
+                self._grow(size - len(self._id or b""))
+                self._id = value
 
     def _grow(self, added: int) -> None:
         if self._size + added > self.max_event_bytes:
@@ -218,3 +262,10 @@ class SseParser:
         self._line.clear()
         self._field = None
         self._value_start = 0
+
+
+def _copy(line: bytes | bytearray, start: int, end: int) -> bytes:
+    if isinstance(line, bytes):
+        return line[start:end]
+    with memoryview(line) as view:  # released before the pending line is cleared
+        return bytes(view[start:end])
