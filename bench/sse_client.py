@@ -268,7 +268,8 @@ class _BodyReader(asyncio.BufferedProtocol):
 async def stream_sse(host: str, port: int, path: str, sink: Sink,
                      headers: dict[str, str] | None = None) -> AsyncIterator[int]:
     """GET ``path`` and hand its body to ``sink(buffer, start, end)`` as it arrives (``sink`` must
-    not keep the buffer); yields the number of body bytes of each read; raises on a non-200."""
+    not keep the buffer); yields how many body bytes it was handed since the consumer last looked
+    (one read or more); raises on a non-200."""
     loop = asyncio.get_running_loop()
     transport, reader = await loop.create_connection(lambda: _BodyReader(sink, path), host, port)
     try:
