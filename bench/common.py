@@ -52,6 +52,16 @@ def quiesce() -> None:
     os.sync()
 
 
+def interleaved(names: Sequence[str], rounds: int) -> Iterator[str]:
+    """Every name ``rounds`` times, round i starting at name i (no variant always runs first), each
+    after :func:`quiesce` (what the run before stored is written out outside every window)."""
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in [*names[shift:], *names[:shift]]:
+            quiesce()
+            yield name
+
+
 def aa_spread(aa_ratios: Sequence[float]) -> float:
     """The noise floor of a measurement, from the per-round ratios of two identical runs (A/A, 1.0
     if nothing moved): how far the A/A's interquartile band reaches from 1, as a relative figure.

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from bench import daemon_driver, relay
-from bench.common import BenchResult, Settings, Verdict, aa_spread, quartiles, quiesce, say
+from bench.common import BenchResult, Settings, Verdict, aa_spread, interleaved, quartiles, say
 from bench.frames import bulk_replay_response, frame_count, write_stream
 from hopline.budget import Budget
 from hopline.observe.large_frames import LargeFrameObserver
@@ -243,14 +243,10 @@ def _daemon_ab(settings: Settings, result: BenchResult) -> None:
                 for name, kwargs in VARIANTS.items()}
             for d in daemons.values():
                 daemon_driver.relay_on(d, path, count)  # warm-up
-            names = list(VARIANTS)
-            for i in range(rounds):
-                shift = i % len(names)
-                for name in names[shift:] + names[:shift]:  # rotate: no variant always runs first
-                    quiesce()
-                    outcome = daemon_driver.relay_on(daemons[name], path, count)
-                    times[name].append(outcome["seconds"])
-                    cpu[name].append(outcome["cpu"]["server"])
+            for name in interleaved(list(VARIANTS), rounds):
+                outcome = daemon_driver.relay_on(daemons[name], path, count)
+                times[name].append(outcome["seconds"])
+                cpu[name].append(outcome["cpu"]["server"])
         label = f"{size // MiB} MiB" if size >= MiB else f"{size // KiB} KiB"
 
         def per_round(name: str, of: dict[str, list[float]]) -> list[float]:

@@ -44,8 +44,8 @@ from bench.common import (
     Verdict,
     aa_spread,
     free_port,
+    interleaved,
     quartiles,
-    quiesce,
     rate,
     say,
     started,
@@ -86,8 +86,8 @@ def size_label(size: int) -> str:
 def stream_files(settings: Settings) -> list[tuple[int, Path, int, int]]:
     """(frame size, file, frames, file bytes) for each size, generated once per run."""
     # Runs of 0.5-1.5 s per path: with 64 MiB (0.15 s for the daemon at 1 MiB frames) the A/A
-    # pair's per-round ratio scattered by 13-24 % in the 12:25-12:35 runs of 2026-12-06, 7 % with
-    # 256 MiB the same hour (host noise averages out over a longer window).
+    # pair's per-round ratio scattered by 13 % and 24 % in two relay-only runs on 2026-12-06, 7 %
+    # with 256 MiB between them (host noise averages out over a longer window).
     total = settings.pick(256 * MiB, 8 * MiB)
     max_frames = settings.pick(65536, 4096)  # 1 KiB: 64 MiB, runs of about a second here
     out = []
@@ -178,21 +178,17 @@ def _measure(name: str, target: Any, path: Path, count: int, settings: Settings)
 
 def _rounds(paths: dict[str, Any], path: Path, count: int, settings: Settings, rounds: int,
             notes: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """Every path ``rounds`` times, interleaved: round i runs all paths, starting at path i, each
-    after :func:`quiesce` (what the path before stored is written out outside every window)."""
+    """Every path ``rounds`` times, :func:`interleaved` (round i starts at path i, each run after
+    :func:`quiesce`)."""
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
-    names = list(paths)
-    for i in range(rounds):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            quiesce()
-            try:
-                runs[name].append(_measure(name, paths[name], path, count, settings))
-            except Exception as exc:
-                if name != "noJournal":
-                    raise
-                notes.append(f"journal-off run: {type(exc).__name__}: {str(exc)[:200]}")
-                runs[name].append({})  # keeps the rounds paired
+    for name in interleaved(list(paths), rounds):
+        try:
+            runs[name].append(_measure(name, paths[name], path, count, settings))
+        except Exception as exc:
+            if name != "noJournal":
+                raise
+            notes.append(f"journal-off run: {type(exc).__name__}: {str(exc)[:200]}")
+            runs[name].append({})  # keeps the rounds paired
     return runs
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from bench import daemon_driver, delivery_lag
-from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, aa_spread, quartiles, quiesce, say
+from bench.common import BENCH_DIR, BenchResult, Settings, Verdict, aa_spread, interleaved, quartiles, say
 from bench.cpu import CpuWindow
 from bench.frames import write_stream
 
@@ -98,10 +98,8 @@ def _relay_rounds(settings: Settings, stores: dict[str, daemon_driver.Daemon], p
     for d in stores.values():
         daemon_driver.relay_on(d, path, frames)  # warm: the first prompt of a daemon is not measured
     rates: dict[str, list[float]] = {name: [] for name in names}
-    for round_index in range(settings.pick(7, 3)):
-        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
-            quiesce()
-            rates[name].append(frames / daemon_driver.relay_on(stores[name], path, frames)["seconds"])
+    for name in interleaved(names, settings.pick(7, 3)):
+        rates[name].append(frames / daemon_driver.relay_on(stores[name], path, frames)["seconds"])
     ratios = [pg / lite for pg, lite in zip(rates["postgresql"], rates["sqlite"], strict=True)]
     aa = [again / lite for again, lite in zip(rates["sqliteAgain"], rates["sqlite"], strict=True)]
     q1, median, q3 = quartiles(ratios)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds bench/
-from bench.common import Verdict, aa_spread, quartiles
+from bench.common import Verdict, aa_spread, interleaved, quartiles
 
 
 def test_quartiles_of_odd_and_even_counts_stay_inside_the_range() -> None:
@@ -109,3 +109,8 @@ def test_the_readme_table_lists_every_verdict_with_its_spread_and_date() -> None
     assert "old table" not in updated and updated.startswith("intro\n")
     assert updated.endswith(f"{END}\nafter\n")
     assert replace_between_markers("no markers", "T").endswith(f"{BEGIN}\nT\n{END}\n")
+
+
+def test_interleaved_rounds_start_at_the_next_name_each_round() -> None:
+    rounds = list(interleaved(["a", "b", "c"], 4))
+    assert rounds == ["a", "b", "c", "b", "c", "a", "c", "a", "b", "a", "b", "c"]
