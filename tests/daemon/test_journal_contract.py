@@ -189,6 +189,28 @@ def test_migrations_are_idempotent_under_the_advisory_lock(pg_url: str) -> None:
         migrate(pg_url)
 
 
+async def test_postgresql_compresses_event_data_with_lz4(open_journal: Opener, pg_only: None,
+                                                        pg_url: str) -> None:
+    """Migration 4 (issue 30): events' data is compressed with lz4, not pglz (this test's server is
+    built with lz4); the writer's staging table compresses as events does, and the move from it
+    keeps the value as it is. A plain event and a run (one row) both, read back byte for byte."""
+    journal = await open_journal()
+    await journal.create_session("s1", {})
+    large, run = _event(1, 64 * 1024), [_event(n, 1024) for n in range(2, 12)]
+    events = [("e", large), *[("e", data) for data in run]]
+    assert await journal.append_many("s1", events) == list(range(1, 12))
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        method = conn.execute("SELECT attcompression FROM pg_attribute "
+                              "WHERE attrelid = 'events'::regclass AND attname = 'data'").fetchone()
+        stored = conn.execute("SELECT pg_column_compression(data), octet_length(data) FROM events "
+                              "WHERE session_id = 's1' ORDER BY seq").fetchall()
+    assert method == ("l",)
+    assert [compression for compression, _ in stored] == ["lz4", "lz4"]  # the large event, the run
+    assert [size for _, size in stored] == [len(large), sum(map(len, run))]
+    page = await journal.read_page("s1", 0, max_bytes=1 << 20)
+    assert [row.data for row in page] == [large, *run] and not any(row.corrupt for row in page)
+
+
 
 async def test_unended_prompts_of_one_session_and_forgotten_allocations(open_journal: Opener) -> None:
     """Both backends answer the adoption's questions: one session's open prompts, and a staged but

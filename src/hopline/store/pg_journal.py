@@ -54,11 +54,11 @@ _FIRST_ID = f"seq - {_ROW_EVENTS} + 1"
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
 # A group's rows land here first (binary COPY, each with its write's place in the group), then one
 # INSERT ... SELECT moves those of the kept writes to events; ON COMMIT DELETE ROWS empties it at
-# every commit (a rollback drops what it held).
+# every commit (a rollback drops what it held). Its columns are events' own, compressed as events
+# compresses (migration 4): the COPY compresses a row's data once, and the move keeps it as it is.
 _STAGING = "hopline_staging"
-_STAGING_TABLE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (part INT NOT NULL, session_id TEXT NOT NULL, "
-                  "seq BIGINT NOT NULL, type TEXT NOT NULL, data BYTEA NOT NULL, crc BIGINT NOT NULL, "
-                  "parts BYTEA) ON COMMIT DELETE ROWS")
+_STAGING_TABLE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (part INT NOT NULL, "
+                  "LIKE events INCLUDING COMPRESSION) ON COMMIT DELETE ROWS")
 _STAGING_COPY = f"COPY {_STAGING} (part, session_id, seq, type, data, crc, parts) FROM STDIN (FORMAT BINARY)"
 _STAGING_TYPES = ["int4", "text", "int8", "text", "bytea", "int8", "bytea"]
 # After the COPY, one statement (one round trip, not three) reads the fence, moves the kept writes'
