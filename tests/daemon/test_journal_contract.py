@@ -15,7 +15,14 @@ import pytest
 from hopline.budget import Budget
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import LeaseLost, PgJournal
-from hopline.store.postgres import EVENTS_CHANNEL, migrate
+from hopline.store.postgres import (
+    EVENTS_CHANNEL,
+    OLDEST_SERVER,
+    ServerTooOld,
+    StoreUnavailable,
+    migrate,
+    require_supported_server,
+)
 from hopline.store.sqlite_journal import SqliteJournal
 
 Opener = Callable[..., Awaitable[EventJournal]]
@@ -187,6 +194,16 @@ def test_migrations_are_idempotent_under_the_advisory_lock(pg_url: str) -> None:
                      (SCHEMA_VERSION + 1,))
     with pytest.raises(SchemaTooNew):
         migrate(pg_url)
+
+
+def test_a_server_older_than_14_is_refused_by_name() -> None:
+    """Migration 4 needs per-column compression (PostgreSQL 14): an older server is a clear error
+    naming both versions, not a syntax error from the migration."""
+    require_supported_server(OLDEST_SERVER)
+    require_supported_server(180001)
+    with pytest.raises(ServerTooOld, match=r"version 13; hopline needs 14 or later") as raised:
+        require_supported_server(OLDEST_SERVER - 1)
+    assert raised.value.found == 139999 and isinstance(raised.value, StoreUnavailable)
 
 
 async def test_postgresql_compresses_event_data_with_lz4(open_journal: Opener, pg_only: None,

@@ -114,6 +114,23 @@ class SchemaTooNew(StoreUnavailable):
         self.found = found
 
 
+class ServerTooOld(StoreUnavailable):
+    def __init__(self, found: int) -> None:
+        super().__init__(f"the PostgreSQL server is version {found // 10000}; hopline needs "
+                         f"{OLDEST_SERVER // 10000} or later (per-column compression, migration 4)")
+        self.found = found
+
+
+# PostgreSQL 14: a column's compression method (migration 4, the writer's staging table).
+OLDEST_SERVER = 140000
+
+
+def require_supported_server(version: int) -> None:
+    """Raise :class:`ServerTooOld` for a server older than ``OLDEST_SERVER`` (``server_version_num``)."""
+    if version < OLDEST_SERVER:
+        raise ServerTooOld(version)
+
+
 def connect(dsn: str, **kwargs: Any) -> Any:
     """A sync connection (autocommit: transactions are explicit), or :class:`StoreUnavailable`."""
     import psycopg
@@ -136,9 +153,11 @@ async def aconnect(dsn: str, **kwargs: Any) -> Any:
 
 def migrate(dsn: str) -> list[int]:
     """Apply every migration the store lacks, under the advisory lock; return the versions applied
-    (none when it was up to date). Raises :class:`SchemaTooNew` for a newer store."""
+    (none when it was up to date). Raises :class:`SchemaTooNew` for a newer store and
+    :class:`ServerTooOld` for a server older than 14."""
     applied: list[int] = []
     with connect(dsn) as conn:
+        require_supported_server(conn.info.server_version)
         conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations ("
