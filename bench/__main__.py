@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     info = machine()
     say(f"hopline bench {'(quick) ' if args.quick else ''}{now}  cores={info.get('cores')} "
-        f"memory={info.get('memoryGiB')} GiB  python={info.get('python')}")
+        f"memory={info.get('memoryGiB')} GiB (free {info.get('freeGiB')})  python={info.get('python')}")
     results: dict[str, BenchResult] = {}
     failed = False
     try:
