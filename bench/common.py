@@ -160,9 +160,8 @@ def machine() -> dict[str, Any]:
         memory = psutil.virtual_memory()
         info["memoryBytes"] = memory.total
         info["memoryGiB"] = round(memory.total / 2**30, 1)
-        # Free memory at the start: on a VM that hands free pages back to its host (virtio free
-        # page reporting), a page taken from the free lists costs about ten times one reclaimed
-        # from the page cache, and this machine's relay CPU per MiB rose 25-40 % with 21 GiB free.
+        # Free memory at the start, the state the run met: this VM hands free pages back to its
+        # host (free page reporting) and pages out memory left cold for a minute (DAMON).
         info["freeGiB"] = round(memory.free / 2**30, 1)
         info["loadAvg1m"] = round(os.getloadavg()[0], 2)
     except Exception:  # psutil is a dev dependency; the machine facts are best effort
