@@ -24,6 +24,7 @@ which runs where httptools is missing (without the deadline and the connection c
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import math
@@ -223,6 +224,30 @@ class _HeadDeadline(_HeadLimits):
         self.transport.close()
 
 
+# I/O granularity, not a limit: a streamed body's chunk at least this large goes out as its three
+# parts (size line, body, CRLF) in one vectored write (``writelines``), instead of uvicorn's join of
+# them into a new bytes object. Relaying 1 MiB SSE events, that join was 8.8 % of the daemon's CPU
+# (an interleaved A/B of 5 rounds of 256 MiB); below this size a join costs less than the vector.
+VECTORED_BODY_MIN_BYTES = 16 * 1024
+
+
+async def send_vectored(cycle: Any, message: dict[str, Any]) -> None:
+    """uvicorn's httptools ``send`` of ``cycle``, except for a chunk of a chunked body that is
+    ``VECTORED_BODY_MIN_BYTES`` or larger and not the last: framed and written without a join.
+    Flow control and a disconnected client are honoured as uvicorn's own ``send`` does."""
+    body = message.get("body", b"")
+    if (message["type"] != "http.response.body" or len(body) < VECTORED_BODY_MIN_BYTES
+            or not message.get("more_body", False) or not cycle.chunked_encoding
+            or cycle.response_complete or cycle.scope["method"] == "HEAD"):
+        await type(cycle).send(cycle, message)
+        return
+    if cycle.flow.write_paused and not cycle.disconnected:
+        await cycle.flow.drain()
+    if cycle.disconnected:
+        return
+    cycle.transport.writelines((b"%x\r\n" % len(body), body, b"\r\n"))
+
+
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
     """uvicorn's httptools protocol with the head deadline and the connection ceiling of ``budget``;
     None without httptools."""
@@ -290,6 +315,11 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
             self._head_open, self._head_len = True, 0  # the next request's head starts
             if not self._refused:
                 super().on_message_complete()
+
+        def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+            # Every request's cycle, pipelined ones too, starts here: the app is handed its send.
+            cycle.send = functools.partial(send_vectored, cycle)
+            super()._start_asgi_task(cycle, app)
 
     return GuardedHttpToolsProtocol
 
