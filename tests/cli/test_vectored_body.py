@@ -1,20 +1,20 @@
 """A streamed body's large chunks go out in one vectored write, not joined first (``send_vectored``
 in ``cli/_http_server.py``, issue 30): the bytes on the wire are exactly uvicorn's chunked framing,
 each ASGI body one HTTP chunk, at the threshold and one byte under it. A real uvicorn server with
-hopline's httptools protocol on 127.0.0.1 in a thread; a raw socket reads the response."""
+hopline's httptools protocol on 127.0.0.1 in a thread (tests/gateway/_server.py); a raw socket
+reads the response."""
 
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from gateway._server import serve
 from hopline.budget import HOP_DAEMON_SSE, Budget
-from hopline.cli._http_server import VECTORED_BODY_MIN_BYTES, guarded_protocol, uvicorn_config
+from hopline.cli._http_server import VECTORED_BODY_MIN_BYTES, guarded_protocol
 
 T = VECTORED_BODY_MIN_BYTES
 # The app's bodies, in order (the last ends the response): around the threshold, large ones, an
@@ -60,10 +60,7 @@ class RecordingTransport:
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, int]]:
-    import uvicorn
-
-    budget = Budget.defaults()
-    guarded = guarded_protocol(budget, HOP_DAEMON_SSE)
+    guarded = guarded_protocol(Budget.defaults(), HOP_DAEMON_SSE)
     if guarded is None:
         pytest.skip("httptools is not installed: uvicorn's h11 protocol joins as it always did")
 
@@ -71,19 +68,8 @@ def server() -> Iterator[tuple[str, int]]:
         def connection_made(self, transport: Any) -> None:
             super().connection_made(RecordingTransport(transport))
 
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn_config(app, budget, HOP_DAEMON_SSE, http=Recording, log_config=None))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    try:
-        yield sock.getsockname()
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with serve(app, http=Recording, log_config=None) as running:
+        yield ("127.0.0.1", running.port)
 
 
 def read_response(address: tuple[str, int]) -> bytes:
