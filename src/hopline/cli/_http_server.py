@@ -24,7 +24,6 @@ which runs where httptools is missing (without the deadline and the connection c
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import logging
 import math
@@ -231,30 +230,37 @@ class _HeadDeadline(_HeadLimits):
 VECTORED_BODY_MIN_BYTES = 16 * 1024
 
 
-async def send_vectored(cycle: Any, message: dict[str, Any]) -> None:
-    """uvicorn's httptools ``send`` of ``cycle``, except for a chunk of a chunked body that is
-    ``VECTORED_BODY_MIN_BYTES`` or larger and not the last: framed and written without a join.
-    Flow control and a disconnected client are honoured as uvicorn's own ``send`` does."""
-    body = message.get("body", b"")
-    if (message["type"] != "http.response.body" or len(body) < VECTORED_BODY_MIN_BYTES
-            or not message.get("more_body", False) or not cycle.chunked_encoding
-            or cycle.response_complete or cycle.scope["method"] == "HEAD"):
-        await type(cycle).send(cycle, message)
-        return
-    if cycle.flow.write_paused and not cycle.disconnected:
-        await cycle.flow.drain()
-    if cycle.disconnected:
-        return
-    cycle.transport.writelines((b"%x\r\n" % len(body), body, b"\r\n"))
+def vectored_cycle(base: type[Any]) -> type[Any]:
+    """uvicorn's httptools request cycle ``base`` with its ``send`` changed for a chunk of a chunked
+    body that is ``VECTORED_BODY_MIN_BYTES`` or larger and not the last: framed and written
+    without a join. Flow control and a disconnected client are honoured as uvicorn's own ``send``
+    does; everything else is that ``send``."""
+
+    class VectoredBodyCycle(base):
+        async def send(self, message: Any) -> None:
+            body = message.get("body", b"")
+            if (message["type"] != "http.response.body" or len(body) < VECTORED_BODY_MIN_BYTES
+                    or not message.get("more_body", False) or not self.chunked_encoding
+                    or self.response_complete or self.scope["method"] == "HEAD"):
+                await super().send(message)
+                return
+            if self.flow.write_paused and not self.disconnected:
+                await self.flow.drain()
+            if self.disconnected:
+                return
+            self.transport.writelines((b"%x\r\n" % len(body), body, b"\r\n"))
+
+    return VectoredBodyCycle
 
 
 def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
     """uvicorn's httptools protocol with the head deadline and the connection ceiling of ``budget``;
     None without httptools."""
     try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
     except ImportError:
         return None
+    cycle_class = vectored_cycle(RequestResponseCycle)
     head_timeout = budget.request_head_timeout_seconds
     max_connections = budget.max_connections
 
@@ -317,8 +323,10 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
                 super().on_message_complete()
 
         def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-            # Every request's cycle, pipelined ones too, starts here: the app is handed its send.
-            cycle.send = functools.partial(send_vectored, cycle)
+            # Every request's cycle, pipelined ones too, starts here, before the app has its send.
+            # Its class changes rather than its send: a send bound to the cycle in the cycle's own
+            # attributes would hold it, and the request's body, until the collector runs.
+            cycle.__class__ = cycle_class
             super()._start_asgi_task(cycle, app)
 
     return GuardedHttpToolsProtocol
