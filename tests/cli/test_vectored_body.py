@@ -1,4 +1,4 @@
-"""A streamed body's large chunks go out in one vectored write, not joined first (``send_vectored``
+"""A streamed body's large chunks go out in one vectored write, not joined first (``vectored_cycle``
 in ``cli/_http_server.py``, issue 30): the bytes on the wire are exactly uvicorn's chunked framing,
 each ASGI body one HTTP chunk, at the threshold and one byte under it. A real uvicorn server with
 hopline's httptools protocol on 127.0.0.1 in a thread (tests/gateway/_server.py); a raw socket

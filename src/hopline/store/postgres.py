@@ -92,7 +92,7 @@ ALTER TABLE events ADD COLUMN crc BIGINT;
 ALTER TABLE events ADD COLUMN parts BYTEA;
 """),
     # Issue 30: PostgreSQL compressed every stored row with pglz, 60 % of its CPU relaying 1 KiB
-    # frames; lz4 halves that. A server built without lz4 keeps pglz.
+    # frames; with lz4 its CPU there halved. A server built without lz4 keeps pglz.
     (4, "event data compressed with lz4", """
 DO $$ BEGIN
     ALTER TABLE events ALTER COLUMN data SET COMPRESSION lz4;
@@ -114,15 +114,15 @@ class SchemaTooNew(StoreUnavailable):
         self.found = found
 
 
+# PostgreSQL 14: a column's compression method (migration 4, the writer's staging table).
+OLDEST_SERVER = 140000
+
+
 class ServerTooOld(StoreUnavailable):
     def __init__(self, found: int) -> None:
         super().__init__(f"the PostgreSQL server is version {found // 10000}; hopline needs "
                          f"{OLDEST_SERVER // 10000} or later (per-column compression, migration 4)")
         self.found = found
-
-
-# PostgreSQL 14: a column's compression method (migration 4, the writer's staging table).
-OLDEST_SERVER = 140000
 
 
 def require_supported_server(version: int) -> None:
