@@ -22,9 +22,10 @@ SCRIPT = '{"iterations": 3, "toolsPerIteration": 2}'
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 
 
-def test_run_json_starts_the_embedded_stack_and_ends_with_the_final(workspace: Path) -> None:
+def test_run_json_starts_the_embedded_stack_and_ends_with_the_final(workspace: Path, tmp_path: Path) -> None:
+    # TMPDIR: the stack's data dir, kept when the turn moved a field to a sidecar, lands in tmp_path
     result = run_cli(["run", "review the test logs", "--json", "--scripted", SCRIPT, "--profile",
-                      "qa_automation"], cwd=workspace)
+                      "qa_automation"], cwd=workspace, env={"TMPDIR": str(tmp_path)})
     assert result.returncode == 0, result.stderr[-2000:]
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     final = lines[-1]
@@ -204,11 +205,11 @@ async def test_drive_turn_sees_only_its_own_turn(daemon: EmbeddedStack, workspac
     assert second.prompt_id != first.prompt_id
 
 
-def test_failed_turn_exits_1_naming_origin_hop_and_sizes(workspace: Path) -> None:
+def test_failed_turn_exits_1_naming_origin_hop_and_sizes(workspace: Path, tmp_path: Path) -> None:
     # An engine ceiling one scripted iteration cannot fit (8 tool results of up to 32 KiB each):
     # compaction cannot help, so the body is never sent and the turn fails with origin code.
     env = {"HOPLINE_TRANSPORT_MAX_BODY_BYTES": "160kb", "HOPLINE_SUMMARY_CHUNK_BYTES": "64kb",
-           "COLUMNS": "400"}
+           "COLUMNS": "400", "TMPDIR": str(tmp_path)}  # a kept data dir lands in tmp_path
     result = run_cli(["run", "review the logs", "--scripted", '{"iterations": 3, "toolsPerIteration": 8}'],
                      cwd=workspace, env=env)
     assert result.returncode == 1, result.stderr[-2000:]

@@ -59,6 +59,10 @@ LARGE_READ_BYTES = 256 * 1024
 # does (one journal commit, one burst per subscriber). Frames of 64 KiB read 64 KiB at a time
 # were one commit each: the daemon's CPU per MiB was 1.37x that of whole 256 KiB pipe reads.
 LARGE_FRAME_BYTES = LARGE_READ_BYTES // 64
+# How many ids of requests given up before their answer came (a waiter cancelled, as when the
+# daemon stops while a warm child's initialize is in flight, or past its deadline) are remembered:
+# a late answer to one of these is expected, not a peer's error. Only the newest are kept.
+ABANDONED_IDS_KEPT = 64
 
 
 class AgentExited(HoplineError):
@@ -159,6 +163,7 @@ class AcpChild:
         self.stderr = StderrCounters()
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[tuple[Any, int]]] = {}
+        self._abandoned: dict[int, bool] = {}  # ids given up, oldest first (ABANDONED_IDS_KEPT)
         self._write_lock = asyncio.Lock()
         self.not_reading = False  # a write passed its deadline: no write is tried again
         self._proc: asyncio.subprocess.Process | None = None
@@ -246,6 +251,13 @@ class AcpChild:
             return await future
         finally:
             self._pending.pop(request_id, None)
+            if future.cancelled() or not future.done():  # cancelling the waiter cancels the future
+                self._give_up(request_id)
+
+    def _give_up(self, request_id: int) -> None:
+        self._abandoned[request_id] = True
+        if len(self._abandoned) > ABANDONED_IDS_KEPT:
+            del self._abandoned[next(iter(self._abandoned))]
 
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         await self._write({"jsonrpc": "2.0", "method": method, "params": params})
@@ -339,9 +351,13 @@ class AcpChild:
         kind = message_kind(message)
         try:
             if kind in ("response", "error_response"):
-                future = self._pending.get(message["id"]) if isinstance(message["id"], int) else None
+                request_id = message["id"]
+                future = self._pending.get(request_id) if isinstance(request_id, int) else None
                 if future is None or future.done():
-                    log.warning("response to an unknown request id dropped", extra={"bytes": item.size})
+                    if isinstance(request_id, int) and self._abandoned.pop(request_id, False):
+                        log.info("late response to a request given up dropped", extra={"bytes": item.size})
+                    else:
+                        log.warning("response to an unknown request id dropped", extra={"bytes": item.size})
                     return None
                 if kind == "error_response":
                     error = message["error"]
