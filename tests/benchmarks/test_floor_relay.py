@@ -4,6 +4,7 @@ CPU figure is only a floor of the daemon's work if it does that work."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -36,14 +37,19 @@ async def _events(port: int) -> list[bytes]:
     return [bytes(e) for e in bytes(body).split(b"\n\n") if e]
 
 
-def test_the_floor_relay_sends_every_frame_whole_with_its_id(tmp_path: Path) -> None:
+def test_the_floor_relay_sends_every_frame_whole_with_its_id_and_leaves_no_file(tmp_path: Path) -> None:
     lines = [message_chunk_line(size, seed) for seed, size in enumerate(SIZES)]
     stream = tmp_path / "stream.ndjson"
     stream.write_bytes(b"".join(lines))
     port = free_port()
     agent = [PYTHON, str(BENCH_DIR / "stream_agent.py"), str(stream)]
-    with started([PYTHON, str(BENCH_DIR / "floor_relay.py"), str(port), *agent], port=port):
+    scratch = tmp_path / "scratch"  # its temporary directory, for its journal
+    scratch.mkdir()
+    with started([PYTHON, str(BENCH_DIR / "floor_relay.py"), str(port), *agent], port=port,
+                 env={**os.environ, "TMPDIR": str(scratch)}):
         events = asyncio.run(asyncio.wait_for(_events(port), 60))
+    # Stopped as the bench stops it (SIGTERM): its journal goes with it (each run left up to 256 MiB)
+    assert list(scratch.iterdir()) == []
     assert events[0] == b": ready"
     assert events[-1] == b"event: done\ndata: {}"
     relayed = events[1:-1]
