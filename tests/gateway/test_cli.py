@@ -103,3 +103,16 @@ def test_a_request_head_still_incomplete_at_its_deadline_gets_a_408_naming_the_g
     error = orjson.loads(body)["error"]
     assert error["hop"] == "gateway.llm_turn" and error["setting"] == "HOPLINE_REQUEST_HEAD_TIMEOUT"
     assert error["receivedBytes"] == len(head) and error["timeoutSeconds"] == 0.5
+
+
+def test_naive_mode_serves_the_seeds_incoherent_limit_on_purpose_as_serve_does() -> None:
+    env = _env(API_JSON_BODY_LIMIT="100kb", HOPLINE_NAIVE="1", HOPLINE_INTERNAL_TOKEN="cli-token-naive")
+    with gateway_process(env) as (proc, url), httpx.Client(base_url=url, timeout=10) as client:
+        assert client.get("/health").json()["bodyLimitBytes"] == 100 * 1024
+        turn = "/internal/sessions/s/llm-turn"
+        headers = {"authorization": "Bearer cli-token-naive", "content-type": "application/json"}
+        assert client.post(turn, content=body_of_size(100 * 1024), headers=headers).status_code == 200
+        assert client.post(turn, content=body_of_size(100 * 1024 + 1), headers=headers).status_code == 413
+    _, err = proc.communicate(timeout=10)
+    assert "hopline gateway: incoherent budget: engine_within_gateway" in err
+    assert "HOPLINE_NAIVE=1: running the incoherent budget on purpose" in err

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import typer
 
-from hopline.cli._common import bind_or_exit, budget_or_exit
+from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 from hopline.vocabulary import INTERNAL_TOKEN_ENV
 
 
@@ -41,21 +41,13 @@ def register(app: typer.Typer) -> None:
 
         import uvicorn
 
-        from hopline.budget import HOP_GATEWAY, IncoherentBudget, require_coherent
+        from hopline.budget import HOP_GATEWAY
         from hopline.cli._http_server import uvicorn_config
         from hopline.gateway.app import create_gateway_app
         from hopline.gateway.providers import provider_from_env
 
         budget = budget_or_exit()
-        try:
-            for warning in require_coherent(budget):
-                print(f"hopline gateway: warning {warning.rule}: {warning.message}", file=sys.stderr)
-        except IncoherentBudget as exc:
-            for finding in exc.errors:
-                print(f"hopline gateway: error {finding.rule}: {finding.message}", file=sys.stderr)
-            print("hopline gateway: refusing to start on an incoherent budget (see `hopline limits`)",
-                  file=sys.stderr)
-            raise typer.Exit(2) from None
+        require_coherent_or_exit(budget, "gateway", show_warnings=True)  # as serve: HOPLINE_NAIVE=1 too
         try:
             provider = provider_from_env(budget)
         except ValueError as exc:
