@@ -12,7 +12,6 @@ import sys
 from collections.abc import Awaitable
 from typing import Any
 
-import orjson
 import pytest
 
 from hopline.budget import Budget
@@ -99,4 +98,4 @@ async def test_answers_to_given_up_requests_are_info_and_unknown_ones_warnings(
     assert [r.levelno for r in dropped if r.getMessage() == LATE] == [logging.INFO] * ABANDONED_IDS_KEPT
     assert [r.levelno for r in dropped if r.getMessage() == UNKNOWN] == [logging.WARNING] * 2
     assert len(dropped) == ABANDONED_IDS_KEPT + 2
-    assert orjson.dumps([r.__dict__.get("bytes") for r in dropped]).count(b"null") == 0  # sizes logged
+    assert all(r.__dict__.get("bytes", 0) > 0 for r in dropped)  # each line says the answer's size
