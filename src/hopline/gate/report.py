@@ -28,6 +28,7 @@ class AgentReport:
     summary: str = ""
     findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     omitted_findings: int = 0
+    analyzers: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # what its verdict ran
     iterations: int = 0
     max_iterations: int = 0
     compactions: int = 0
@@ -49,6 +50,7 @@ class AgentReport:
         return {"agent": self.agent, "round": self.round, "item": self.item.value, "attempt": self.attempt,
                 "sessionId": self.session_id, "verdict": self.verdict, "summary": self.summary,
                 "findings": self.findings, "omittedFindings": self.omitted_findings,
+                "analyzers": self.analyzers,
                 "iterations": self.iterations, "maxIterations": self.max_iterations,
                 "compactions": self.compactions, "summarizers": dict(self.summarizers),
                 "summarizerErrors": list(self.summarizer_errors), "maxBodyBytes": self.max_body_bytes,

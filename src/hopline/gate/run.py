@@ -347,7 +347,7 @@ class GateRun:
             report.verdict = outcome.verdict
             report.summary = outcome.summary
             report.findings = outcome.findings
-            report.omitted_findings = outcome.omitted_findings
+            report.omitted_findings, report.analyzers = outcome.omitted_findings, outcome.analyzers
             report.ended_at = time.time()
             self._set_item(report, VERDICT_ITEMS[outcome.verdict])
             self._emit(GATE_VERDICT, report.to_json())

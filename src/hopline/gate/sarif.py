@@ -1,8 +1,11 @@
 """A gate run as SARIF 2.1.0: one run per gate agent, so code-scanning tools ingest it. Pure.
 
-Each run names its tool ``hopline-gate/<agent>``, lists the rules its findings use, and carries one
-result per finding (``level`` = the finding's severity; the location relative to ``SRCROOT``, the
-repository's root). The invocation says whether the gate gave a verdict (``executionSuccessful``);
+Each run names its tool ``hopline-gate/<agent>`` (and the analyzers its agent ran as the tool's
+``extensions``), lists the rules its findings use, each with the severity table's description
+(``fullDescription``) and a documentation link (``helpUri``: the analyzer's, else the table's), and
+carries one result per finding (``level`` = the finding's severity; the location relative to
+``SRCROOT``, the repository's root, always with a region: a finding that names no line is at line
+1). The invocation says whether the gate gave a verdict (``executionSuccessful``);
 the verdict, the commits and the run's figures are in the run's ``properties``. Paths stay relative:
 no absolute path of the machine is written.
 
@@ -19,21 +22,29 @@ import re
 from typing import Any
 
 from hopline import __version__
+from hopline.harness.analyzers import BY_NAME
+from hopline.harness.rules import rule_of
 
 SARIF_VERSION = "2.1.0"
 SARIF_SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SRCROOT = "SRCROOT"
 FINGERPRINT_KEY = "hoplineFinding/v1"
-# GitHub's scale: over 9.0 critical, 7.0 to 8.9 high, 4.0 to 6.9 medium.
-SECURITY_SEVERITY = {"hardcoded-credential": "8.5", "unsafe-eval": "8.0", "symlink-escape": "6.5"}
+HOPLINE_DOCS = "https://cwe.mitre.org/data/definitions/1000.html"  # a rule no row documents
 
 
 def _rule(rule_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
     first = next(f for f in findings if f["rule"] == rule_id)
+    row = rule_of(rule_id)
+    link = next((f["helpUri"] for f in findings if f["rule"] == rule_id and f.get("helpUri")), None)
     rule: dict[str, Any] = {"id": rule_id, "shortDescription": {"text": rule_id.replace("-", " ")},
+                            "fullDescription": {"text": row.description},
+                            "helpUri": link or row.help_uri or HOPLINE_DOCS,
+                            "help": {"text": f"{row.description} Severity: {row.severity}" + (
+                                f" ({row.in_tests} in a test file)." if row.in_tests else ".")},
                             "defaultConfiguration": {"level": first["severity"]}}
-    if rule_id in SECURITY_SEVERITY:
-        rule["properties"] = {"security-severity": SECURITY_SEVERITY[rule_id], "tags": ["security"]}
+    if row.security is not None:
+        # GitHub's scale: over 9.0 critical, 7.0 to 8.9 high, 4.0 to 6.9 medium.
+        rule["properties"] = {"security-severity": row.security, "tags": ["security"]}
     return rule
 
 
@@ -45,9 +56,13 @@ def fingerprint(agent: str, finding: dict[str, Any]) -> str:
 
 
 def _result(finding: dict[str, Any], rule_index: int, finding_print: str) -> dict[str, Any]:
-    location: dict[str, Any] = {"artifactLocation": {"uri": finding["file"], "uriBaseId": SRCROOT}}
-    if isinstance(finding.get("line"), int):
-        location["region"] = {"startLine": finding["line"]}
+    region: dict[str, Any] = {"startLine": finding["line"] if isinstance(finding.get("line"), int) else 1}
+    if isinstance(finding.get("column"), int):
+        region["startColumn"] = finding["column"]
+    if isinstance(finding.get("endLine"), int):
+        region["endLine"] = finding["endLine"]
+    location: dict[str, Any] = {"artifactLocation": {"uri": finding["file"], "uriBaseId": SRCROOT},
+                                "region": region}
     return {"ruleId": finding["rule"], "ruleIndex": rule_index, "level": finding["severity"],
             "message": {"text": finding["message"]}, "locations": [{"physicalLocation": location}],
             "partialFingerprints": {FINGERPRINT_KEY: finding_print}}
@@ -65,7 +80,9 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: s
             "level": "error", "message": {"text": str(agent.get("summary") or "the gate gave no verdict")}}]
     return {
         "tool": {"driver": {"name": f"hopline-gate/{agent['agent']}", "version": __version__,
-                            "rules": [_rule(r, findings) for r in rule_ids]}},
+                            "rules": [_rule(r, findings) for r in rule_ids]},
+                 "extensions": [_extension(a) for a in agent.get("analyzers") or []
+                                if a.get("status") == "ran"]},
         "originalUriBaseIds": {SRCROOT: {"description": {"text": "the root of the reviewed repository"}}},
         "invocations": [invocation],
         "automationDetails": {"id": f"hopline-gate/{agent['agent']}/{gate_id}"},
@@ -76,6 +93,17 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: s
                        "compactions": agent.get("compactions", 0),
                        "omittedFindings": agent.get("omittedFindings", 0)},
     }
+
+
+def _extension(analyzer: dict[str, Any]) -> dict[str, Any]:
+    """An analyzer the agent ran, as a SARIF tool extension."""
+    known = BY_NAME.get(str(analyzer.get("name")))
+    out: dict[str, Any] = {"name": str(analyzer.get("name")),
+                           "properties": {"files": analyzer.get("files", 0),
+                                          "findings": analyzer.get("findings", 0)}}
+    if known is not None:
+        out["informationUri"] = known.docs
+    return out
 
 
 def _prints(agent: str, findings: list[dict[str, Any]]) -> list[str]:

@@ -4,7 +4,10 @@ The answer holds one JSON object (alone, or in a fenced ```json block: the last 
 
     {"verdict": "pass" | "fail" | "error", "summary": "...",
      "findings": [{"severity": "error" | "warning" | "note", "file": "path", "line": 12 | null,
-                   "rule": "rule-id", "message": "..."}]}
+                   "rule": "rule-id", "message": "...",
+                   "column": 5, "endLine": 12, "helpUri": "https://..."}],   # these three optional
+     "analyzers": [{"name": "ruff", "status": "ran" | "missing" | "failed" | "pending",
+                    "files": 3, "findings": 1}]}                              # optional
 
 Consistency rules: ``fail`` needs at least one ``error`` finding, ``pass`` has none. An answer that
 does not parse or validate is :class:`VerdictInvalid` (the run asks once more, then records an
@@ -61,6 +64,9 @@ class Finding(BaseModel):
     line: Annotated[int, Field(ge=1)] | None = None
     rule: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-/]+$")]
     message: Annotated[str, Field(min_length=1)]
+    column: Annotated[int, Field(ge=1)] | None = None
+    endLine: Annotated[int, Field(ge=1)] | None = None
+    helpUri: Annotated[str, Field(pattern=r"^https://\S+$", max_length=400)] | None = None
 
     @field_validator("file", "rule", mode="before")
     @classmethod
@@ -78,12 +84,24 @@ class Finding(BaseModel):
         return cut_text(value, _budget(info).gate_message_max_chars)
 
 
+class AnalyzerRun(BaseModel):
+    """One analyzer an agent ran (or could not): what a verdict says of its tools."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+    status: Literal["ran", "missing", "failed", "pending"]
+    files: Annotated[int, Field(ge=0)] = 0
+    findings: Annotated[int, Field(ge=0)] = 0
+
+
 class Verdict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     verdict: Literal["pass", "fail", "error"]
     summary: str = ""
     findings: list[Finding] = Field(default_factory=list)
+    analyzers: Annotated[list[AnalyzerRun], Field(max_length=16)] = Field(default_factory=list)
 
     @field_validator("summary")
     @classmethod
@@ -103,7 +121,10 @@ class Verdict(BaseModel):
 # What the prompt shows the model (the schema of the answer, compactly).
 VERDICT_FORMAT = ('{"verdict": "pass" | "fail" | "error", "summary": "one line", "findings": '
                   '[{"severity": "error" | "warning" | "note", "file": "path/in/repo", "line": 12, '
-                  '"rule": "a-rule-id", "message": "what is wrong and why"}]}')
+                  '"rule": "a-rule-id", "message": "what is wrong and why", "column": 5, '
+                  '"helpUri": "https://the analyzer\'s documentation of the rule"}], '
+                  '"analyzers": [{"name": "ruff", "status": "ran" | "missing" | "failed", "files": 3, '
+                  '"findings": 1}]} (column, helpUri and analyzers are optional)')
 
 
 class VerdictInvalid(HoplineError, ValueError):
@@ -116,10 +137,11 @@ class ParsedVerdict:
     summary: str
     findings: list[dict[str, Any]]
     omitted_findings: int = 0
+    analyzers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "summary": self.summary, "findings": self.findings,
-                "omittedFindings": self.omitted_findings}
+                "omittedFindings": self.omitted_findings, "analyzers": self.analyzers}
 
 
 def _candidates(text: str) -> list[str]:
@@ -166,7 +188,9 @@ def parse_verdict(text: str, budget: Budget) -> ParsedVerdict:
             reasons.append(f"{where}: {first.get('msg')}")
             continue
         return ParsedVerdict(verdict.verdict, verdict.summary,
-                             [f.model_dump() for f in verdict.findings], omitted)
+                             [{k: v for k, v in f.model_dump().items() if v is not None or k == "line"}
+                              for f in verdict.findings], omitted,
+                             [a.model_dump() for a in verdict.analyzers])
     if not reasons:
         raise VerdictInvalid("the answer holds no JSON object (give the verdict as one JSON object)")
     raise VerdictInvalid("the verdict does not match the schema: " + "; ".join(reasons[:3]))

@@ -97,18 +97,19 @@ def check_commit(value: str, what: str) -> str:
 
 
 WHOLE_FILE_CONTEXT = "--unified=1000000"  # a diff with the whole file as context: both sides in one hunk
+NO_CONTEXT = "--unified=0"  # hunks of changed lines only: their headers say which lines a change adds
 
 
 def diff_args(base: str, head: str, *, path: str | None = None, stat: bool = False,
-              whole: bool = False) -> list[str]:
+              whole: bool = False, added: bool = False) -> list[str]:
     """``git diff`` of ``base..head`` (commit ids), whole or of one path (``whole``: with the whole
-    file as context), or its per-file counts."""
+    file as context; ``added``: with none), or its per-file counts."""
     args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames",
             check_commit(base, "base"), check_commit(head, "head")]
     if stat:
         args.insert(1, "--numstat")
-    elif whole:
-        args.insert(1, WHOLE_FILE_CONTEXT)
+    elif whole or added:
+        args.insert(1, WHOLE_FILE_CONTEXT if whole else NO_CONTEXT)
     args.append("--")
     if path is not None:
         args.append(path)

@@ -38,6 +38,7 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
+from hopline.harness.rules import rule_of
 from hopline.vocabulary import GATE_AGENTS, MESSAGE_META
 
 GATE_REVIEW_MARKER = "hopline gate review"
@@ -75,35 +76,70 @@ def is_log_path(path: str) -> bool:
     return PurePosixPath(path).suffix in LOG_SUFFIXES
 
 
+# String literals (their quotes kept, their text blanked) and comments, by the comment syntax of a
+# file's language: what a line rule never matches inside.
+_STRING = r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|`(?:\\.|[^`\\])*`'
+_HASH_COMMENT = re.compile(_STRING + r"|#.*$")
+_SLASH_COMMENT = re.compile(_STRING + r"|//.*$|/\*.*?(?:\*/|$)")
+_HASH_COMMENT_SUFFIXES = frozenset({".py", ".sh", ".rb", ".ex", ".exs"})
+
+
+def code_of(path: str, text: str) -> str:
+    """``text`` (one line of ``path``) with its comments dropped and its string literals emptied."""
+    pattern = _HASH_COMMENT if PurePosixPath(path).suffix in _HASH_COMMENT_SUFFIXES else _SLASH_COMMENT
+
+    def blank(match: re.Match[str]) -> str:
+        found = match.group(0)
+        return found[0] * 2 if found[0] in "\"'`" else ""
+
+    return pattern.sub(blank, text)
+
+
 @dataclasses.dataclass(frozen=True)
 class LineRule:
-    """A rule over the lines a change adds: ``applies`` to a path, ``pattern`` finds the issue."""
+    """A rule over the lines a change adds: ``applies`` to a path, ``pattern`` finds the issue (in
+    the line's code only, for ``code``: no comment, no string's text); its agent and severity are
+    the severity table's (:mod:`hopline.harness.rules`)."""
 
     rule: str
-    agent: str
-    severity: str
     pattern: re.Pattern[str]
     message: str
-    applies: str  # "source", "text" (not a log) or "log"
+    applies: str  # "source" (not Python: ruff reads Python), "python", "text" (not a log) or "log"
+    code: bool = False
+
+    @property
+    def agent(self) -> str:
+        return rule_of(self.rule).agent
+
+    @property
+    def severity(self) -> str:
+        return rule_of(self.rule).severity
 
     def covers(self, path: str) -> bool:
         if self.applies == "source":
-            return is_source_path(path)
+            return is_source_path(path) and PurePosixPath(path).suffix != ".py"
+        if self.applies == "python":
+            return PurePosixPath(path).suffix == ".py"
         if self.applies == "log":
             return is_log_path(path)
         return not is_log_path(path)
 
+    def search(self, path: str, text: str) -> re.Match[str] | None:
+        return self.pattern.search(code_of(path, text) if self.code else text)
 
+
+_DIGEST_NAME = r"(?:[\w.]*\.(?:hex)?digest\(\)|\b\w*(?:signature|digest|hmac)\w*\b|\b(?:\w+_)?mac\b)"
+_NOT_A_VALUE = r"(?!\s*(?:None|True|False|\d|\"\"|\'\'|$))"
 LINE_RULES: tuple[LineRule, ...] = (
-    LineRule("test-failure", "qa_automation", "error", re.compile(r"\bFAILED\b"),
-             "a test fails in this test log: {text}", "log"),
-    LineRule("unsafe-eval", "qa_performance_security", "error", re.compile(r"(?<![\w.])(?:eval|exec)\("),
-             "{match} runs text as code: unsafe with any input it does not fully control", "source"),
-    LineRule("todo-added", "qa_strategy", "warning", re.compile(r"\b(?:TODO|FIXME)\b"),
+    LineRule("test-failure", re.compile(r"\bFAILED\b"), "a test fails in this test log: {text}", "log"),
+    LineRule("unsafe-eval", re.compile(r"(?<![\w.$])(?:eval|exec)\("),
+             "{match} runs text as code: unsafe with any input it does not fully control", "source", True),
+    LineRule("timing-unsafe-compare",
+             re.compile(_DIGEST_NAME + r"\s*[!=]=" + _NOT_A_VALUE + r"|(?<![!=<>])[!=]=\s*" + _DIGEST_NAME),
+             "{match}: a digest compared with == or != leaks, by its time, how much of a forged value is "
+             "right: compare with hmac.compare_digest", "python", True),
+    LineRule("todo-added", re.compile(r"\b(?:TODO|FIXME)\b"),
              "the change adds a {match}: unfinished work ships with it", "text"),
-    LineRule("hardcoded-credential", "appsec", "error",
-             re.compile(r"\bAKIA[0-9A-Z]{16}\b|(?i:\bpassword)\s*=\s*['\"][^'\"]+['\"]"),
-             "a hard-coded credential ({kind}): read it from the environment or a secret store", "text"),
 )
 UNTESTED_RULE = "untested-change"  # qa_strategy, error: a file-level rule (the changed files' list)
 SYMLINK_RULE = "symlink-escape"  # appsec, error: a symlink the change adds that points out of the repo
@@ -111,13 +147,6 @@ COMPILE_RULE = "compile-error"  # qa_automation, error: a changed source file th
 TEST_RULE = "test-failed"  # qa_automation: a test the test command ran failed (error; warning at base too)
 TEST_COMMAND_RULE = "test-command-failed"  # qa_automation: the test command failed, no test named
 PROCESS_LIMIT_RULE = "process-limit"  # qa_automation, error: the sandbox refused a run's new processes
-# What each agent checks, for its verdict's summary.
-AGENT_RULES: dict[str, tuple[str, ...]] = {
-    "qa_automation": (COMPILE_RULE, TEST_RULE, TEST_COMMAND_RULE, "test-failure", PROCESS_LIMIT_RULE),
-    "qa_performance_security": ("unsafe-eval",),
-    "qa_strategy": (UNTESTED_RULE, "todo-added"),
-    "appsec": ("hardcoded-credential", SYMLINK_RULE),
-}
 # A test log's failures make one finding per log (its first failure), not one per failing line.
 _ONCE_PER_FILE = frozenset({"test-failure"})
 
@@ -173,12 +202,11 @@ def line_findings(agent: str, added: Iterable[AddedLine]) -> list[dict[str, Any]
         for rule in rules:
             if not rule.covers(entry.path):
                 continue
-            match = rule.pattern.search(entry.text)
+            match = rule.search(entry.path, entry.text)
             if match is None or (rule.rule in _ONCE_PER_FILE and (rule.rule, entry.path) in once):
                 continue
             once.add((rule.rule, entry.path))
-            kind = "an AWS access key id" if match.group(0).startswith("AKIA") else "a password"
-            message = rule.message.format(match=match.group(0).rstrip("("), kind=kind, text=_clip(entry.text))
+            message = rule.message.format(match=match.group(0).strip().rstrip("("), text=_clip(entry.text))
             found.append({"severity": rule.severity, "file": entry.path, "line": entry.line,
                           "rule": rule.rule, "message": message})
     return found
@@ -357,9 +385,13 @@ def last_results(messages: list[dict[str, Any]]) -> list[Result]:
     return []
 
 
-def verdict_text(agent: str, verdict: str, findings: list[dict[str, Any]], summary: str) -> str:
+def verdict_text(agent: str, verdict: str, findings: list[dict[str, Any]], summary: str,
+                 analyzers: list[dict[str, Any]] | None = None) -> str:
     """A final answer with the verdict as a fenced JSON object (what a gate run parses)."""
     errors = sum(1 for f in findings if f.get("severity") == "error")
-    body = json.dumps({"verdict": verdict, "summary": summary, "findings": findings}, indent=1)
+    value: dict[str, Any] = {"verdict": verdict, "summary": summary, "findings": findings}
+    if analyzers is not None:
+        value["analyzers"] = analyzers
+    body = json.dumps(value, indent=1)
     return (f"Gate {agent}: {verdict} — {errors} error and {len(findings) - errors} other findings; "
             f"{summary}.\n\n```json\n{body}\n```")

@@ -10,7 +10,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from hopline.harness.review import AGENT_RULES, COMPILE_RULE, PROCESS_LIMIT_RULE, TEST_COMMAND_RULE, TEST_RULE
+from hopline.harness import review_analyze
+from hopline.harness.review import COMPILE_RULE, PROCESS_LIMIT_RULE, TEST_COMMAND_RULE, TEST_RULE
+from hopline.harness.rules import agents_rules
 from hopline.harness.testresults import TestReport, parse_compile_errors, parse_pytest
 
 _NO_TESTS_COLLECTED = 5
@@ -129,6 +131,8 @@ def summary_of(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -
                      "and comments are stripped (no behaviour to test)")
     if notes.get("unreadable"):
         parts.append(f"{len(notes['unreadable'])} diffs could not be read")
+    if analyzers := review_analyze.said(notes):
+        parts.append(analyzers)
     parts.append(_files_said(notes))
-    parts.append("rules " + ", ".join(AGENT_RULES.get(agent, ())))
+    parts.append("rules " + ", ".join(agents_rules(agent)))
     return "; ".join(parts)

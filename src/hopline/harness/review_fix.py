@@ -18,10 +18,15 @@ from typing import Any
 from hopline.harness.review import CAP_MARKER, LINE_RULES, UNTESTED_RULE, Result, last_results
 from hopline.harness.review_plan import Step
 
-# Rules a fix removes the offending line for; an untested change gets a test; a failing test log is
-# left for a real test run.
-_LINE_FIXES = frozenset({"unsafe-eval", "todo-added", "hardcoded-credential"})
-_RULES_BY_ID = {r.rule: r for r in LINE_RULES}
+# Rules a fix removes the offending line for (hopline's line rules, and every analyzer's rule: its
+# finding names its line); an untested change gets a test; a failing test log is left for a real
+# test run.
+_RULES_BY_ID = {r.rule: r for r in LINE_RULES if r.rule != "test-failure"}
+
+
+def _line_fix(finding: dict[str, Any]) -> bool:
+    rule = str(finding.get("rule"))
+    return rule in _RULES_BY_ID or ("/" in rule and isinstance(finding.get("line"), int))
 
 
 def _test_for(path: str) -> tuple[str, str]:
@@ -49,7 +54,7 @@ def _turn_results(messages: list[dict[str, Any]]) -> list[Result]:
 
 def _finished(findings: list[dict[str, Any]], results: list[tuple[str, dict[str, Any], str]]) -> Step:
     written = [str(a.get("path")) for n, a, t in results if n == "write_file" and t.startswith("wrote")]
-    left = [f for f in findings if f.get("rule") not in _LINE_FIXES | {UNTESTED_RULE}]
+    left = [f for f in findings if not _line_fix(f) and f.get("rule") != UNTESTED_RULE]
     ran = [t for n, _, t in results if n == "run_command"]
     tests = f" The test command ended: {ran[-1].strip().splitlines()[-1]}." if ran and ran[-1].strip() else ""
     return Step(f"Fixed the findings in {len(written)} files ({', '.join(written) or 'none'}); "
@@ -61,7 +66,7 @@ def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], too
     """The dev agent's next answer: read the files with line findings, write them without the
     flagged lines (and a test for each untested file), run ``test_command`` (the prompt's, when it
     names one), then say what was fixed and what was not."""
-    fixable = [f for f in findings if f.get("rule") in _LINE_FIXES and isinstance(f.get("file"), str)]
+    fixable = [f for f in findings if _line_fix(f) and isinstance(f.get("file"), str)]
     files = sorted({str(f["file"]) for f in fixable})
     results = [(r.name, r.args, r.text) for r in _turn_results(messages)]
     if any(name == "write_file" for name, _, _ in results) or "write_file" not in tools:
@@ -81,10 +86,9 @@ def fix_step(findings: list[dict[str, Any]], messages: list[dict[str, Any]], too
         flagged = [f for f in fixable if f["file"] == path]
         lines = text.splitlines(keepends=True)
         drop = {int(f["line"]) for f in flagged if isinstance(f.get("line"), int)}
-        patterns = [_RULES_BY_ID[str(f["rule"])].pattern for f in flagged
-                    if not isinstance(f.get("line"), int)]
+        rules = [_RULES_BY_ID[str(f["rule"])] for f in flagged if not isinstance(f.get("line"), int)]
         kept = [line for number, line in enumerate(lines, 1)
-                if number not in drop and not any(p.search(line) for p in patterns)]
+                if number not in drop and not any(r.search(path, line) for r in rules)]
         writes.append(("write_file", {"path": path, "content": "".join(kept)}))
     for path in sorted({str(f["file"]) for f in findings if f.get("rule") == UNTESTED_RULE}):
         test, body = _test_for(path)

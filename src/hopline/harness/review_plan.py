@@ -27,9 +27,10 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hopline.harness import review
+from hopline.harness import review, review_analyze
 from hopline.harness.review import Result, is_source_path
 from hopline.harness.review_checks import automation_findings, summary_of
+from hopline.harness.rules import one_per_concern
 from hopline.harness.testresults import same_behaviour, sides_of_diff
 from hopline.vocabulary import META_COMMAND, META_CUT
 
@@ -57,8 +58,14 @@ def _merge(findings: list[dict[str, Any]], new: Iterable[dict[str, Any]]) -> Non
         findings.append(finding)
 
 
+_ANALYZER_NOTES = ("added", "addedError", "paging", "planned", "analyzers", "analyzerFindings", "links")
+
+
 def _new_notes(agent: str, previous: dict[str, Any]) -> dict[str, Any]:
-    return {"agent": agent, "files": previous.get("files"), "read": list(previous.get("read") or []),
+    kept = {k: previous[k] for k in _ANALYZER_NOTES if k in previous}
+    if review_analyze.wants_analyzers(agent):
+        review_analyze.start(kept)
+    return {**kept, "agent": agent, "files": previous.get("files"), "read": list(previous.get("read") or []),
             "parts": list(previous.get("parts") or []), "findings": list(previous.get("findings") or []),
             "firstLines": dict(previous.get("firstLines") or {}), "whole": list(previous.get("whole") or []),
             "sameBehaviour": list(previous.get("sameBehaviour") or []),
@@ -79,6 +86,9 @@ def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
     if result.args.get("stat"):
         notes["files"] = [] if result.failed else review.parse_numstat(result.text)
         return
+    if result.args.get("added"):
+        review_analyze.fold_added(notes, result)
+        return
     if result.args.get("whole"):
         notes["whole"].append(path)
         sides = None if result.failed or result.meta.get(META_CUT) else sides_of_diff(result.text)
@@ -91,8 +101,11 @@ def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
         notes["unreadable"].append(path)
         return
     _fold_added(agent, notes, review.parse_diff(result.text))
+    links = review.symlinks_added(result.text)
+    if "links" in notes:  # the analyzers never read through a symlink
+        notes["links"] = sorted({*notes["links"], *links})
     if agent == "appsec":
-        _merge(notes["findings"], review.symlink_findings(review.symlinks_added(result.text)))
+        _merge(notes["findings"], review.symlink_findings(links))
     _keep_cut(notes, result, path)
 
 
@@ -140,9 +153,13 @@ def fold_results(agent: str, notes: dict[str, Any], results: list[Result]) -> No
         if result.name == "git_diff":
             _fold_diff(agent, notes, result)
         elif result.name == "read_file" and str(result.args.get("path", "")).startswith("@output/"):
-            _fold_part(agent, notes, result)
+            if not ("paging" in notes and review_analyze.fold_page(notes, result)):
+                _fold_part(agent, notes, result)
         elif result.name == "run_command":
-            _fold_run(notes, result)
+            if review_analyze.wants_analyzers(agent):
+                review_analyze.fold_run(notes, result)
+            else:
+                _fold_run(notes, result)
 
 
 def _python_changed(notes: dict[str, Any]) -> list[str]:
@@ -170,6 +187,9 @@ def _checks(agent: str, notes: dict[str, Any], test: dict[str, Any] | None,
     if agent == "qa_strategy":
         todo = [p for p in _untested_python(notes) if p not in notes["whole"]]
         return [("git_diff", {"path": p, "whole": True}) for p in todo[:count]]
+    if review_analyze.wants_analyzers(agent):
+        review_analyze.plan(agent, notes, notes.get("links") or [])
+        return review_analyze.calls(notes, count)
     if agent != "qa_automation":
         return []
     runs = notes["runs"]
@@ -202,6 +222,8 @@ def review_step(agent: str, messages: list[dict[str, Any]], tools: set[Any], *, 
     calls: list[tuple[str, dict[str, Any]]] = []
     if notes["files"] is None:
         calls = [("git_diff", {"stat": True})]
+        if review_analyze.wants_analyzers(agent):
+            calls.append(("git_diff", {"added": True}))
     elif notes["parts"]:
         calls = [("read_file", {"path": p["path"], "offset": p["offset"], "limit": p["limit"]})
                  for p in notes["parts"][:count]]
@@ -227,12 +249,16 @@ def _verdict(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -> 
         _merge(findings, review.untested_findings(notes["files"] or [], notes["firstLines"],
                                                   notes["sameBehaviour"]))
     error: str | None = None
+    analyzers: list[dict[str, Any]] | None = None
     if agent == "qa_automation":
         found, error = automation_findings(notes, test)
         _merge(findings, found)
+    if review_analyze.wants_analyzers(agent):
+        findings = one_per_concern([*findings, *notes.get("analyzerFindings", [])])
+        error, analyzers = review_analyze.error_of(notes), review_analyze.ran(notes)
     summary = summary_of(agent, notes, test)
     if error is not None:
-        return Step(review.verdict_text(agent, "error", findings, f"{error}; {summary}"), [])
+        return Step(review.verdict_text(agent, "error", findings, f"{error}; {summary}", analyzers), [])
     verdict = "fail" if any(f["severity"] == "error" for f in findings) else "pass"
-    return Step(review.verdict_text(agent, verdict, findings, summary), [])
+    return Step(review.verdict_text(agent, verdict, findings, summary, analyzers), [])
 

@@ -110,18 +110,47 @@ def _as(spec: ReviewCommand, *prefix: str, **changes: Any) -> ReviewCommand:
     return dataclasses.replace(spec, prefix=prefix, **changes)
 
 
+def _also_as_module(spec: ReviewCommand, module: str) -> tuple[ReviewCommand, ...]:
+    """``spec`` as its program, and as ``python -m <module>`` and ``python3 -m <module>`` (the
+    interpreter the agent runs: what the gate's own analyzers are called as)."""
+    rest = spec.prefix[1:]
+    return (spec, _as(spec, "python", "-m", module, *rest), _as(spec, "python3", "-m", module, *rest))
+
+
+# The gate's analyzers (hopline.harness.analyzers): report formats that go to standard output only,
+# no option that writes a file, loads a plugin or reads a baseline.
+_RUFF_CHECK = ReviewCommand(
+    ("ruff", "check"),
+    flags=_flags("-q", "--quiet", "--no-cache", "--statistics", "--exit-zero", "--preview", "--no-fix",
+                 "--isolated", "--ignore-noqa"),
+    valued={**_LINT_CODES, **_RUFF_COMMON,
+            "--output-format": _one_of("concise", "full", "json", "json-lines", "junit", "grouped", "github",
+                                       "gitlab", "pylint", "rdjson", "azure", "sarif")})
+_PLUGIN = _matching(r"[A-Za-z0-9_]{1,80}", "a plugin's class name")
+_DETECT_SECRETS = ReviewCommand(
+    ("detect-secrets", "scan"), flags=_flags("-n", "--no-verify", "--force-use-all-plugins", "--slim"),
+    valued={"--disable-plugin": _PLUGIN, "--base64-limit": _NUMBER, "--hex-limit": _NUMBER})
+_REPORT = _one_of("json", "txt", "screen", "csv")
+_BANDIT = ReviewCommand(
+    ("bandit",), flags=_flags("-q", "--quiet", "--silent", "--exit-zero", "-r", "--recursive", "-l", "-ll",
+                              "-lll", "-i", "-ii", "-iii"),
+    valued={"-f": _REPORT, "--format": _REPORT,
+            "-s": _CODES, "--skip": _CODES, "-t": _CODES, "--tests": _CODES,
+            "--severity-level": _one_of("all", "low", "medium", "high"),
+            "--confidence-level": _one_of("all", "low", "medium", "high")})
+_SEMGREP = ReviewCommand(
+    ("semgrep", "scan"), flags=_flags("--json", "-q", "--quiet", "--disable-version-check", "--error"),
+    valued={"--metrics": _one_of("off"), "--config": _path_value, "-c": _path_value,
+            "--severity": _one_of("INFO", "WARNING", "ERROR")})
+
+
 REVIEW_COMMANDS: tuple[ReviewCommand, ...] = (
     _PYTEST, _as(_PYTEST, "python", "-m", "pytest"), _as(_PYTEST, "python3", "-m", "pytest"),
     _UNITTEST, _as(_UNITTEST, "python3", "-m", "unittest"),
     _PY_COMPILE, _as(_PY_COMPILE, "python3", "-m", "py_compile"),
     _DISCOVER, _as(_DISCOVER, "python3", "-m", "unittest", "discover"),
-    ReviewCommand(("ruff", "check"),
-                  flags=_flags("-q", "--quiet", "--no-cache", "--statistics", "--exit-zero", "--preview",
-                               "--no-fix"),
-                  valued={**_LINT_CODES, **_RUFF_COMMON,
-                          "--output-format": _one_of("concise", "full", "json", "json-lines", "junit",
-                                                     "grouped", "github", "gitlab", "pylint", "rdjson",
-                                                     "azure", "sarif")}),
+    *_also_as_module(_RUFF_CHECK, "ruff"), *_also_as_module(_DETECT_SECRETS, "detect_secrets"),
+    *_also_as_module(_BANDIT, "bandit"), *_also_as_module(_SEMGREP, "semgrep"),
     ReviewCommand(("ruff", "format", "--check"),
                   flags=_flags("--diff", "-q", "--quiet", "--no-cache", "--preview"), valued=_RUFF_COMMON),
     ReviewCommand(("mypy",),

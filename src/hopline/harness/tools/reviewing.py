@@ -28,6 +28,8 @@ from hopline.harness.tools.policy import check_review_command
 from hopline.harness.tools.results import ToolError, check_relative
 
 PYTHON_NAMES = frozenset({"python", "python3"})
+# Analyzers run as the programs installed beside the agent's interpreter (its venv), when they are
+ANALYZER_PROGRAMS = frozenset({"ruff", "detect-secrets", "bandit", "semgrep"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +142,9 @@ class ReviewCommands:
             argv = check_review_command(command, cwd, self.review.test_command)
         if argv[0] in PYTHON_NAMES:  # the interpreter the agent runs (its test runner installed)
             argv = [sys.executable, *argv[1:]]
+        elif argv[0] in ANALYZER_PROGRAMS and os.path.isfile(beside := os.path.join(
+                os.path.dirname(sys.executable), argv[0])):
+            argv = [beside, *argv[1:]]
         limits = sandbox.Limits.of(self.budget)
         private = self._held() / f"tmp-{at}"
         private.mkdir(exist_ok=True)

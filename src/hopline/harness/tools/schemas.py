@@ -36,9 +36,11 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
                       {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
     "git_diff": _fn("git_diff", "The change under review as a unified diff (a gate's base..head, else the "
                     "uncommitted changes): whole, one file's (path), or the changed files with their added "
-                    "and removed line counts (stat); whole=true shows the whole file as context. A long "
-                    "diff is cut; read the rest as the marker says.",
-                    {"path": {"type": "string"}, "stat": {"type": "boolean"}, "whole": {"type": "boolean"}},
+                    "and removed line counts (stat); whole=true shows the whole file as context; added=true "
+                    "lists, per file, the line numbers the change adds. A long diff is cut; read the rest "
+                    "as the marker says.",
+                    {"path": {"type": "string"}, "stat": {"type": "boolean"}, "whole": {"type": "boolean"},
+                     "added": {"type": "boolean"}},
                     []),
 }
 TOOL_NAMES: tuple[str, ...] = tuple(_SCHEMAS)

@@ -174,6 +174,8 @@ class Workspace:
         with path.open("rb") as fh:
             fh.seek(offset)
             data = fh.read(limit)
+        if offset + len(data) < size:  # a page ends on a whole character: the next starts on one
+            data = whole_characters(data)
         text = data.decode("utf-8", errors="replace")
         end = offset + len(data)
         if end < size:
@@ -259,18 +261,19 @@ class Workspace:
         path = args.get("path")
         if path is not None:
             path = diff_path(self.root, _str_arg(args, "path"))
-        stat, whole = args.get("stat", False), args.get("whole", False)
-        if not isinstance(stat, bool) or not isinstance(whole, bool):
-            raise ToolError("arguments 'stat' and 'whole' must be booleans")
+        stat, whole, added = (args.get(k, False) for k in ("stat", "whole", "added"))
+        if not all(isinstance(v, bool) for v in (stat, whole, added)):
+            raise ToolError("arguments 'stat', 'whole' and 'added' must be booleans")
         budget = self.budget
         if self.review is not None:
-            argv = git.diff_args(self.review.base, self.review.head, path=path, stat=stat, whole=whole)
+            argv = git.diff_args(self.review.base, self.review.head, path=path, stat=stat, whole=whole,
+                                 added=added)
         else:  # the uncommitted changes of the workspace's repository
             argv = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", "HEAD", "--"]
             if stat:
                 argv.insert(1, "--numstat")
-            elif whole:
-                argv.insert(1, git.WHOLE_FILE_CONTEXT)
+            elif whole or added:
+                argv.insert(1, git.WHOLE_FILE_CONTEXT if whole else git.NO_CONTEXT)
             if path is not None:
                 argv.append(path)
         try:
@@ -279,7 +282,9 @@ class Workspace:
         except git.GitError as exc:
             raise ToolError(str(exc)) from None
         text = out.text
-        if stat and text:
+        if added and not stat:
+            text = added_lines_listing(text)
+        elif stat and text:
             text = "added\tremoved\tpath\n" + text
         if out.truncated_bytes:
             text += (f"\n[{out.truncated_bytes} more bytes of the diff not captured "
@@ -333,6 +338,48 @@ class Workspace:
         path.write_bytes(data)
         text = f"wrote {len(data)} bytes to {shown}"
         return ToolOutcome(text, text, "completed", {"path": shown, "bytes": len(data)})
+
+
+_HUNK_NEW_SIDE = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
+ADDED_HEADER = "added lines (path, then first-last ranges)"
+
+
+def added_lines_listing(diff: str) -> str:
+    """Per file of a ``--unified=0`` diff, the lines it adds as ranges (``src/a.py\t3-9,12``): a
+    line-based listing, small whatever the size of the change."""
+    lines = [ADDED_HEADER]
+    current: str | None = None
+    ranges: list[str] = []
+
+    def flush() -> None:
+        if current is not None and ranges:
+            lines.append(f"{current}\t{','.join(ranges)}")
+
+    for raw in diff.splitlines():
+        if raw.startswith("diff --git "):
+            flush()
+            current, ranges = None, []
+        elif raw.startswith("+++ "):
+            target = raw[4:].strip()
+            current = None if target == "/dev/null" else (target[2:] if target.startswith("b/") else target)
+        elif (match := _HUNK_NEW_SIDE.match(raw)) is not None:
+            first, count = int(match.group(1)), int(match.group(2) or 1)
+            if count:
+                ranges.append(str(first) if count == 1 else f"{first}-{first + count - 1}")
+    flush()
+    return "\n".join(lines)
+
+
+def whole_characters(data: bytes) -> bytes:
+    """``data`` less a UTF-8 sequence its last (at most 3) bytes start and do not finish."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # a lead byte: its sequence is 2, 3 or 4 bytes long
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data
 
 
 def _cut_meta(cut: Cut | None) -> dict[str, Any]:
