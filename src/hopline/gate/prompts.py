@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 from hopline.gate.verdict import VERDICT_FORMAT
+from hopline.harness.analyzers import analyzers_of
 from hopline.harness.review import FIX_MARKER, GATE_REVIEW_MARKER, TEST_COMMAND_MARKER
 
 TITLES = {"qa_automation": "QA automation", "qa_performance_security": "QA performance and security",
@@ -20,11 +21,28 @@ DOMAINS = {
     "qa_automation": "the tests of the change: compile the changed files, run the test command (at the head, "
                      "and at the base when the head fails, to tell apart the failures this change did not "
                      "introduce), read the test logs, and report every failing test with its file and line.",
-    "qa_performance_security": "slow paths, resource leaks and unsafe input handling (text run as code, "
-                               "as with eval or exec).",
+    "qa_performance_security": "slow paths, resource leaks, unsafe input handling (text run as code, "
+                               "as with eval or exec) and code that cannot run (syntax errors, undefined "
+                               "names).",
     "qa_strategy": "test coverage and risk: changed code that no test covers, unfinished work (TODO, FIXME).",
-    "appsec": "security: injection, secrets in the code (access keys, passwords), unsafe defaults.",
+    "appsec": "security: injection, unsafe deserialization, weak cryptography, secrets in any added file "
+              "(tokens, keys, passwords), unsafe defaults.",
 }
+
+
+def analyzers_line(agent: str) -> str:
+    """How ``agent`` runs its analyzers (none: the empty string): the commands, and what to keep."""
+    analyzers = analyzers_of(agent)
+    if not analyzers:
+        return ""
+    shown = "; ".join(f"`{a.commands(['FILES'])[0]}` ({'required' if a.required else 'when installed'}: "
+                      f"{a.scope})" for a in analyzers)
+    return ("Run your analyzers with run_command at the head: " + shown + ". git_diff added=true lists the "
+            "lines the change adds: keep only the findings on those lines, each with the analyzer's rule id "
+            "(ruff/S602, detect-secrets/GitHubTokenDetector, bandit/B602) and its documentation link as "
+            "helpUri, and say in analyzers which ran; a required analyzer that is missing or fails makes "
+            "your verdict error. A report longer than the tool-result cap is kept: read it with read_file "
+            "as the marker says.\n")
 
 
 def _header(agent: str, base: str, head: str) -> str:
@@ -45,6 +63,7 @@ def gate_prompt(agent: str, base: str, head: str, test_command: dict[str, Any] |
     return (f"{_header(agent, base, head)}\n{test_command_line(test_command)}\n"
             f"{shown}\n"
             f"You are the {TITLES[agent]} gate of this pull request: {DOMAINS[agent]}\n"
+            f"{analyzers_line(agent)}"
             "Review the change between base and head. git_diff with stat=true lists the changed files "
             "with their line counts, git_diff with path shows one file's diff, without arguments the "
             "whole diff. read_file, search_workspace and run_command (tests and linters only) let you "

@@ -37,7 +37,7 @@ def _rule(rule_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
     row = rule_of(rule_id)
     link = next((f["helpUri"] for f in findings if f["rule"] == rule_id and f.get("helpUri")), None)
     rule: dict[str, Any] = {"id": rule_id, "shortDescription": {"text": rule_id.replace("-", " ")},
-                            "fullDescription": {"text": row.description},
+                            "fullDescription": {"text": _described(rule_id, first, row.description)},
                             "helpUri": link or row.help_uri or HOPLINE_DOCS,
                             "help": {"text": f"{row.description} Severity: {row.severity}" + (
                                 f" ({row.in_tests} in a test file)." if row.in_tests else ".")},
@@ -46,6 +46,15 @@ def _rule(rule_id: str, findings: list[dict[str, Any]]) -> dict[str, Any]:
         # GitHub's scale: over 9.0 critical, 7.0 to 8.9 high, 4.0 to 6.9 medium.
         rule["properties"] = {"security-severity": row.security, "tags": ["security"]}
     return rule
+
+
+def _described(rule_id: str, first: dict[str, Any], description: str) -> str:
+    """An analyzer's rule: what the analyzer says of it (its first finding's message), then the
+    table's row; hopline's own: the row."""
+    if "/" not in rule_id:
+        return description
+    said = re.sub(r" \(also [^()]*\)$", "", " ".join(str(first.get("message")).split()))
+    return f"{rule_id}: {said}. {description}"
 
 
 def fingerprint(agent: str, finding: dict[str, Any]) -> str:

@@ -139,6 +139,12 @@ class Analyzer:
     docs: str
     batch: int = 100  # files per run
 
+    @property
+    def scope(self) -> str:
+        """The files it scans, in words."""
+        return ("the changed Python files" if self.files == "python"
+                else "every added text file but lock, vendored and minified files")
+
     def commands(self, paths: list[str]) -> list[str]:
         """The command lines that scan ``paths`` (in batches)."""
         return [shlex.join(["python", "-m", self.module, *self.args, *paths[i:i + self.batch]])
