@@ -3,8 +3,10 @@
 Without ``--url`` it starts the embedded stack (``hopline serve`` on loopback) for the run. It posts
 ``POST /gate``, follows ``GET /gate/{id}/events`` with a live line per gate (its item, iteration,
 compactions, largest body against the ceiling, 413s), and ends with the summary table, the
-findings, and the dev session's states when one is attached. ``--json`` prints the result of
-``GET /gate/{id}`` instead (``devStates`` included); ``--sarif FILE`` writes it as SARIF 2.1.0. Exit
+findings, and the dev session's states when one is attached. ``--format json`` (``--json``) prints
+the result of ``GET /gate/{id}`` instead (``devStates`` included); ``--format github`` prints the
+findings as GitHub Actions annotations (:mod:`hopline.gate.github`) and the summary; ``--sarif
+FILE`` writes it as SARIF 2.1.0. Exit
 code: 0 every gate passed, 1 a gate failed, 2 a gate error (or the run could not finish).
 """
 
@@ -288,7 +290,7 @@ def write_sarif(path: Path, result: dict[str, Any]) -> None:
 
 async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: str, base: str | None,
                    head: str | None, agents: list[str] | None, dev_session: str | None, fix: bool,
-                   rounds: int | None, scripted: dict[str, Any] | None, as_json: bool,
+                   rounds: int | None, scripted: dict[str, Any] | None, output: str,
                    sarif: Path | None, test_command: str | None = None,
                    allow_unsandboxed: bool = False) -> int:
     import orjson
@@ -297,6 +299,7 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
     from hopline.client import DaemonClient
     from hopline.embedded import embedded_stack
 
+    as_json = output == "json"
     console = Console(stderr=as_json, highlight=False, quiet=as_json)
 
     async def one(client: DaemonClient) -> int:
@@ -316,6 +319,12 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
             write_sarif(sarif, result)
         if as_json:
             sys.stdout.write(orjson.dumps(result).decode() + "\n")
+        elif output == "github":
+            from hopline.gate.github import annotations
+
+            sys.stdout.write("".join(line + "\n" for line in annotations(result)))
+            for line in plain_summary(result):
+                console.print(line, highlight=False, markup=False, soft_wrap=True)
         else:
             print_result(console, result)
             if sarif is not None:
@@ -360,7 +369,10 @@ def register(app: typer.Typer) -> None:
         head: str = typer.Option(None, "--head", help="Head revision (default: HEAD)."),
         url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
         token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
-        as_json: bool = typer.Option(False, "--json", help="Print the run's result as one JSON object."),
+        as_json: bool = typer.Option(False, "--json", help="Print the run's result as one JSON object "
+                                     "(--format json)."),
+        output: str = typer.Option("text", "--format", help="text (a table on a terminal, plain lines in a "
+                                   "log), json (the run's result), or github (GitHub Actions annotations)."),
         sarif: str = typer.Option(None, "--sarif", help="Write the verdicts as SARIF 2.1.0 to this file."),
         dev_session: str = typer.Option(None, "--dev-session", help="Attach this dev session: it stays "
                                         "awaiting_gate until every gate has a verdict."),
@@ -379,6 +391,8 @@ def register(app: typer.Typer) -> None:
         """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
         from hopline.cli.run import parse_scripted
 
+        if output not in ("text", "json", "github"):
+            raise typer.BadParameter(f"{output!r} is not one of text, json, github", param_hint="--format")
         budget = budget_or_exit()
         check_gate_arguments(budget, agents=agent or [], rounds=rounds, fix=fix, dev_session=dev_session)
         workspace = os.path.abspath(repo or os.getcwd())
@@ -387,6 +401,7 @@ def register(app: typer.Typer) -> None:
         code = run_client("gate", run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
                                            agents=list(agent) if agent else None, dev_session=dev_session,
                                            fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
-                                           as_json=as_json, sarif=Path(sarif) if sarif else None,
+                                           output="json" if as_json else output,
+                                           sarif=Path(sarif) if sarif else None,
                                            test_command=test_cmd, allow_unsandboxed=allow_unsandboxed))
         raise typer.Exit(code)

@@ -3,8 +3,10 @@ sample project and whose branch ``feature`` adds one commit with a change worth 
 
 The change adds large test logs (all tests pass; their diff makes the gates' tool outputs large, as
 the seed's legitimate PRs did) and one planted issue per gate agent's domain but the QA automation
-gate's: ``eval(`` (performance and security), an AWS key id and a password (application security), a
-new module with no test and a TODO (strategy). ``failing_log`` adds a failing test to a log too (QA
+gate's: ``eval(`` (performance and security, by ruff's S307), an AWS key id and a password
+(application security, by detect-secrets), a shell command built from input that only an analyzer
+finds (application security, by ruff's S602: no rule of hopline's own matches it), a new module with
+no test and a TODO (strategy). ``failing_log`` adds a failing test to a log too (QA
 automation). Deterministic for a given seed.
 """
 
@@ -23,6 +25,8 @@ _IDENTITY = {"GIT_AUTHOR_NAME": "hopline sample", "GIT_AUTHOR_EMAIL": "sample@ho
 
 CACHE_MODULE = '''"""A cache in front of the sample service's parser."""
 
+import subprocess
+
 _CACHE: dict[str, object] = {}
 
 
@@ -31,6 +35,7 @@ def parse(text: str) -> object:
     # TODO: evict old entries once the cache is large
     result: object = _CACHE.get(text, text)
     result = eval(text)  # quick parse of the literal
+    subprocess.run(f"logger -t sample-cache parsed {text}", shell=True)
     _CACHE[text] = result
     return result
 '''

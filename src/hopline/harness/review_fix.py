@@ -26,7 +26,8 @@ _RULES_BY_ID = {r.rule: r for r in LINE_RULES if r.rule != "test-failure"}
 
 def _line_fix(finding: dict[str, Any]) -> bool:
     rule = str(finding.get("rule"))
-    return rule in _RULES_BY_ID or ("/" in rule and isinstance(finding.get("line"), int))
+    return rule in _RULES_BY_ID or ("/" in rule and isinstance(finding.get("line"), int)
+                                    and finding.get("severity") == "error")
 
 
 def _test_for(path: str) -> tuple[str, str]:
