@@ -15,7 +15,8 @@ DEFECTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("app/handlers.py", "    requests.get(\"https://internal.example\", verify=False, timeout=5)",
      ("ruff/S501", "bandit/B501")),
     ("app/handlers.py", "    scratch = tempfile.mktemp()", ("ruff/S306", "bandit/B306")),
-    ("app/handlers.py", "    stored = hashlib.md5(password.encode()).hexdigest()", ("ruff/S324", "bandit/B324")),
+    ("app/handlers.py", "    stored = hashlib.md5(password.encode()).hexdigest()",
+     ("ruff/S324", "bandit/B324")),
     ("app/handlers.py", "    valid = hmac.new(KEY, blob, \"sha256\").hexdigest() == signature",
      ("timing-unsafe-compare",)),
     ("app/handlers.py", "    os.system(f\"tar xf {name}\")", ("ruff/S605", "bandit/B605")),
@@ -25,7 +26,8 @@ DEFECTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("detect-secrets/SlackDetector",)),
     ("app/clients.py", "OPENAI_KEY = \"sk-proj-Qw3rTy7UiOp2AsDf5GhJT3BlbkFJZx8CvBn4MqWe1RtYu9Io\"",
      ("detect-secrets/OpenAIDetector",)),
-    ("app/settings.py", "DB_PASSWORD = \"Tr0ub4dor-and-3-horses\"", ("detect-secrets/KeywordDetector", "ruff/S105")),
+    ("app/settings.py", "DB_PASSWORD = \"Tr0ub4dor-and-3-horses\"",
+     ("detect-secrets/KeywordDetector", "ruff/S105")),
     ("deploy/id_rsa.pem", "-----BEGIN RSA PRIVATE KEY-----", ("detect-secrets/PrivateKeyDetector",)),
     ("config/settings.yaml", "  password: Zx9-prod-Qm4-secret", ("detect-secrets/KeywordDetector",)),
     ("config/settings.yaml", "aws_access_key_id: AKIAQ3EGRV7XKJ2M5TW4", ("detect-secrets/AWSKeyDetector",)),
@@ -55,7 +57,8 @@ OTHER = {
     "deploy/id_rsa.pem": "",
     "config/settings.yaml": "database:\n  host: db.internal\n",
 }
-PEM_TAIL = "MIIEowIBAAKCAQEAvJ3kq9TnZ0y8M2Xn5cRr7Lw1dQp4sHf6Gt2Ua0Vb3Ne8Kj5Ym\n-----END RSA PRIVATE KEY-----\n"
+PEM_TAIL = ("MIIEowIBAAKCAQEAvJ3kq9TnZ0y8M2Xn5cRr7Lw1dQp4sHf6Gt2Ua0Vb3Ne8Kj5Ym\n"
+            "-----END RSA PRIVATE KEY-----\n")
 BASE = {"app/__init__.py": "", "app/util.py": "def double(x: int) -> int:\n    return 2 * x\n",
         "tests/test_util.py": "from app.util import double\n\n\ndef test_double() -> None:\n"
                               "    assert double(2) == 4\n",
@@ -71,8 +74,9 @@ def planted_files() -> dict[str, str]:
         files[path] += line + "\n"
     files["app/handlers.py"] += HANDLERS_TAIL
     files["deploy/id_rsa.pem"] += PEM_TAIL
-    files["tests/test_handlers_exist.py"] = ("from pathlib import Path\n\n\ndef test_handlers_exist() -> None:\n"
-                                            "    assert (Path(__file__).parents[1] / 'app' / 'handlers.py').is_file()\n")
+    files["tests/test_handlers_exist.py"] = (
+        "from pathlib import Path\n\n\ndef test_handlers_exist() -> None:\n"
+        "    assert (Path(__file__).parents[1] / 'app' / 'handlers.py').is_file()\n")
     return files
 
 

@@ -198,6 +198,8 @@ def fold_page(notes: dict[str, Any], result: Result) -> bool:
         entry["carry"] = _feed_added(notes, text, entry["carry"], final=done)
     else:
         analyzer = BY_NAME[entry["kind"]]
+        state = _state(notes, analyzer.name)
+        state["pages"] = state.get("pages", 0) + 1
         scanner = RecordScanner(analyzer.depth, entry["scan"])
         _records(notes, analyzer, entry["command"], scanner.feed(text))
         entry["scan"] = scanner.state()
@@ -250,6 +252,8 @@ def said(notes: dict[str, Any]) -> str:
         more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
         parts.append(f"{name} ran on {state['files']} files: {state['findings']} findings on added lines"
                      + (f", {state['offLines']} elsewhere not counted" if state["offLines"] else "")
+                     + (f" (its report read from the kept output in {state['pages']} pages)"
+                        if state.get("pages") else "")
                      + (f"; skipped {shown}{more}" if skipped else ""))
     return "analyzers: " + "; ".join(parts) if parts else ""
 
