@@ -72,9 +72,9 @@ def test_each_round_s_live_table_shows_its_own_states() -> None:
 
 
 def _result() -> dict[str, object]:
-    finding = {"severity": "error", "file": "src/k.py", "line": 3, "rule": "hardcoded-credential",
-               "message": "a hard-coded credential (a password): read it from the environment or a secret "
-                          "store"}
+    finding = {"severity": "error", "file": "src/k.py", "line": 3, "rule": "detect-secrets/KeywordDetector",
+               "message": "Secret Keyword in the change: read it from the environment or a secret store",
+               "helpUri": "https://github.com/Yelp/detect-secrets/blob/master/detect_secrets/plugins/keyword.py"}
     agent = {"agent": "appsec", "verdict": "fail", "summary": "read 1 changed files", "findings": [finding],
              "iterations": 3, "compactions": 0, "http413s": 0, "attempt": 1}
     return {"gateId": "g_" + "0" * 24, "base": "a" * 40, "head": "b" * 40, "finalHead": "c" * 40,
@@ -93,9 +93,8 @@ def test_the_summary_shows_every_round_and_the_verified_fix_commit() -> None:
     print_result(console, _result())
     text = console.export_text()
     assert "round 1 (head bbbbbbbbbbbb):" in text and "round 2 (head cccccccccccc):" in text
-    assert ("  error src/k.py:3 appsec/hardcoded-credential: a hard-coded credential (a password): read it "
-            "from "
-            "the environment or a secret store") in text.splitlines()
+    assert ("  error src/k.py:3 appsec/detect-secrets/KeywordDetector: Secret Keyword in the change: read it "
+            "from the environment or a secret store") in text.splitlines()
     assert f"dev fix after round 1: commit {'c' * 40}" in text and "verified: the fix builds" in text
     assert "tests at the fix's head: 3 passed" in text
 
@@ -107,7 +106,11 @@ def test_sarif_fingerprints_hold_over_line_moves_and_security_rules_carry_a_seve
     validate_sarif(document)
     [run] = document["runs"]
     assert run["automationDetails"]["id"] == f"hopline-gate/appsec/{result['gateId']}"
-    assert run["tool"]["driver"]["rules"][0]["properties"]["security-severity"] == "8.5"
+    [rule] = run["tool"]["driver"]["rules"]
+    assert rule["properties"]["security-severity"] == "8.5"
+    assert rule["helpUri"] == result["history"][0]["agents"][0]["findings"][0]["helpUri"]  # type: ignore[index]
+    assert rule["fullDescription"]["text"].startswith("detect-secrets/KeywordDetector: Secret Keyword in the "
+                                                      "change")
     print_before = run["results"][0]["partialFingerprints"][FINGERPRINT_KEY]
     moved = copy.deepcopy(result)
     moved["agents"][0]["findings"][0]["line"] = 40  # type: ignore[index]
@@ -117,5 +120,14 @@ def test_sarif_fingerprints_hold_over_line_moves_and_security_rules_carry_a_seve
     other = copy.deepcopy(result)
     other["agents"][0]["findings"][0]["file"] = "src/other.py"  # type: ignore[index]
     assert to_sarif(other)["runs"][0]["results"][0]["partialFingerprints"][FINGERPRINT_KEY] != print_before
+    lineless = copy.deepcopy(result)  # a file-level finding: still a region (line 1), its rule documented
+    lineless["agents"][0]["findings"] = [{"severity": "error", "file": "src/k.py", "line": None,  # type: ignore[index]
+                                          "rule": "untested-change", "message": "no test changes"}]
+    run = to_sarif(lineless)["runs"][0]
+    validate_sarif({"version": "2.1.0", "runs": [run]})
+    assert run["results"][0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 1}
+    assert run["tool"]["driver"]["rules"][0]["helpUri"].startswith("https://")
+    assert run["tool"]["driver"]["rules"][0]["fullDescription"]["text"] == ("A source file changes and no "
+                                                                           "test does.")
     assert finding_line("appsec", {"severity": "note", "file": "a", "line": None, "rule": "r",
                                    "message": "two\nlines"}) == "note a appsec/r: two lines"

@@ -27,6 +27,14 @@ index 1111111..2222222 100644
 @@ -10,2 +13,3 @@ def g():
      return 1
 +    obj.eval(x) and literal_eval(x)
+diff --git a/web/app.js b/web/app.js
+new file mode 100644
+--- /dev/null
++++ b/web/app.js
+@@ -0,0 +1,3 @@
++// never eval(input): it comes from users
++const text = "eval(x) is unsafe";
++let value = eval(input);
 diff --git a/logs/run.log b/logs/run.log
 new file mode 100644
 --- /dev/null
@@ -41,7 +49,7 @@ def test_added_lines_carry_their_new_line_numbers() -> None:
     added = parse_diff(DIFF)
     assert [(a.path, a.line) for a in added] == [
         ("src/app.py", 2), ("src/app.py", 3), ("src/app.py", 4), ("src/app.py", 14),
-        ("logs/run.log", 1), ("logs/run.log", 2)]
+        ("web/app.js", 1), ("web/app.js", 2), ("web/app.js", 3), ("logs/run.log", 1), ("logs/run.log", 2)]
     # a piece read after a cut: no hunk header, so no line number, but the file named by the caller
     cut = parse_diff("+AWS = 'AKIAABCDEFGHIJKLMNOP'\n[hopline: 10 bytes cut]\n+more", path="src/k.py")
     assert [(a.path, a.line) for a in cut] == [("src/k.py", None), ("src/k.py", None)]
@@ -53,16 +61,18 @@ def test_each_gate_agent_finds_its_own_domain_in_the_added_lines() -> None:
              for agent in GATE_AGENTS}
     assert found == {
         "qa_automation": [("test-failure", "logs/run.log", 2)],
-        "qa_performance_security": [("unsafe-eval", "src/app.py", 4)],  # not obj.eval( nor literal_eval(
+        # ruff's S307 reads Python; in JavaScript, not in a comment nor a string, not obj.eval(
+        "qa_performance_security": [("unsafe-eval", "web/app.js", 3)],
         "qa_strategy": [("todo-added", "src/app.py", 4)],
-        "appsec": [],  # a password read from the environment is not hard-coded
+        "appsec": [],  # credentials are detect-secrets' (tests/harness/test_analyzers.py)
     }
-    secret = [AddedLine("conf/settings.yaml", 7, "aws_key: AKIAIOSFODNN7EXAMPLE"),
-              AddedLine("src/db.py", 2, "    PASSWORD = 'hunter2'"),
-              AddedLine("logs/x.log", 1, "FAILED")]
-    assert [(f["rule"], f["file"], f["line"]) for f in line_findings("appsec", secret)] == [
-        ("hardcoded-credential", "conf/settings.yaml", 7), ("hardcoded-credential", "src/db.py", 2)]
-    assert {r.agent for r in LINE_RULES} | {"qa_strategy"} == set(GATE_AGENTS)
+    compared = [AddedLine("src/sig.py", 7, "    return hmac.new(k, body, 'sha256').hexdigest() == given"),
+                AddedLine("src/sig.py", 8, "    if signature == '': return False  # digest == x, a comment"),
+                AddedLine("src/sig.py", 9, "    ok = hmac.compare_digest(expected_signature, given)"),
+                AddedLine("src/sig.js", 1, "if (signature == given) {}")]
+    assert [(f["rule"], f["file"], f["line"]) for f in line_findings("appsec", compared)] == [
+        ("timing-unsafe-compare", "src/sig.py", 7)]
+    assert {r.agent for r in LINE_RULES} == set(GATE_AGENTS)
 
 
 def test_a_changed_source_file_with_no_changed_test_is_untested() -> None:

@@ -34,6 +34,8 @@ SAFE_CONFIG: tuple[str, ...] = ("-c", "core.hooksPath=/dev/null", "-c", "core.fs
                                 "-c", "diff.external=", "-c", "core.pager=cat", "-c", "core.editor=true",
                                 "-c", "sequence.editor=true", "-c", "gpg.program=false",
                                 "-c", "commit.gpgsign=false", "-c", "core.sshCommand=false")
+# Paths as they are (UTF-8), not octal-quoted: a path git prints names the file an analyzer reads.
+_PLAIN_PATHS = ("-c", "core.quotePath=false")
 _DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\."
                         r"(clean|smudge|process|required|textconv|command|driver)$")
 
@@ -59,7 +61,7 @@ def run_git(cwd: Path, args: Sequence[str], *, timeout: float, max_bytes: int,
     """``git args`` in ``cwd``: stdout up to ``max_bytes`` (the rest counted), or :class:`GitError`."""
     with tempfile.TemporaryFile() as errors:  # a file, so a chatty stderr never blocks git
         try:
-            proc = subprocess.Popen(["git", *SAFE_CONFIG, *args], cwd=cwd, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(["git", *SAFE_CONFIG, *_PLAIN_PATHS, *args], cwd=cwd, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE,
                                     stderr=errors, env=_environment(os.environ if environ is None
                                                                     else environ))
