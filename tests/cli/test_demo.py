@@ -66,13 +66,23 @@ def test_demo_gate_run_passes_after_the_fix_with_no_413_and_compacts() -> None:
     assert summary["sidecars"]["bytesKeptOffWire"] > 0 and summary["sidecars"]["seenInEvents"] > 0
     assert 0 < summary["largestPipeFrame"]["bytes"] < 256 * 1024
     assert summary["largeFrames"]["logged"] == 0
+    # The sample carries a defect only an analyzer finds (a shell command built from input: ruff's S602),
+    # and the summary names the analyzers that ran, with the gates they ran for
+    first_round = [f for a in summary["gate"]["history"][0]["agents"] for f in a["findings"]]
+    shell = [f for f in first_round if f["file"] == "src/sample/cache.py" and f["rule"] == "ruff/S602"]
+    assert len(shell) == 1 and shell[0]["severity"] == "error"
+    assert {f["rule"] for f in first_round if f["line"] == shell[0]["line"]} == {"ruff/S602"}
+    analyzers = summary["analyzers"]
+    assert analyzers["ruff"]["status"] == analyzers["detect-secrets"]["status"] == "ran"
+    assert set(analyzers["ruff"]["agents"]) == {"appsec", "qa_performance_security"}
 
     console = Console(record=True, width=140, force_terminal=True)  # the tables
     print_summary(console, summary)
     table = console.export_text()
     for label in ("hopline gate —", "compactions", "largest llm-turn body", "engine ceiling",
                   "gateway limit", "largest pipe frame", "large-frame records", "kept off the wire", "413s",
-                  "idle → awaiting_gate → working → awaiting_gate → idle", "round 1 (head "):
+                  "idle → awaiting_gate → working → awaiting_gate → idle", "round 1 (head ",
+                  "ruff (appsec, qa_performance_security: ", "detect-secrets (appsec: "):
         assert label in table
 
 

@@ -39,9 +39,10 @@ def test_a_ci_log_has_plain_whole_finding_lines_naming_agent_and_rule(hopline_ga
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert any(line.startswith("sandbox: bwrap") or line.startswith("sandbox: unshare") for line in lines)
-    assert ("  error src/sample/settings.py:3 appsec/hardcoded-credential: a hard-coded credential (an AWS "
-            "access key id): read it from the environment or a secret store") in lines
-    assert any(re.fullmatch(r"  error src/sample/cache\.py:10 qa_performance_security/unsafe-eval: .+", line)
+    assert ("  error src/sample/settings.py:3 appsec/detect-secrets/AWSKeyDetector: AWS Access Key in the "
+            "change: it is public to every reader of the repository; revoke it, and read it from the "
+            "environment or a secret store") in lines
+    assert any(re.fullmatch(r"  error src/sample/cache\.py:12 qa_performance_security/ruff/S307: .+", line)
                for line in lines)
     assert any(line.startswith("qa_automation: fail, ") and "ran `python -m pytest" in line for line in lines)
     assert "…" not in done.stdout and "\x1b[" not in done.stdout  # nothing cut, no terminal codes

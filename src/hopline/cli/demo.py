@@ -142,9 +142,33 @@ def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any]
         # qa_automation's real test runs, round by round: what ran and with what result
         "testRuns": [{"round": a.get("round"), "verdict": a.get("verdict"), "summary": a.get("summary")}
                      for a in reports if a.get("agent") == "qa_automation"],
+        "analyzers": analyzers_of(reports),
         "gate": result,
         "elapsedSeconds": round(elapsed, 2),
     }
+
+
+def analyzers_of(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each analyzer the gates named in their verdicts: its status (``ran`` when it ran for any of
+    them), the agents it ran for, and its findings on added lines (all rounds)."""
+    out: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for analyzer in report.get("analyzers") or []:
+            row = out.setdefault(str(analyzer.get("name")), {"status": analyzer.get("status"), "agents": [],
+                                                             "findings": 0})
+            if analyzer.get("status") == "ran":
+                row["status"] = "ran"
+                if report.get("agent") not in row["agents"]:
+                    row["agents"].append(report.get("agent"))
+            row["findings"] += int(analyzer.get("findings") or 0)
+    return out
+
+
+def analyzers_said(analyzers: dict[str, dict[str, Any]]) -> str:
+    """``ruff (appsec, qa_performance_security: 3 findings); bandit: missing``."""
+    return "; ".join(f"{name} ({', '.join(row['agents'])}: {row['findings']} findings)"
+                     if row["status"] == "ran" else f"{name}: {row['status']}"
+                     for name, row in analyzers.items())
 
 
 def print_summary(console: Console, summary: dict[str, Any]) -> None:
@@ -198,6 +222,8 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
         said = next((part for part in str(run.get("summary")).split("; ") if part.startswith("ran ")),
                     str(run.get("summary")))
         table.add_row(f"qa_automation, round {run.get('round')}", f"{run.get('verdict')}: {escape(said)}")
+    if summary.get("analyzers"):
+        table.add_row("analyzers", escape(analyzers_said(summary["analyzers"])))
     table.add_row("elapsed", f"{summary['elapsedSeconds']} s")
     console.print(table)
 

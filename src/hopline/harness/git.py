@@ -61,8 +61,8 @@ def run_git(cwd: Path, args: Sequence[str], *, timeout: float, max_bytes: int,
     """``git args`` in ``cwd``: stdout up to ``max_bytes`` (the rest counted), or :class:`GitError`."""
     with tempfile.TemporaryFile() as errors:  # a file, so a chatty stderr never blocks git
         try:
-            proc = subprocess.Popen(["git", *SAFE_CONFIG, *_PLAIN_PATHS, *args], cwd=cwd, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE,
+            proc = subprocess.Popen(["git", *SAFE_CONFIG, *_PLAIN_PATHS, *args], cwd=cwd,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=errors, env=_environment(os.environ if environ is None
                                                                     else environ))
         except OSError as exc:

@@ -121,8 +121,8 @@ RULES: tuple[Rule, ...] = (
          security="7.5", levels=(("WARNING", "warning"), ("INFO", "note"))),
 )
 # ruff's credential rules are one concern with detect-secrets' on a line
-_SAME_CONCERN = {"ruff/S105": "credential", "ruff/S106": "credential", "ruff/S107": "credential",
-                 "ruff/S307": "eval", "ruff/S102": "eval"}
+_SAME_CONCERN = {**{f"{tool}{n}": "credential" for tool in ("ruff/S", "bandit/B") for n in (105, 106, 107)},
+                 "ruff/S307": "eval", "ruff/S102": "eval", "bandit/B307": "eval", "bandit/B102": "eval"}
 _BY_ID = {r.rule: r for r in RULES}
 _RANK = {"error": 0, "warning": 1, "note": 2}
 _FALLBACK = Rule("", "appsec", "warning", "a finding of a rule the gate's table does not list.")
