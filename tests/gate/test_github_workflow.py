@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ruamel.yaml import YAML
 
-from hopline.gate.github import annotation, annotations
+from hopline.gate.github import annotate, annotation
 from hopline.harness.rules import RULES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def test_an_annotation_cannot_be_ended_or_extended_by_what_it_carries() -> None:
                                       "message": "m"})
     assert note == "::notice file=a.py,title=qa_strategy/r::m"
     result = {"agents": [{"agent": "appsec", "verdict": "error", "summary": "ruff missing", "findings": []}]}
-    assert annotations(result) == ["::error title=appsec::ruff missing"]
+    assert annotate(result) == ["::error title=appsec::ruff missing"]
 
 
 def test_the_severity_table_is_documented_row_by_row() -> None:

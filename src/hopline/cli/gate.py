@@ -320,9 +320,9 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
         if as_json:
             sys.stdout.write(orjson.dumps(result).decode() + "\n")
         elif output == "github":
-            from hopline.gate.github import annotations
+            from hopline.gate.github import annotate
 
-            sys.stdout.write("".join(line + "\n" for line in annotations(result)))
+            sys.stdout.write("".join(line + "\n" for line in annotate(result)))
             for line in plain_summary(result):
                 console.print(line, highlight=False, markup=False, soft_wrap=True)
         else:

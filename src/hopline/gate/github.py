@@ -35,7 +35,7 @@ def annotation(agent: str, finding: dict[str, Any]) -> str:
     return f"::{_COMMANDS.get(str(finding.get('severity')), 'warning')} {','.join(props)}::{_data(message)}"
 
 
-def annotations(result: dict[str, Any]) -> list[str]:
+def annotate(result: dict[str, Any]) -> list[str]:
     """Every finding of the run's last round (``GET /gate/{id}``'s ``agents``), as workflow commands,
     and one per gate that gave no verdict (an ``error``: it could not review the change)."""
     out = []
