@@ -44,7 +44,7 @@ def wants_analyzers(agent: str) -> bool:
 
 def start(notes: dict[str, Any]) -> None:
     """The notes' fields of the analyzers (kept as they are when already there)."""
-    for key, empty in (("added", None), ("paging", []), ("planned", []), ("analyzers", {})):
+    for key, empty in (("added", None), ("paging", []), ("planned", []), ("analyzers", {}), ("links", [])):
         notes.setdefault(key, empty)
 
 
