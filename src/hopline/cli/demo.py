@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit, run_client
-from hopline.vocabulary import NAIVE_ENV
+from hopline.vocabulary import GATE_AGENTS, NAIVE_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -161,6 +161,8 @@ def analyzers_of(reports: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 if report.get("agent") not in row["agents"]:
                     row["agents"].append(report.get("agent"))
             row["findings"] += int(analyzer.get("findings") or 0)
+    for row in out.values():  # in the gates' order, whichever ended first
+        row["agents"].sort(key=lambda a: GATE_AGENTS.index(a) if a in GATE_AGENTS else len(GATE_AGENTS))
     return out
 
 
