@@ -198,3 +198,19 @@ def test_a_required_analyzer_that_is_missing_makes_the_verdict_error(shell_pr: t
     assert verdict["verdict"] == "error"
     assert verdict["summary"].startswith("ruff missing: python -m ruff: not installed")
     assert verdict["analyzers"] == [{"name": "ruff", "status": "missing", "files": 1, "findings": 0}]
+
+
+def test_semgrep_and_bandit_records_keep_their_rule_id_level_and_link() -> None:
+    """semgrep is never installed here: its record as its JSON report documents it (``results[]``)."""
+    semgrep = {"check_id": "rules.no-shell", "path": "app/run.py", "start": {"line": 6, "col": 5},
+               "end": {"line": 6, "col": 40}, "extra": {"message": "shell=True", "severity": "WARNING",
+                                                        "metadata": {"references": ["https://example.org/r"]}}}
+    raw = BY_NAME["semgrep"].read(semgrep)
+    assert raw is not None and (raw.rule, raw.line, raw.column, raw.said) == ("semgrep/rules.no-shell", 6, 5,
+                                                                               "WARNING")
+    assert severity_of(raw.rule, tests=False, said=raw.said) == "warning" and raw.help_uri == "https://example.org/r"
+    bandit = {"test_id": "B602", "filename": "./app/run.py", "line_number": 6, "col_offset": 4,
+              "issue_text": "shell", "issue_severity": "HIGH", "more_info": "https://bandit.readthedocs.io/x"}
+    raw = BY_NAME["bandit"].read(bandit)
+    assert raw is not None and (raw.rule, raw.path, raw.column) == ("bandit/B602", "./app/run.py", 5)
+    assert BY_NAME["ruff"].read({"code": None, "name": None}) is None  # not a record: skipped
