@@ -129,7 +129,7 @@ _FALLBACK = Rule("", "appsec", "warning", "a finding of a rule the gate's table 
 
 
 def rule_of(rule_id: str) -> Rule:
-    """The row of ``rule_id``: its own, else the longest prefix's, else a warning of no agent's. A
+    """The row of ``rule_id``: its own, else the longest prefix's, else a warning (appsec's). A
     check of bandit's is in the domain of the same check of ruff's (bandit's ``B307`` is ruff's
     ``S307``: qa_performance_security's eval), with bandit's row's severity."""
     for end in range(len(rule_id), 0, -1):
