@@ -73,6 +73,16 @@ async def _read_all(journal: SqliteJournal, max_bytes: int = 1 << 30) -> list[tu
     return out
 
 
+def _data_start(tmp_path: Path) -> int:
+    """Where s1's first external event's bytes start in its segment file (past its record's header)."""
+    db = sqlite3.connect(tmp_path / JOURNAL_FILE)
+    try:
+        (start,) = db.execute("SELECT MIN(ext_offset) FROM events WHERE session_id = 's1'").fetchone()
+    finally:
+        db.close()
+    return int(start)
+
+
 def _flip(tmp_path: Path, offset: int) -> None:
     with open(segment_path(tmp_path / SEGMENTS_DIR, "s1"), "r+b") as handle:
         handle.seek(offset)
@@ -120,7 +130,7 @@ def test_runs_are_per_session_consecutive_and_of_one_type() -> None:
     staged = [("a", 1, "u", b"1" * 300), ("b", 1, "u", b"2" * 300), ("a", 2, "u", b"3" * 300),
               ("b", 2, "v", b"4" * 300), ("a", 4, "u", b"5" * 300), ("a", 5, "u", b"6" * 300)]
     offsets = {"a": 0, "b": 1000}
-    rows = journal_rows(staged, offsets, INLINE_MAX_BYTES)
+    rows = journal_rows(staged, offsets, INLINE_MAX_BYTES, [checksum(row[3]) for row in staged])
     shape = sorted((r[0], r[1], r[4], r[5], len(r[3]) // 8) for r in rows)
     # a: 1-2 grouped, 4-5 grouped (3 is missing: not consecutive); b: 1 and 2 differ in type
     assert shape == [("a", 2, 0, 600, 2), ("a", 5, 600, 600, 2),
@@ -146,7 +156,8 @@ async def test_pages_that_start_and_end_inside_a_group_hold_exactly_their_ids(tm
 
 async def test_a_damaged_event_of_a_group_is_said_alone(tmp_path: Path) -> None:
     journal, datas = await _journal(tmp_path, [KiB] * 20)
-    _flip(tmp_path, 6 * KiB + 100)  # inside event 7
+    start = _data_start(tmp_path)
+    _flip(tmp_path, start + 6 * KiB + 100)  # inside event 7
     got = await _read_all(journal)
     assert [(seq, corrupt) for seq, _, corrupt in got if corrupt] == [(7, CHECKSUM_MISMATCH)]
     assert [seq for seq, data, corrupt in got if corrupt is None and data == datas[seq]] == [
@@ -161,7 +172,7 @@ async def test_a_damaged_event_of_a_group_is_said_alone(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / JOURNAL_FILE)
     kept = db.execute("SELECT seq, ext_offset, ext_bytes, reason FROM quarantined_events").fetchall()
     db.close()
-    assert kept == [(7, 6 * KiB, KiB, CHECKSUM_MISMATCH)]  # where its bytes were
+    assert kept == [(7, start + 6 * KiB, KiB, CHECKSUM_MISMATCH)]  # where its bytes were
     reopened = SqliteJournal(tmp_path)
     await reopened.get_session("s1")
     got = await _read_all(reopened)
@@ -173,6 +184,7 @@ async def test_a_damaged_event_of_a_group_is_said_alone(tmp_path: Path) -> None:
 async def test_a_damaged_group_index_says_every_id_and_repair_keeps_the_row_whole(tmp_path: Path) -> None:
     journal, datas = await _journal(tmp_path, [KiB] * 5 + [100] + [KiB] * 4)
     await journal.close()
+    start = _data_start(tmp_path)
     db = sqlite3.connect(tmp_path / JOURNAL_FILE)
     (index,) = db.execute("SELECT data FROM events WHERE session_id = 's1' AND seq = 5").fetchone()
     damaged_index = bytes([index[0] ^ 0x01]) + index[1:]
@@ -193,7 +205,7 @@ async def test_a_damaged_group_index_says_every_id_and_repair_keeps_the_row_whol
     db = sqlite3.connect(tmp_path / JOURNAL_FILE)
     kept = db.execute("SELECT seq, data, ext_offset, ext_bytes, reason FROM quarantined_events").fetchall()
     db.close()
-    assert kept == [(5, damaged_index, 0, 5 * KiB, CHECKSUM_MISMATCH)]
+    assert kept == [(5, damaged_index, start, 5 * KiB, CHECKSUM_MISMATCH)]
     again = SqliteJournal(tmp_path)
     await again.get_session("s1")
     got = await _read_all(again)

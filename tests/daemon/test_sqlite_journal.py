@@ -5,6 +5,7 @@ over it (one commit per batch, delivery only after it)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import threading
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus, Subscriber, wire_size
-from hopline.store import segments, sqlite_journal
+from hopline.store import records, segments, sqlite_journal, sqlite_writer
 from hopline.store.integrity import SEGMENT_SHORT
 from hopline.store.segments import segment_path
 from hopline.store.sqlite_journal import (
@@ -197,7 +198,7 @@ async def test_a_failing_write_in_a_group_fails_alone(tmp_path: Path) -> None:
 
 async def test_checkpoints_run_in_the_writer_between_batches(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_journal, "CHECKPOINT_BYTES", 16 * 1024)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_BYTES", 16 * 1024)
     journal = await _journal(tmp_path, "s1")
     # 20 x 4 KiB inline: past four times the threshold, a checkpoint runs even with writes queued
     for _ in range(20):
@@ -258,7 +259,15 @@ async def test_large_events_live_in_the_sessions_segment_file(tmp_path: Path) ->
     assert stored == [(1, INLINE_MAX_BYTES, None), (2, 0, INLINE_MAX_BYTES + 1), (3, 2, None),
                       (4, 0, len(big))]
     s1_segment = segment_path(tmp_path / SEGMENTS_DIR, "s1")
-    assert s1_segment.stat().st_size == len(over) + len(big)
+    # one record: its header, the external events' bytes (where their rows point), copies of the rest
+    fd = os.open(s1_segment, os.O_RDONLY)
+    try:
+        record = records.read_record(fd, 0, s1_segment.stat().st_size)
+    finally:
+        os.close(fd)
+    assert isinstance(record, records.Record) and record.end == s1_segment.stat().st_size
+    assert [(e.seq, e.size, e.external) for e in record.events] == [
+        (2, len(over), True), (4, len(big), True), (1, len(at_inline), False), (3, 2, False)]
     reopened = SqliteJournal(tmp_path)
     rows = await reopened.read_page("s1", 0, max_bytes=1 << 30)
     assert [r.data for r in rows] == [at_inline, over, b"{}", big]
@@ -319,7 +328,7 @@ async def test_a_truncated_run_of_small_events_names_every_short_one(tmp_path: P
 
 async def test_commits_of_external_events_alone_still_checkpoint(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_journal, "CHECKPOINT_BYTES", 2 * sqlite_journal.PAGE_SIZE_BYTES)
+    monkeypatch.setattr(sqlite_writer, "CHECKPOINT_BYTES", 2 * sqlite_journal.PAGE_SIZE_BYTES)
     journal = await _journal(tmp_path, "s1")
     # each commit dirties at least one page of the WAL, however small its rows
     for _ in range(2 * 4):

@@ -2,9 +2,11 @@
 
 Reads the journal the daemon would open (``--data-dir`` / ``--store`` as `hopline serve` takes
 them), checks it as the daemon's startup does, then reads every event and checks its checksum;
-every damaged event is named by session and id. ``--repair`` quarantines what it found (nothing is
-deleted): see :mod:`hopline.store.check`. Exit 0 when the store is whole (after a repair: when it
-is usable), 1 when damage remains, 2 for a bad setting.
+every damaged event is named by session and id, and every gap past a commit point (event ids the
+store lost: :mod:`hopline.store.recovery`). ``--repair`` restores what verifies past the commit
+points and quarantines what it found (nothing is deleted): see :mod:`hopline.store.check`. Exit 0
+when the store is whole (after a repair: when it is usable, its gaps recorded), 1 when damage or a
+gap remains, 2 for a bad setting.
 """
 
 from __future__ import annotations
@@ -97,6 +99,16 @@ def _print_text(report: dict[str, Any]) -> None:
     for damage in report["damagedEvents"]:
         print(f"damaged: session {damage['sessionId']} event {damage['eventId']} "
               f"({damage['eventType'] or 'type unknown'}): {damage['reason']}")
+    past = report["pastCommitPoint"]
+    if past["sessions"]:
+        print(f"past the commit point: {past['restorableEvents']} event(s) and {past['restorablePrompts']} "
+              f"prompt change(s) of {past['sessions']} session(s) verify in the segment files; the "
+              "daemon's next start restores them (so does --repair)")
+    for gap in report["gaps"]:
+        ids = (f"events {gap['firstId']} to {gap['lastId']}" if gap["lastId"] is not None
+               else f"the events from {gap['firstId']} on (how many is not known)")
+        print(f"gap: session {gap['sessionId']} {ids}: lost past the commit point ({gap['reason']}); "
+              "a client resuming inside it is told (frame_dropped), and no id of it is given again")
     for line in report["repaired"]:
         print(f"repaired: {line}")
     print("ok: the store is whole" if report["ok"] else
@@ -133,7 +145,8 @@ def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
     except (psycopg.Error, StoreUnavailable) as exc:
         problem = f"the PostgreSQL store could not be read ({type(exc).__name__})"
     return {"journal": redact_url(dsn), "ok": problem is None and not damaged, "problem": problem,
-            "orphanSegments": [], "eventsChecked": checked, "damagedEvents": damaged,
+            "orphanSegments": [], "eventsChecked": checked, "damagedEvents": damaged, "gaps": [],
+            "pastCommitPoint": {"restorableEvents": 0, "restorablePrompts": 0, "sessions": 0},
             "repaired": ["--repair quarantines on SQLite only; nothing was changed"] if repair else []}
 
 

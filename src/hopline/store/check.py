@@ -8,7 +8,10 @@ serve`` prints: the file and the next step. Damaged *events* do not stop a start
 checks them and says ``data_corrupt``.
 
 **The operator's check** (:func:`check_sqlite`): the same, plus every event read and checked,
-each damaged one named by session and id. :func:`repair` quarantines, never deletes: a damaged
+each damaged one named by session and id, and what the segment files hold past each session's
+commit point (:mod:`hopline.store.recovery`): what the next start restores, and every gap (ids
+that could not be restored, recorded by an earlier start or found now), named by session and ids.
+:func:`repair` restores what verifies past the commit points, then quarantines, never deletes: a damaged
 row is copied whole into ``quarantined_events`` and marked (reads then say ``quarantined``), a
 segment file no session owns and a journal that cannot be opened are moved into
 ``journal.quarantine/<time>/``; what could be read of such a journal is copied into a new one.
@@ -26,12 +29,12 @@ from typing import Any
 
 from hopline.store.event_groups import covering_row, newer_format, ungroup
 from hopline.store.integrity import QUARANTINED, QUARANTINED_CRC, ROW_UNREADABLE
+from hopline.store.locations import SEGMENTS_DIR, journal_quarantine
 from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
+from hopline.store.recovery import Gap, Recovery, recorded_gaps, recover
 from hopline.store.segments import SEGMENT_SUFFIX, read_rows, segment_name
 
-SEGMENTS_DIR = "journal.segments"
-QUARANTINE_DIR = "journal.quarantine"
 SQLITE_HEADER = b"SQLite format 3\x00"
 # A query's work, not a payload ceiling: the rows one step of the full check reads.
 CHECK_PAGE_ROWS = 2048
@@ -61,15 +64,22 @@ class Report:
     damaged: list[Damage] = dataclasses.field(default_factory=list)
     events_checked: int = 0
     repaired: list[str] = dataclasses.field(default_factory=list)
+    # past the commit points: what the next start restores, and the ids that cannot be
+    restorable: Recovery = dataclasses.field(default_factory=Recovery)
+    gaps: list[Gap] = dataclasses.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.problem is None and not self.damaged and not self.orphan_segments
+        return self.problem is None and not self.damaged and not self.orphan_segments and not self.gaps
 
     def to_json(self) -> dict[str, Any]:
         return {"journal": str(self.journal), "ok": self.ok, "problem": self.problem,
                 "orphanSegments": self.orphan_segments, "eventsChecked": self.events_checked,
-                "damagedEvents": [d.to_json() for d in self.damaged], "repaired": self.repaired}
+                "damagedEvents": [d.to_json() for d in self.damaged],
+                "pastCommitPoint": {"restorableEvents": self.restorable.restored_events,
+                                    "restorablePrompts": self.restorable.restored_prompts,
+                                    "sessions": self.restorable.sessions},
+                "gaps": [g.to_json() for g in self.gaps], "repaired": self.repaired}
 
 
 def _segment_files(segments_dir: Path) -> list[str]:
@@ -174,6 +184,8 @@ def check_sqlite(journal: Path) -> Report:
         db = sqlite3.connect(f"file:{journal}?mode=ro", uri=True)
         try:
             _check_events(db, journal.parent / SEGMENTS_DIR, report)
+            report.restorable = recover(db, journal.parent / SEGMENTS_DIR, quarantine=None)
+            report.gaps = recorded_gaps(db) + report.restorable.gaps
         finally:
             db.close()
     return report
@@ -245,8 +257,10 @@ def repair(journal: Path, schema: str) -> Report:
     report = check_sqlite(journal)
     if format_problem(journal) is not None:
         return report  # a newer hopline's journal: nothing is changed
-    quarantine = journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
+    quarantine = journal_quarantine(journal)
     done: list[str] = []
+    if report.problem is None and report.restorable.sessions:
+        done += _restore(journal, quarantine)
     if report.problem is not None and not report.orphan_segments and journal.exists():
         done += _quarantine_journal(journal, quarantine, schema)
         report.orphan_segments = store_problem(journal)[1]
@@ -261,6 +275,17 @@ def repair(journal: Path, schema: str) -> Report:
     after.damaged = [d for d in after.damaged if d.reason != QUARANTINED] + [
         d for d in after.damaged if d.reason == QUARANTINED]
     return after
+
+
+def _restore(journal: Path, quarantine: Path) -> list[str]:
+    """What verifies past the sessions' commit points restored, as a daemon's start does."""
+    db = sqlite3.connect(journal, isolation_level=None)
+    try:
+        restored = recover(db, journal.parent / SEGMENTS_DIR, quarantine=quarantine)
+    finally:
+        db.close()
+    return [f"restored {restored.restored_events} event(s) and {restored.restored_prompts} prompt change(s) "
+            "past the commit point from the segment files", *restored.quarantined]
 
 
 def move_sqlite_file(path: Path, quarantine: Path) -> tuple[Path, list[str]]:
@@ -329,12 +354,14 @@ def _salvage(old: Path, new: Path, schema: str) -> int:
             target.execute("COMMIT")
             return 0
         try:
-            for table in ("sessions", "prompts"):
+            for table in ("sessions", "prompts", "lost_events"):
                 with contextlib.suppress(sqlite3.DatabaseError):
-                    rows = source.execute(f"SELECT * FROM {table}").fetchall()
+                    # the columns both have (a journal of an older format lacks some: NULL)
+                    names = ", ".join(_columns(source, table) & _columns(target, table))
+                    rows = source.execute(f"SELECT {names} FROM {table}").fetchall()
                     if rows:
                         marks = ",".join("?" * len(rows[0]))
-                        target.executemany(f"INSERT OR IGNORE INTO {table} VALUES ({marks})", rows)
+                        target.executemany(f"INSERT OR IGNORE INTO {table} ({names}) VALUES ({marks})", rows)
             for session_id in _session_ids(source):
                 for seq, _, corrupt in _session_rows(source, old.parent / "none", session_id):
                     row = None
@@ -353,6 +380,10 @@ def _salvage(old: Path, new: Path, schema: str) -> int:
     finally:
         target.close()
     return copied
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {str(row[1]) for row in db.execute(f"PRAGMA table_info({table})")}
 
 
 # A query's work, not a payload ceiling: the newest events PostgreSQL's startup check reads.

@@ -43,9 +43,11 @@ GROUP_MAX_BYTES = 256 * 1024
 ENTRY_BYTES = 8  # a size and a CRC-32, 4 bytes each
 
 # SQLite's ``PRAGMA user_version`` of a journal this hopline writes: 1, row groups (a journal at 0,
-# written before them, reads the same). One at a higher format was written by a newer hopline, whose
-# rows this one could misread: it is refused (never read, never repaired), saying so.
-JOURNAL_FORMAT = 1
+# written before them, reads the same); 2, segment records and each session's commit point
+# (store/records.py; a journal at 1 reads the same, its segment files taken as committed whole). One
+# at a higher format was written by a newer hopline, whose rows or records this one could misread
+# or write past: it is refused (never read, never repaired), saying so.
+JOURNAL_FORMAT = 2
 
 
 def newer_format(db: sqlite3.Connection) -> str | None:
@@ -191,14 +193,15 @@ class _Run:
 
 
 def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[str, int],
-                 inline_max: int) -> list[Row]:
-    """SQLite's rows of a commit's staged events (session id, id, type, data): data up to
-    ``inline_max`` bytes in its row; larger data, appended to its session's segment file in
-    staged order from ``offsets[session]`` on, pointed at, each run of small ones by one group
-    row. ``offsets`` is advanced past what the rows point at."""
+                 inline_max: int, crcs: Sequence[int]) -> list[Row]:
+    """SQLite's rows of a commit's staged events (session id, id, type, data) and their CRC-32s:
+    data up to ``inline_max`` bytes in its row; larger data, appended to its session's segment
+    file in staged order from ``offsets[session]`` on, pointed at, each run of small ones by one
+    group row. ``offsets`` is advanced past what the rows point at."""
     out: list[Row] = []
     runs: dict[str, _Run] = {}
-    for session_id, seq, event_type, data in staged:
+    for index, (session_id, seq, event_type, data) in enumerate(staged):
+        crc = crcs[index]
         size = len(data)
         run = runs.get(session_id)
         if run is not None and (size <= inline_max or size >= GROUP_EVENT_MAX_BYTES
@@ -206,16 +209,16 @@ def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[st
             out.append(runs.pop(session_id).row())
             run = None
         if size <= inline_max:
-            out.append((session_id, seq, event_type, data, None, None, checksum(data)))
+            out.append((session_id, seq, event_type, data, None, None, crc))
             continue
         offset = offsets[session_id]
         offsets[session_id] = offset + size
         if size >= GROUP_EVENT_MAX_BYTES:
-            out.append((session_id, seq, event_type, b"", offset, size, checksum(data)))
+            out.append((session_id, seq, event_type, b"", offset, size, crc))
             continue
         if run is None:
             run = runs[session_id] = _Run(session_id, event_type, seq, offset)
-        run.add(seq, data, checksum(data))
+        run.add(seq, data, crc)
     out.extend(run.row() for run in runs.values())
     return out
 

@@ -151,6 +151,12 @@ class EventJournal(Protocol):
         """How many committed events of the session have this type."""
         ...
 
+    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
+        """The known gaps that reach into ``after < id <= upto``, as (first id, last id), in id
+        order: ids a client may have been given whose events the store lost (SPEC T-10; a gap is
+        reported, never hidden). Ids continue past them; :meth:`last_id` counts them."""
+        ...
+
     async def open(self) -> EventJournal:
         """Connect what needs connecting before the first call (a no-op for SQLite, which opens in
         its constructor); returns the journal."""

@@ -11,6 +11,7 @@ setting and the URL (its password redacted), raised at start-up.
 from __future__ import annotations
 
 import dataclasses
+import time
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,11 +19,18 @@ from pathlib import Path
 from hopline.budget import SETTINGS_BY_KEY, HoplineError, redact_url
 
 JOURNAL_FILE = "journal.sqlite3"
+SEGMENTS_DIR = "journal.segments"  # beside the journal file, wherever it is
+QUARANTINE_DIR = "journal.quarantine"  # beside it too: what a check or a recovery moved aside
 SIDECARS_DIR = "sidecars"
 SQLITE = "sqlite"
 POSTGRESQL = "postgresql"
 FILE = "file"
 S3 = "s3"
+
+
+def journal_quarantine(journal: Path) -> Path:
+    """Where one check or recovery of the journal at ``journal`` moves what it quarantines."""
+    return journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
 
 
 class StoreSettingError(HoplineError, ValueError):

@@ -450,6 +450,9 @@ class PgJournal(StagedIds, EventJournal):
             row = await cursor.fetchone()
         return int(row[0]) if row else 0
 
+    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
+        return []  # its rows are the journal: nothing is committed past them to recover or lose
+
     async def close(self) -> None:
         if self._closed:
             return

@@ -71,6 +71,10 @@ class SegmentWriter:
         self.root = root
         self._fds: dict[str, int] = {}  # in order of last write (the oldest first)
         self._unsynced: set[str] = set()
+        # The transaction's: each file's end before its first append (a rollback cuts it back there),
+        # and whether a file was created (its directory entry is synced with the data).
+        self._marks: dict[str, int] = {}
+        self._created = False
         # per open file: (the offset its pages are dropped from, the last step's point)
         self._cached: dict[str, tuple[int, int]] = {}
 
@@ -80,11 +84,17 @@ class SegmentWriter:
         fd = self._fds.pop(session_id, None)
         if fd is None:
             private_dir(self.root)
-            fd = os.open(segment_path(self.root, session_id), os.O_WRONLY | os.O_CREAT, 0o600)
+            path = segment_path(self.root, session_id)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                self._created = True
+            except FileExistsError:
+                fd = os.open(path, os.O_WRONLY, 0o600)
             while len(self._fds) >= OPEN_SEGMENTS:
                 self._close(next(iter(self._fds)))
         self._fds[session_id] = fd
         offset = os.lseek(fd, 0, os.SEEK_END)
+        self._marks.setdefault(session_id, offset)
         pending: list[bytes | memoryview] = list(datas)
         first = 0  # pending[first:] is still to write
         while first < len(pending):
@@ -104,6 +114,39 @@ class SegmentWriter:
             self._drop(fd, start, point)
             self._cached[session_id] = (mark, point)
         return offset
+
+    def begin(self) -> None:
+        """A transaction starts: what it appends is cut back by :meth:`rollback`."""
+        self._marks.clear()
+
+    def rollback(self) -> None:
+        """The transaction failed: each file it appended to is cut back to where it ended before,
+        so a file holds committed records only (and, after a crash, what was being committed)."""
+        for session_id, mark in self._marks.items():
+            fd = self._fds.get(session_id)
+            with contextlib.suppress(OSError):
+                if fd is not None:
+                    os.ftruncate(fd, mark)
+                else:
+                    os.truncate(segment_path(self.root, session_id), mark)
+            self._cached.pop(session_id, None)
+        self._marks.clear()
+
+    def flush(self) -> None:
+        """Make what was appended durable (``fdatasync`` each file written since, and the
+        directory when a file was created): before the transaction that points at it commits."""
+        for session_id in list(self._unsynced):
+            fd = self._fds.get(session_id)
+            if fd is not None:
+                os.fdatasync(fd)
+        self._unsynced.clear()
+        if self._created:
+            fd = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._created = False
 
     def sync(self) -> None:
         for session_id in list(self._unsynced):
@@ -139,6 +182,7 @@ class SegmentWriter:
         if fd is not None:
             os.close(fd)
         self._unsynced.discard(session_id)
+        self._marks.pop(session_id, None)
         self._cached.pop(session_id, None)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(segment_path(self.root, session_id))

@@ -1,22 +1,18 @@
 """The SQLite :class:`~hopline.store.journal.EventJournal`: one writer thread, group commit.
 
-One SQLite file under the daemon's data directory, WAL mode, ``synchronous=NORMAL`` (an
-acknowledged event survives a daemon crash). An event's data larger than ``INLINE_MAX_BYTES`` (a
-few hundred bytes) is appended to its session's segment file (``journal.segments/``, one
-append-only file per session) and its row holds the offset and size (a commit's run of small such
-events shares ONE row, ``store/event_groups.py``; reads expand it): SQLite writes a blob twice
-(WAL, then the checkpoint) and slowly (about 2 ms per MiB here, each way; a 1 KiB row costs a
-whole page rewrite per commit), a file append once; reads take a run of contiguous small events
-in one ``pread``. The row commits after the
-append, so a committed row's bytes are in the file; the segment files are flushed to disk before
-each checkpoint (when SQLite syncs the WAL), so a row that reached the disk has its bytes there too.
-A session's segment file goes with the session. The writer thread alone owns the write connection: every write
-(event commits, sessions, prompts) is queued to it in call order; it takes everything queued at
-once, runs it in ONE transaction, then settles the batch's futures on the event loop. A batch
-whose transaction fails is rolled back and run again one write at a time, so only the failing
-write fails. Checkpoints run in the writer between batches (``wal_autocheckpoint`` is off): when the
-queue is empty and the WAL holds more than ``CHECKPOINT_BYTES``, or whatever the queue holds once
-it passes four times that.
+One SQLite file under the daemon's data directory, WAL mode, durable when acknowledged (the writer
+thread and ``HOPLINE_STORE_SYNC``: :mod:`hopline.store.sqlite_writer`). An event's data larger than
+``INLINE_MAX_BYTES`` (a few hundred bytes) is appended to its session's segment file
+(``journal.segments/``, one append-only file per session) and its row holds the offset and size (a
+commit's run of small such events shares ONE row, ``store/event_groups.py``; reads expand it):
+SQLite writes a blob twice (WAL, then the checkpoint) and slowly (about 2 ms per MiB here, each
+way; a 1 KiB row costs a whole page rewrite per commit), a file append once; reads take a run of
+contiguous small events in one ``pread``. Every write that touches a session also appends one
+self-describing record to its segment file (its events, small ones included, or a prompt opened
+or closed: :mod:`hopline.store.records`) and moves the session's ``segment_end`` in the same
+transaction: a journal that lost its last commits gets them back from the records at its next
+start (:mod:`hopline.store.recovery`), and ids continue past every id any row, record or recorded
+gap holds. A session's segment file goes with the session.
 
 Reads run on their own connection (WAL lets them read while the writer writes) in one reader
 thread, never on the event loop. Ids are allocated on the event loop, in memory (see the
@@ -26,12 +22,9 @@ interface); the writer only stores them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import functools
-import queue
+import logging
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +34,8 @@ from typing import Any, TypeVar
 import orjson
 
 from hopline.store import event_groups as groups
-from hopline.store.integrity import ROW_UNREADABLE
+from hopline.store import records
+from hopline.store.integrity import ROW_UNREADABLE, checksum
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -50,19 +44,20 @@ from hopline.store.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.locations import JOURNAL_FILE
+from hopline.store.locations import JOURNAL_FILE, SEGMENTS_DIR, journal_quarantine
 from hopline.store.private import private_dir, private_file
+from hopline.store.recovery import LOST_EVENTS_SCHEMA, Recovery, last_known_id, recorded_gaps, recover
 from hopline.store.segments import SegmentWriter, read_rows
+from hopline.store.sqlite_writer import SYNC_FULL, SqliteWriter
 from hopline.vocabulary import TURN_END_TYPES
+
+log = logging.getLogger("hopline.store")
 
 # Storage layout, not a limit (new files only: a journal made with other pages keeps them). Data
 # over INLINE_MAX_BYTES lives in segment files, so a row is a key and a few integers, and a commit
 # writes each page it dirtied whole to the WAL. 64-row transactions of 1 KiB events: 2.7-5.0 us of
 # writer CPU per row with 4 KiB pages, 4.0-6.0 with the 32 KiB ones of when 1 MiB rows were inline.
 PAGE_SIZE_BYTES = 4 * 1024
-# Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (what
-# SQLite's default autocheckpoint of 1000 pages gave with the former 32 KiB pages).
-CHECKPOINT_BYTES = 32 * 1024 * 1024
 # Storage layout, not a limit: larger event data goes to the session's segment file (each session's
 # in one writev per transaction). Measured here, 1 KiB events in 64-row transactions: inline, the
 # writer spent 7.2 us of CPU per row and wrote 138 MiB of WAL for 36 MiB of data (every commit
@@ -70,7 +65,6 @@ CHECKPOINT_BYTES = 32 * 1024 * 1024
 # writer thread went from 6.3 to 3.7 us per event (it shares 2 cores with the event loop). Small
 # control events and word deltas stay in their rows.
 INLINE_MAX_BYTES = 256
-SEGMENTS_DIR = "journal.segments"
 ROW_FIXED_BYTES = 48  # an estimate for the WAL's growth: a row's seq, type, pointer, CRC and header
 # A query's work, not a payload ceiling: the ids one page looks up one by one past a damaged page.
 PROBE_MAX_IDS = 4096
@@ -80,7 +74,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     id TEXT PRIMARY KEY,
     agent_session_id TEXT,
     options BLOB NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    segment_end INTEGER
 );
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
@@ -98,7 +93,7 @@ CREATE TABLE IF NOT EXISTS prompts (
     after_seq INTEGER NOT NULL,
     PRIMARY KEY (session_id, prompt_id)
 ) WITHOUT ROWID;
-"""
+""" + LOST_EVENTS_SCHEMA
 
 JOURNAL_SCHEMA = _SCHEMA  # what `hopline store check --repair` makes a new journal with
 _INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes, crc) VALUES "
@@ -110,24 +105,10 @@ _EVENT_COLUMNS = "seq, type, data, ext_offset, ext_bytes, crc"
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(eq=False)
-class _Write:
-    """One queued write: ``apply`` runs in the writer's transaction; its result or error settles
-    ``future`` on ``loop`` (after ``settled``, the journal's own bookkeeping, when given)."""
-
-    apply: Callable[[sqlite3.Connection], Any]
-    future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
-    settled: Callable[[BaseException | None], None] | None = None
-
-
-class _Stop:
-    """The writer's last item (queued by :meth:`SqliteJournal.close`)."""
-
-
 class SqliteJournal(StagedIds, EventJournal):
-    def __init__(self, data_dir: Path, *, path: Path | None = None) -> None:
-        """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under ``data_dir``."""
+    def __init__(self, data_dir: Path, *, path: Path | None = None, sync: str = SYNC_FULL) -> None:
+        """``path``: the journal file (``HOPLINE_STORE_URL=sqlite:///PATH``); default: under
+        ``data_dir``. ``sync``: ``HOPLINE_STORE_SYNC`` (``full``, or ``normal``)."""
         self.path = path if path is not None else data_dir / JOURNAL_FILE
         self.segments_dir = self.path.parent / SEGMENTS_DIR  # beside the journal file, wherever it is
         private_dir(self.path.parent, tighten=path is None)  # the data dir is ours; a named one's parent not
@@ -135,103 +116,38 @@ class SqliteJournal(StagedIds, EventJournal):
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.execute(f"PRAGMA page_size={PAGE_SIZE_BYTES}")  # no effect on an existing WAL file
         db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA wal_autocheckpoint=0")  # the writer checkpoints between batches
         db.executescript(_SCHEMA)
         groups.claim_format(db, self.path)  # a newer hopline's journal is refused
-        columns = {row[1] for row in db.execute("PRAGMA table_info(events)")}
-        for column in ("ext_offset", "ext_bytes", "crc"):  # a journal from before segments, checksums
-            if column not in columns:
-                db.execute(f"ALTER TABLE events ADD COLUMN {column} INTEGER")
-        self._db = db  # the writer thread's alone from here on
-        self._segments = SegmentWriter(self.segments_dir)  # the writer thread's too
-        self._unlink_after_commit: list[str] = []
-        self._queue: queue.SimpleQueue[_Write | _Stop] = queue.SimpleQueue()
-        self._writer = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
-        self._writer.start()
+        _add_columns(db, "events", ("ext_offset", "ext_bytes", "crc"))  # from before segments, checksums
+        _add_columns(db, "sessions", ("segment_end",))  # from before segment records
+        # What a lost commit left in the segment files, restored before anything is written.
+        self.recovery = recover(db, self.segments_dir, quarantine=journal_quarantine(self.path))
+        _log_recovery(self.recovery)
+        self._segments = SegmentWriter(self.segments_dir)
+        self._writer = SqliteWriter(db, self._segments, durable=sync == SYNC_FULL)
         self._reader_db: sqlite3.Connection | None = None
         self._reads = ThreadPoolExecutor(1, thread_name_prefix="hopline-journal-reader",
                                          initializer=self._open_reader)
-        self._wal_bytes = 0  # written since the last checkpoint (writer thread)
-        self.transactions = 0  # committed by the writer (group commit: fewer than the commits)
-        self.checkpoints = 0
         # Event loop only: the last committed id and the last allocated id of each open session.
         self._last: dict[str, int] = {}
         self._allocated: dict[str, int] = {}
         self._staged: list[StagedRow] = []
         self._closed = False
 
-    # --- the writer thread ------------------------------------------------------------------------
+    @property
+    def transactions(self) -> int:
+        """Transactions the writer committed (group commit: fewer than the commits)."""
+        return self._writer.transactions
 
-    def _write_loop(self) -> None:
-        stop = False
-        while not stop:
-            batch: list[_Write] = []
-            item = self._queue.get()
-            while True:
-                if isinstance(item, _Stop):
-                    stop = True
-                else:
-                    batch.append(item)
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-            if batch:
-                self._settle(batch, self._apply(batch))
-            self._maybe_checkpoint(force=stop)
-        self._segments.close()
-        self._db.close()
-
-    def _apply(self, batch: Sequence[_Write]) -> list[tuple[Any, BaseException | None]]:
-        """Run ``batch`` in one transaction; when it fails, each write alone in its own."""
-        db = self._db
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            results = [write.apply(db) for write in batch]
-            db.execute("COMMIT")
-        except Exception as exc:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            self._unlink_after_commit.clear()
-            if len(batch) == 1:
-                return [(None, exc)]
-            return [self._apply([write])[0] for write in batch]
-        for session_id in self._unlink_after_commit:
-            self._segments.remove(session_id)
-        self._unlink_after_commit.clear()
-        self.transactions += 1
-        return [(result, None) for result in results]
-
-    def _settle(self, batch: Sequence[_Write], results: Sequence[tuple[Any, BaseException | None]]) -> None:
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Write, Any, BaseException | None]]] = {}
-        for write, (result, error) in zip(batch, results, strict=True):
-            by_loop.setdefault(write.loop, []).append((write, result, error))
-        for loop, settled in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_resolve_all, settled)
-
-    def _maybe_checkpoint(self, *, force: bool) -> None:
-        if self._wal_bytes == 0 or not (force or self._wal_bytes >= 4 * CHECKPOINT_BYTES
-                                        or (self._wal_bytes >= CHECKPOINT_BYTES and self._queue.empty())):
-            return
-        with contextlib.suppress(sqlite3.Error, OSError):
-            self._segments.sync()  # the rows the checkpoint makes durable have their bytes on disk
-            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-            self._wal_bytes = 0
-            self.checkpoints += 1
+    @property
+    def checkpoints(self) -> int:
+        return self._writer.checkpoints
 
     def submit_write(self, apply: Callable[[sqlite3.Connection], T], *,
                      settled: Callable[[BaseException | None], None] | None = None) -> asyncio.Future[T]:
-        """Queue ``apply`` for the writer thread, the journal's one write path: it runs inside the
-        writer's next transaction, beside whatever else is queued by then (group commit), and the
-        future settles once that transaction commits (with ``apply``'s result) or fails."""
-        if self._closed:
-            raise RuntimeError("the journal is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Write(apply, future, loop, settled))
-        return future
+        """Queue ``apply`` for the writer thread, the journal's one write path (see
+        :meth:`SqliteWriter.submit_write`)."""
+        return self._writer.submit_write(apply, settled=settled)
 
     # --- the reader thread ------------------------------------------------------------------------
 
@@ -249,7 +165,8 @@ class SqliteJournal(StagedIds, EventJournal):
     async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
         row = (session_id, orjson.dumps(options), time.time())
         await self.submit_write(lambda db: db.execute(
-            "INSERT INTO sessions (id, agent_session_id, options, created) VALUES (?, NULL, ?, ?)", row))
+            "INSERT INTO sessions (id, agent_session_id, options, created, segment_end) "
+            "VALUES (?, NULL, ?, ?, 0)", row))
         self._last[session_id] = 0
         self._allocated.setdefault(session_id, 0)
 
@@ -259,8 +176,8 @@ class SqliteJournal(StagedIds, EventJournal):
                              (session_id,)).fetchone()
             if row is None:
                 return None
-            (last,) = db.execute("SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone()
-            return SessionRecord(row[0], row[1], orjson.loads(row[2]), row[3]), int(last or 0)
+            # past every id a row or a recorded gap holds: an id given out is never given again
+            return SessionRecord(row[0], row[1], orjson.loads(row[2]), row[3]), last_known_id(db, session_id)
         found = await self._read(query)
         if found is None:
             return None
@@ -281,8 +198,9 @@ class SqliteJournal(StagedIds, EventJournal):
         def delete(db: sqlite3.Connection) -> None:
             db.execute("DELETE FROM events WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM lost_events WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            self._unlink_after_commit.append(session_id)
+            self._writer.unlink_after_commit(session_id)
         await self.submit_write(delete)
 
     async def list_sessions(self) -> list[SessionRecord]:
@@ -293,14 +211,28 @@ class SqliteJournal(StagedIds, EventJournal):
     # --- prompts --------------------------------------------------------------------------------
 
     async def open_prompt(self, session_id: str, prompt_id: str) -> None:
-        await self.submit_write(lambda db: db.execute(
-            "INSERT OR REPLACE INTO prompts (session_id, prompt_id, after_seq) "
-            "VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?))",
-            (session_id, prompt_id, session_id)))
+        def open_it(db: sqlite3.Connection) -> None:
+            (after,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?",
+                                  (session_id,)).fetchone()
+            db.execute("INSERT OR REPLACE INTO prompts (session_id, prompt_id, after_seq) VALUES (?, ?, ?)",
+                       (session_id, prompt_id, after))
+            opened = records.prompt_record(records.PROMPT_OPEN, prompt_id, after)
+            self._append_record(db, session_id, [opened])
+        await self.submit_write(open_it)
 
     async def close_prompt(self, session_id: str, prompt_id: str) -> None:
-        await self.submit_write(lambda db: db.execute(
-            "DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?", (session_id, prompt_id)))
+        def close_it(db: sqlite3.Connection) -> None:
+            db.execute("DELETE FROM prompts WHERE session_id = ? AND prompt_id = ?", (session_id, prompt_id))
+            self._append_record(db, session_id, [records.prompt_record(records.PROMPT_CLOSE, prompt_id, 0)])
+        await self.submit_write(close_it)
+
+    def _append_record(self, db: sqlite3.Connection, session_id: str, parts: Sequence[bytes]) -> int:
+        """In the writer: one record at the end of the session's segment file, and the session's
+        commit point moved past it in the same transaction; returns where the record starts."""
+        start = self._segments.append(session_id, parts)
+        db.execute("UPDATE sessions SET segment_end = ? WHERE id = ?",
+                   (start + sum(len(part) for part in parts), session_id))
+        return start
 
     async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
         where, params = ("WHERE session_id = ? ", (session_id,)) if session_id is not None else ("", ())
@@ -343,30 +275,42 @@ class SqliteJournal(StagedIds, EventJournal):
         return self.submit_write(insert, settled=settled)  # the writer counts its WAL bytes
 
     def _insert_events(self, db: sqlite3.Connection, rows: Sequence[StagedRow]) -> None:
-        """In the writer: large data to the segment files first (one write per session, in row
-        order), then the rows, a run of small external events as one group row."""
-        external: dict[str, list[bytes]] = {}
-        for session_id, _, _, data in rows:
-            if len(data) > INLINE_MAX_BYTES:
-                datas = external.get(session_id)
-                if datas is None:
-                    datas = external[session_id] = []
-                datas.append(data)
-        offsets = {session_id: self._segments.append(session_id, datas)
-                   for session_id, datas in external.items()}
+        """In the writer: each session's record to its segment file first (one write per session:
+        the header, the large data in row order, then copies of the small), then the rows, a run of
+        small external events as one group row."""
+        crcs = [checksum(data) for _, _, _, data in rows]
+        by_session: dict[str, list[int]] = {}
+        for index, staged in enumerate(rows):
+            indexes = by_session.get(staged[0])
+            if indexes is None:
+                indexes = by_session[staged[0]] = []
+            indexes.append(index)
+        offsets = {session_id: self._append_events(db, session_id, rows, crcs, indexes)
+                   for session_id, indexes in by_session.items()}
         params: list[Any] = []
         extend = params.extend
         # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
         # page whole), and each row: its key, its integers, its data (inline, or a group's index).
         wal = PAGE_SIZE_BYTES
-        for row in groups.journal_rows(rows, offsets, INLINE_MAX_BYTES):
+        for row in groups.journal_rows(rows, offsets, INLINE_MAX_BYTES, crcs):
             wal += len(row[0]) + ROW_FIXED_BYTES + len(row[3])
             extend(row)
-        self._wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
+        self._writer.wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
         width = 7 * ROWS_PER_INSERT
         for start in range(0, len(params), width):
             chunk = params[start:start + width]
             db.execute(_insert_statement(len(chunk) // 7), chunk)
+
+    def _append_events(self, db: sqlite3.Connection, session_id: str, rows: Sequence[StagedRow],
+                       crcs: Sequence[int], indexes: Sequence[int]) -> int:
+        """The session's record of ``rows[i] for i in indexes``; returns where its external data
+        start (the rows' offsets count from there)."""
+        external = [i for i in indexes if len(rows[i][3]) > INLINE_MAX_BYTES]
+        order = external + [i for i in indexes if len(rows[i][3]) <= INLINE_MAX_BYTES]
+        datas = [rows[i][3] for i in order]
+        header = records.events_record([rows[i][1] for i in order], [rows[i][2] for i in order],
+                                       [len(data) for data in datas], [crcs[i] for i in order], len(external))
+        return self._append_record(db, session_id, [header, *datas]) + len(header)
 
     def _settle_ids(self, rows: Sequence[StagedRow], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
@@ -425,9 +369,7 @@ class SqliteJournal(StagedIds, EventJournal):
         last = self._last.get(session_id)
         if last is not None:
             return last
-        (found,) = await self._read(lambda db: db.execute(
-            "SELECT MAX(seq) FROM events WHERE session_id = ?", (session_id,)).fetchone())
-        return int(found or 0)
+        return await self._read(lambda db: last_known_id(db, session_id))
 
     async def count(self, session_id: str, event_type: str) -> int:
         (found,) = await self._read(lambda db: db.execute(
@@ -438,14 +380,18 @@ class SqliteJournal(StagedIds, EventJournal):
     async def open(self) -> SqliteJournal:
         return self  # opened by the constructor (the writer thread, the reader connection)
 
+    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
+        found = await self._read(lambda db: recorded_gaps(db, session_id))
+        return [(gap.first, gap.last) for gap in found
+                if gap.last is not None and gap.last > after and gap.first <= upto]
+
     async def close(self) -> None:
         if self._closed:
             return
         await self.commit()
         self._closed = True
-        self._queue.put(_Stop())
+        await self._writer.stop()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self._writer.join)
         await loop.run_in_executor(self._reads, self._close_reader)
         self._reads.shutdown(wait=True)
 
@@ -487,13 +433,20 @@ def probe_rows(db: sqlite3.Connection, root: Path, session_id: str, after: int, 
     return groups.within_bytes(out, max_bytes)
 
 
-def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) -> None:
-    for write, result, error in settled:
-        if write.settled is not None:
-            write.settled(error)
-        if write.future.done():  # cancelled by its awaiter: the write happened all the same
-            continue
-        if error is None:
-            write.future.set_result(result)
-        else:
-            write.future.set_exception(error)
+def _add_columns(db: sqlite3.Connection, table: str, names: Sequence[str]) -> None:
+    """The columns a journal written by an older hopline lacks (NULL in its rows)."""
+    columns = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+    for column in names:
+        if column not in columns:
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER")
+
+
+def _log_recovery(recovery: Recovery) -> None:
+    """What a start restored past the commit point, and each gap (counts and ids, never content)."""
+    if recovery.sessions:
+        log.warning("events past the journal's commit point restored from the segment files", extra={
+            "restoredEvents": recovery.restored_events, "restoredPrompts": recovery.restored_prompts,
+            "sessions": recovery.sessions, "gaps": len(recovery.gaps)})
+    for gap in recovery.gaps:
+        log.error("events lost past the journal's commit point", extra={
+            "firstEventId": gap.first, "lastEventId": gap.last, "reason": gap.reason})
