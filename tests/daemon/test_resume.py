@@ -71,7 +71,8 @@ async def test_resume_and_restart_lose_and_duplicate_nothing(tmp_path: Path) -> 
             replayed = await read_events(client, sid, lambda e: e.type == "replay_complete", last_event_id=7)
             assert _ids(replayed) == list(range(8, last + 1))
             assert all(full[e.id] == (e.type, e.data) for e in replayed if e.id is not None)
-            assert replayed[-1].data == {"replayed": last - 7, "lastEventId": last, "corrupt": 0}
+            assert replayed[-1].data == {"replayed": last - 7, "lastEventId": last, "corrupt": 0,
+                                         "missing": 0}
             assert await _transcript(client, sid, page_max) == transcript
             # the child is gone with the old daemon: prompts wait for a load, which restores it
             assert (await client.post(f"/session/{sid}/prompt", json={"text": "echo x"})).status_code == 409

@@ -31,7 +31,10 @@ events handed to it and not yet committed) is bounded by ``journal_queue_max_eve
 ``journal_queue_max_bytes``, and :meth:`EventBus.backpressure` tells a pipe reader to stop
 reading its child while the queue is past either bound. A commit that fails delivers none of its
 events: each session hears of them in a synthetic ``frame_dropped`` (reason
-``journal_write_failed``, sizes only), counted and logged.
+``journal_write_failed``, sizes only), counted and logged. Every ``frame_dropped`` that names event
+ids a reader will not get is built by one function, :func:`~.events.missing_ids`: a failed commit's,
+and a replay's that reaches into a gap the store recorded (ids it lost past a commit point, SPEC
+T-10), said in its place among the replayed events.
 
 The modules: :mod:`.events` (one event's bytes), :mod:`.subscriber` (a connection's bounded queue,
 warning, eviction, the half-full signal), :mod:`.commits` (the journal's queue, delivered in commit
@@ -41,7 +44,7 @@ modules use are re-exported here; the modules of this package import each other,
 """
 
 from hopline.daemon.bus.event_bus import EventBus, JournalReadFailed
-from hopline.daemon.bus.events import BusEvent, synthetic, wire_size
+from hopline.daemon.bus.events import BusEvent, missing_ids, synthetic, wire_size
 from hopline.daemon.bus.subscriber import Subscriber
 
-__all__ = ["BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "synthetic", "wire_size"]
+__all__ = ["BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "missing_ids", "synthetic", "wire_size"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
+from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
 from hopline.daemon.bus.commits import CommitQueue
-from hopline.daemon.bus.events import BusEvent, exact_bytes, synthetic
+from hopline.daemon.bus.events import BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError
 from hopline.store.integrity import CorruptCount, corrupt_json
@@ -64,7 +64,11 @@ class _Ring:
 
 class ReplayPages:
     """:meth:`EventBus.replay`'s pages, read one at a time as they are iterated. A class, not an
-    async generator: the bus is compiled with mypyc (src/hopline/compiled.py), which has none."""
+    async generator: the bus is compiled with mypyc (src/hopline/compiled.py), which has none.
+
+    The gaps the journal knows of in the replayed range are each said once, in their place (before
+    the first event past them, or at the end): a reader resuming inside one learns which ids it
+    will never get (:func:`~.events.missing_ids`)."""
 
     def __init__(self, bus: EventBus, session_id: str, after: int, upto: int) -> None:
         self.bus = bus
@@ -72,6 +76,7 @@ class ReplayPages:
         self.cursor = after
         self.upto = upto
         self.first = True
+        self.gaps: list[tuple[int, int]] = []  # (first, last) still to say, clipped to the range
 
     def __aiter__(self) -> ReplayPages:
         return self
@@ -79,23 +84,51 @@ class ReplayPages:
     async def __anext__(self) -> list[BusEvent]:
         bus, session_id, after, upto = self.bus, self.session_id, self.cursor, self.upto
         if after >= upto:
-            raise StopAsyncIteration
-        if self.first:
-            self.first = False
-            ring = bus._ring(session_id)
-            if ring.covers(after, upto):
-                self.cursor = upto
-                return [e for e in list(ring.events) if e.id is not None and after < e.id <= upto]
+            return self._last_gaps()
         try:
+            if self.first:
+                self.first = False
+                self.gaps = [(max(first, after + 1), min(last, upto))
+                             for first, last in await bus.journal.gaps(session_id, after, upto)]
+                ring = bus._ring(session_id)
+                if ring.covers(after, upto):
+                    self.cursor = upto
+                    return self._with_gaps([e for e in list(ring.events)
+                                            if e.id is not None and after < e.id <= upto])
             rows = await bus.journal.read_page(session_id, after, upto=upto,
                                                max_bytes=bus.budget.sse_queue_max_bytes)
         except Exception as exc:
             raise JournalReadFailed(exc) from exc
         if not rows:
             self.cursor = upto
-            raise StopAsyncIteration
+            return self._last_gaps()
         self.cursor = rows[-1].seq
-        return [bus.event_of(session_id, r) for r in rows]
+        return self._with_gaps([bus.event_of(session_id, r) for r in rows])
+
+    def _with_gaps(self, events: list[BusEvent]) -> list[BusEvent]:
+        """``events`` (in id order) with each gap that lies before one of them said in its place."""
+        gaps = self.gaps
+        if not gaps:
+            return events
+        out: list[BusEvent] = []
+        for event in events:
+            while gaps and event.id is not None and gaps[0][0] < event.id:
+                out.append(_gap(gaps.pop(0)))
+            out.append(event)
+        return out
+
+    def _last_gaps(self) -> list[BusEvent]:
+        """The gaps past every replayed event, said as the last page; then the replay ends."""
+        if not self.gaps:
+            raise StopAsyncIteration
+        gaps, self.gaps = self.gaps, []
+        return [_gap(gap) for gap in gaps]
+
+
+def _gap(gap: tuple[int, int]) -> BusEvent:
+    return missing_ids(gap[0], gap[1], reason="lost_past_commit_point",
+                       message=f"events {gap[0]} to {gap[1]} were lost by the store after a crash and are "
+                               "not served; `hopline store check` names the gap")
 
 
 class EventBus:
@@ -215,9 +248,9 @@ class EventBus:
         log.error("journal commit failed: event not delivered",
                   extra={"eventType": event.type, "bytes": len(event.data),
                          "exception": type(error).__name__})
-        self._deliver(session_id, synthetic(FRAME_DROPPED, {
-            "direction": "sse", "bytes": len(event.data), "reason": "journal_write_failed",
-            "hop": HOP_JOURNAL, "eventType": event.type, "eventId": event.id}))  # the id left as a gap
+        if event.id is not None:
+            self._deliver(session_id, missing_ids(event.id, event.id, reason="journal_write_failed",
+                                                  bytes=len(event.data), eventType=event.type))
         self.on_journal_failed(session_id)
 
     def backpressure(self, session_id: str | None = None) -> asyncio.Future[None] | None:

@@ -8,6 +8,9 @@ from typing import Any
 
 import orjson
 
+from hopline.budget import HOP_JOURNAL
+from hopline.vocabulary import FRAME_DROPPED
+
 
 class BusEvent:
     """One SSE event; ``id`` is None for synthetic events. ``wire`` is the exact SSE bytes and
@@ -63,3 +66,14 @@ def exact_bytes(payload: bytes) -> bytes:
 def synthetic(event_type: str, data: dict[str, Any]) -> BusEvent:
     return BusEvent(None, event_type, orjson.dumps(data))
 
+
+
+def missing_ids(first: int, last: int, *, reason: str, **details: Any) -> BusEvent:
+    """The one ``frame_dropped`` that tells a reader the event ids ``first..last`` it will never
+    get (SPEC T-10: a gap is reported, never hidden): a live reader's event whose commit failed, a
+    replay that reaches into ids the store lost, a failover's. Its ``eventId`` is the first of them,
+    ``missingIds`` the range; ``details`` add what the teller knows (sizes, the event's type, a
+    message)."""
+    return synthetic(FRAME_DROPPED, {"direction": "sse", "reason": reason, "hop": HOP_JOURNAL,
+                                     "eventId": first, "missingIds": {"first": first, "last": last},
+                                     **details})

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -18,6 +19,7 @@ from hopline.daemon.errors import SessionError
 from hopline.vocabulary import (
     CLIENT_EVICTED,
     DATA_CORRUPT,
+    FRAME_DROPPED,
     REPLAY_COMPLETE,
     STATE_RESYNC_REQUIRED,
     STREAM_ERROR,
@@ -121,14 +123,18 @@ class SseStream(Response):
         try:
             if self.resync is not None:
                 await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync)])
-            replayed = corrupt = 0
+            replayed = corrupt = missing = 0
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
-                damaged = sum(1 for event in page if event.type == DATA_CORRUPT)
-                replayed += len(page) - damaged
-                corrupt += damaged
+                for event in page:  # an event with its id, a damaged one said, or a gap said
+                    if event.id is not None:
+                        replayed += 1
+                    elif event.type == DATA_CORRUPT:
+                        corrupt += 1
+                    else:
+                        missing += _missing_count(event)
             await self._emit(send, [synthetic(REPLAY_COMPLETE, {
-                "replayed": replayed, "lastEventId": self.upto, "corrupt": corrupt})])
+                "replayed": replayed, "lastEventId": self.upto, "corrupt": corrupt, "missing": missing})])
             while True:
                 live = await self.subscriber.next(self.heartbeat)
                 if live is None:
@@ -155,6 +161,12 @@ class SseStream(Response):
             with contextlib.suppress(Exception):
                 await self._emit(send, [synthetic(STREAM_ERROR, {"message": "the event stream failed; "
                                                                    "reconnect with Last-Event-ID"})])
+
+
+def _missing_count(event: BusEvent) -> int:
+    """How many ids a replay's ``frame_dropped`` said missing (its ``missingIds`` range)."""
+    span = orjson.loads(event.data).get("missingIds") if event.type == FRAME_DROPPED else None
+    return int(span["last"]) - int(span["first"]) + 1 if isinstance(span, dict) else 0
 
 
 async def open_event_stream(bus: EventBus, budget: Budget, key: str, *, max_queued: int | None,
