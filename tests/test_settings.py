@@ -64,3 +64,13 @@ def test_an_unusable_url_is_refused_naming_its_setting(tmp_path: Path, store: st
         store_location(store, tmp_path)
         sidecar_location(sidecars, tmp_path, {})
     assert str(info.value).startswith(named) and "secretpw" not in str(info.value)
+
+
+def test_store_sync_is_full_by_default_normal_on_request_and_anything_else_refused() -> None:
+    from hopline.store.locations import store_sync
+
+    assert store_sync("") == "full" and store_sync(Settings.from_env({}).store_sync) == "full"
+    assert store_sync(Settings.from_env({"HOPLINE_STORE_SYNC": " NORMAL "}).store_sync) == "normal"
+    with pytest.raises(StoreSettingError) as info:
+        store_sync("off")
+    assert str(info.value).startswith("HOPLINE_STORE_SYNC='off'") and "full" in str(info.value)

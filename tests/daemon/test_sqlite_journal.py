@@ -377,3 +377,20 @@ async def test_a_journal_file_outside_the_data_dir_keeps_its_segments_beside_it(
     assert [r.data for r in rows] == [big]
     assert (path.parent / "journal.segments").is_dir()
     await journal.close()
+
+
+@pytest.mark.parametrize(("sync", "synchronous"), [("full", 2), ("normal", 1)])
+async def test_full_syncs_the_segment_files_before_each_commit_normal_at_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str, synchronous: int) -> None:
+    """HOPLINE_STORE_SYNC: FULL makes a resolved commit durable (SQLite synchronous=FULL, the
+    segment file it appended to fdatasync-ed before the rows commit); NORMAL syncs neither per commit."""
+    journal = SqliteJournal(tmp_path, sync=sync)
+    await journal.create_session("s1", {})
+    assert await journal.submit_write(lambda db: db.execute("PRAGMA synchronous").fetchone()[0]) == synchronous
+    synced: list[int] = []
+    real = segments.os.fdatasync
+    monkeypatch.setattr(segments.os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    journal.stage("s1", "e", b'"' + b"x" * (INLINE_MAX_BYTES + 1) + b'"')
+    await journal.commit()  # resolved: under FULL its record was synced before its rows committed
+    assert len(synced) == (1 if sync == "full" else 0)
+    await journal.close()

@@ -29,6 +29,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("store_url", "HOPLINE_STORE_URL",
             "journal, sessions, leases and the sidecar index: sqlite:///PATH (default: journal.sqlite3 "
             "under the data dir) or postgresql://USER:PASS@HOST:PORT/DB (several daemons)", option="--store"),
+    Setting("store_sync", "HOPLINE_STORE_SYNC",
+            "how an SQLite store syncs: full (the default: an acknowledged write survives a power loss; "
+            "SQLite synchronous=FULL, segment files fsynced with each commit) or normal (synced at "
+            "checkpoints only: a power loss may lose the last commits; a daemon crash loses nothing)"),
     Setting("sidecar_url", "HOPLINE_SIDECAR_URL",
             "sidecar bodies: file://PATH (default: sidecars/ under the data dir) or s3://BUCKET/PREFIX "
             "(with AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION)"),
@@ -68,6 +72,7 @@ class Settings:
     """The values of :data:`SETTINGS` in force ("" for a default)."""
 
     store_url: str = dataclasses.field(default="", repr=False)  # may carry a password
+    store_sync: str = ""
     sidecar_url: str = ""
     advertise_url: str = ""
     cluster_token: str = dataclasses.field(default="", repr=False)

@@ -55,7 +55,14 @@ from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.store import open_sidecar_store
 from hopline.store.check import check_recent_events, require_usable
 from hopline.store.journal import EventJournal
-from hopline.store.locations import SIDECARS_DIR, StoreSettingError, sidecar_location, store_location
+from hopline.store.locations import (
+    SIDECARS_DIR,
+    SYNC_FULL,
+    StoreSettingError,
+    sidecar_location,
+    store_location,
+    store_sync,
+)
 from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import migrate
 from hopline.store.sqlite_journal import SqliteJournal
@@ -79,7 +86,8 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
     if not location.shared:
         assert location.path is not None
         require_usable(location.path, data_dir)  # quick_check, segments agree (T-3): else one line
-        return SqliteJournal(data_dir, path=location.path), None, Ownership(None)
+        sqlite = SqliteJournal(data_dir, path=location.path, sync=store_sync(settings.store_sync))
+        return sqlite, None, Ownership(None)
     if not settings.cluster_token:
         raise StoreSettingError(f"{SETTINGS_BY_KEY['cluster_token'].env} must be set with a "
                                 "postgresql store (the same on every daemon)")
@@ -192,7 +200,8 @@ def create_daemon_app(
     if sidecars:
         store = open_sidecar_store(store_location(settings.store_url, data_dir),
                                    sidecar_location(settings.sidecar_url, data_dir, os.environ),
-                                   budget, index_dir=data_dir / SIDECARS_DIR)
+                                   budget, index_dir=data_dir / SIDECARS_DIR,
+                                   durable=store_sync(settings.store_sync) == SYNC_FULL)
         if projector is None:
             projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,

@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS counters (
 class SidecarIndex:
     """The index's one connection, safe for the threads of one daemon process."""
 
-    def __init__(self, root: Path, *, dsn: str | None, statement_timeout_seconds: float) -> None:
+    def __init__(self, root: Path, *, dsn: str | None, statement_timeout_seconds: float,
+                 durable: bool = True) -> None:
         self.lock = threading.RLock()
         self.dsn = dsn
         self.db: Any
@@ -54,7 +55,8 @@ class SidecarIndex:
             self.db = sqlite3.connect(db_path, check_same_thread=False, isolation_level=None,
                                       timeout=30.0)
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
+            # FULL: a sidecar an event points to survives a power loss (HOPLINE_STORE_SYNC)
+            self.db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self.db.executescript(INDEX_SCHEMA)
             self.errors: tuple[type[Exception], ...] = (sqlite3.Error,)
         else:

@@ -76,9 +76,10 @@ class SidecarStore:
 
     def __init__(self, root: Path, budget: Budget, *, clock: Callable[[], float] | None = None,
                  blobs: BlobStore | None = None, dsn: str | None = None,
-                 index: SidecarIndex | None = None) -> None:
+                 index: SidecarIndex | None = None, durable: bool = True) -> None:
         """``blobs`` and ``index``: where the bodies and the rows go (default: files under ``root``;
-        a SQLite index there, or PostgreSQL's at ``dsn``)."""
+        a SQLite index there, or PostgreSQL's at ``dsn``); ``durable``: a SQLite index synced at
+        every commit (``HOPLINE_STORE_SYNC=full``, the default)."""
         self.root = Path(root)
         self.budget = budget
         self.blobs: BlobStore = blobs if blobs is not None else FileBlobs(self.root, shared=dsn is not None)
@@ -88,7 +89,8 @@ class SidecarStore:
         self.tmp_dir = self.root / "tmp"
         self.db_path = self.root / INDEX_FILE
         self._index = index if index is not None else SidecarIndex(
-            self.root, dsn=dsn, statement_timeout_seconds=budget.store_statement_timeout_seconds)
+            self.root, dsn=dsn, statement_timeout_seconds=budget.store_statement_timeout_seconds,
+            durable=durable)
         self._lock = self._index.lock
         self._db_errors = self._index.errors
         # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
@@ -402,7 +404,8 @@ def index_root(sidecars: SidecarLocation, index_dir: Path) -> Path:
 
 
 def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: Budget, *,
-                       index_dir: Path, clock: Callable[[], float] | None = None) -> SidecarStore:
+                       index_dir: Path, clock: Callable[[], float] | None = None,
+                       durable: bool = True) -> SidecarStore:
     """The sidecar store the settings name (SPEC X): the index in the PostgreSQL store when there is
     one (else SQLite: beside the files, or in ``index_dir`` for S3 bodies), the bodies in files or in
     the bucket."""
@@ -415,4 +418,5 @@ def open_sidecar_store(store: StoreLocation, sidecars: SidecarLocation, budget: 
         blobs = FileBlobs(root, shared=store.shared)
     if not store.shared:
         require_usable_index(root / INDEX_FILE)  # quick_check; not emptied under its bodies (T-3)
-    return SidecarStore(root, budget, clock=clock, blobs=blobs, dsn=store.dsn if store.shared else None)
+    return SidecarStore(root, budget, clock=clock, blobs=blobs, dsn=store.dsn if store.shared else None,
+                        durable=durable)

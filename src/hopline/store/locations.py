@@ -28,6 +28,19 @@ FILE = "file"
 S3 = "s3"
 
 
+SYNC_FULL = "full"  # an acknowledged write survives a power loss
+SYNC_NORMAL = "normal"  # synced at checkpoints: a power loss may lose the last commits
+
+
+def store_sync(value: str) -> str:
+    """``HOPLINE_STORE_SYNC`` ("" for the default, ``full``), or an error naming the setting."""
+    mode = value.strip().lower() or SYNC_FULL
+    if mode not in (SYNC_FULL, SYNC_NORMAL):
+        raise StoreSettingError(f"{SETTINGS_BY_KEY['store_sync'].env}={value!r}: expected "
+                                f"{SYNC_FULL} (the default) or {SYNC_NORMAL}")
+    return mode
+
+
 def journal_quarantine(journal: Path) -> Path:
     """Where one check or recovery of the journal at ``journal`` moves what it quarantines."""
     return journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")

@@ -44,11 +44,11 @@ from hopline.store.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.locations import JOURNAL_FILE, SEGMENTS_DIR, journal_quarantine
+from hopline.store.locations import JOURNAL_FILE, SEGMENTS_DIR, SYNC_FULL, journal_quarantine
 from hopline.store.private import private_dir, private_file
 from hopline.store.recovery import LOST_EVENTS_SCHEMA, Recovery, last_known_id, recorded_gaps, recover
 from hopline.store.segments import SegmentWriter, read_rows
-from hopline.store.sqlite_writer import SYNC_FULL, SqliteWriter
+from hopline.store.sqlite_writer import SqliteWriter
 from hopline.vocabulary import TURN_END_TYPES
 
 log = logging.getLogger("hopline.store")

@@ -33,9 +33,6 @@ from hopline.store.segments import SegmentWriter
 # Storage layout, not a limit: the WAL grows to about this before the writer checkpoints it (what
 # SQLite's default autocheckpoint of 1000 pages gave with the former 32 KiB pages).
 CHECKPOINT_BYTES = 32 * 1024 * 1024
-SYNC_FULL = "full"
-SYNC_NORMAL = "normal"
-SYNC_MODES = (SYNC_FULL, SYNC_NORMAL)
 
 T = TypeVar("T")
 
