@@ -386,7 +386,8 @@ async def test_full_syncs_the_segment_files_before_each_commit_normal_at_checkpo
     segment file it appended to fdatasync-ed before the rows commit); NORMAL syncs neither per commit."""
     journal = SqliteJournal(tmp_path, sync=sync)
     await journal.create_session("s1", {})
-    assert await journal.submit_write(lambda db: db.execute("PRAGMA synchronous").fetchone()[0]) == synchronous
+    found = await journal.submit_write(lambda db: db.execute("PRAGMA synchronous").fetchone()[0])
+    assert found == synchronous
     synced: list[int] = []
     real = segments.os.fdatasync
     monkeypatch.setattr(segments.os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
