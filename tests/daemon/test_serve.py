@@ -365,18 +365,18 @@ async def test_cancel_stops_the_running_turn(daemon: Daemon, tmp_path: Path) -> 
 
 
 def test_the_daemon_reaps_expired_sidecars_every_reap_interval(tmp_path: Path) -> None:
-    """HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS is the reaper's period: a sidecar that expires while the
-    daemon runs is deleted within it. The daemon keeps its default TTL (24 h, which once set the
-    period to an hour): only the interval can make it reap this sidecar during the test."""
+    """HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS is the reaper's period: a sidecar whose session is idle
+    past HOPLINE_SIDECAR_TTL_SECONDS (here a second) while the daemon runs is deleted within it."""
     import time
 
     from hopline.budget import Budget
     from hopline.sidecars.store import SidecarStore
     from hopline.store.blobs import FileBlobs
 
-    with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS": "0.2"}) as d:
-        # This store writes a sidecar that expires in a second into the daemon's store.
-        store = SidecarStore(d.data_dir / "sidecars", Budget.defaults().replace(sidecar_ttl_seconds=1.0))
+    with running_daemon(tmp_path, env={"HOPLINE_SIDECAR_REAP_INTERVAL_SECONDS": "0.2",
+                                       "HOPLINE_SIDECAR_TTL_SECONDS": "1"}) as d:
+        # This store writes a sidecar of a session no agent runs into the daemon's store.
+        store = SidecarStore(d.data_dir / "sidecars", Budget.defaults())
         try:
             entry = store.put("s1", b"expires in a second", "text/plain")
             assert isinstance(store.blobs, FileBlobs)

@@ -171,39 +171,6 @@ def test_concurrent_puts_respect_the_session_quota(make_store: StoreFactory) -> 
     assert store.stats()["bytes"] == 500
 
 
-def test_ttl_expiry_removes_files_and_rows(make_store: StoreFactory, clock: FakeClock) -> None:
-    store = make_store(Budget.defaults().replace(sidecar_ttl_seconds=60.0))
-    old = store.put("s1", b"old", "text/plain")
-    clock.now += 30
-    young = store.put("s1", b"young", "text/plain")
-    clock.now += 30  # old is exactly at its expiry
-    assert store.get("s1", old.id) is None
-    assert store.get("s1", young.id) == young
-    assert store.reap_expired() == 1
-    assert not (store.blobs_dir / old.id).exists()
-    assert (store.blobs_dir / young.id).exists()
-    assert [r[0] for r in _rows(store)] == [young.id]
-    assert store.reap_expired(now=clock.now + 1000) == 1
-    assert _rows(store) == [] and list(store.blobs_dir.iterdir()) == []
-
-
-async def test_run_reaper_reaps_until_cancelled(make_store: StoreFactory, clock: FakeClock) -> None:
-    import asyncio
-
-    store = make_store(Budget.defaults().replace(sidecar_ttl_seconds=1.0))
-    entry = store.put("s1", b"x", "text/plain")
-    clock.now += 5
-    task = asyncio.create_task(store.run_reaper(0.01))
-    for _ in range(500):
-        if not (store.blobs_dir / entry.id).exists():
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert _rows(store) == []
-
-
 def test_delete_session_removes_its_files_rows_and_tokens(make_store: StoreFactory) -> None:
     store = make_store()
     mine = [store.put("s1", bytes([i]) * 10, "text/plain") for i in range(3)]

@@ -52,6 +52,7 @@ from hopline.gateway.handlers import install_error_handlers
 from hopline.gateway.incidents import LastResort
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
+from hopline.sidecars.expiry import Reaper
 from hopline.sidecars.store import open_sidecar_store
 from hopline.store.check import check_recent_events, require_usable
 from hopline.store.journal import EventJournal
@@ -117,7 +118,8 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
             if store is not None:
                 await asyncio.to_thread(store.collect_orphans)
                 await asyncio.to_thread(store.reap_expired)
-                reaper = asyncio.create_task(store.run_reaper(budget.sidecar_reap_interval_seconds))
+                reaper = asyncio.create_task(Reaper(store, budget.sidecar_reap_interval_seconds,
+                                                    live=manager.live_ids).run())
             await journal.open()
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
             if cluster is not None:

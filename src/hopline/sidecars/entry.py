@@ -85,8 +85,8 @@ class SidecarEntry:
     size: int
     sha256: str
     media_type: str
-    created_at: float
-    expires_at: float
+    created_at: float  # on the index's clock (sidecars/expiry.py), as is:
+    expires_at: float  # the earliest it may expire (its session's activity moves the real moment on)
 
     @property
     def etag(self) -> str:

@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+from hopline.sidecars.expiry import SESSIONS_SCHEMA
 from hopline.store.private import private_dir, private_file
 
 INDEX_FILE = "sidecars.sqlite3"  # the SQLite index, in the store's root
@@ -37,7 +38,7 @@ CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
-"""
+""" + SESSIONS_SCHEMA
 
 
 class SidecarIndex:

@@ -21,13 +21,12 @@ and the body's publication, so quotas hold across processes and a committed row 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from hopline.sidecars.entry import (
     new_sidecar_id,
     safe_media_type,
 )
+from hopline.sidecars.expiry import ADOPT, LIVE_ELSEWHERE, TOUCH, RunningClock
 from hopline.sidecars.index import INDEX_FILE, IndexTransaction, SidecarIndex
 from hopline.store.blobs import BlobStore, FileBlobs, ObjectStoreUnavailable, S3Blobs
 from hopline.store.index_check import require_usable_index
@@ -93,10 +93,13 @@ class SidecarStore:
             durable=durable)
         self._lock = self._index.lock
         self._db_errors = self._index.errors
-        # One clock for the index's times (created, expires, the reaper, the orphans' grace): a
-        # shared index's is the store's now(), whatever ``clock`` (this daemon's wall clock) says:
-        # a daemon 24 h ahead would reap every daemon's sidecars. Alone, ``clock`` (tests fake it).
-        self.clock: Callable[[], float] = self._index.db.now if dsn is not None else (clock or time.time)
+        # One clock for the index's times (created, a session's last activity, expiry): a shared
+        # index's is the store's now(), whatever ``clock`` says (a daemon 24 h ahead would reap every
+        # daemon's sidecars); alone, the seconds daemons ran on it (sidecars/expiry.py), or ``clock``
+        # (tests fake it). Never a wall clock: a step of it must not expire anything.
+        self._running = RunningClock(self._index) if dsn is None else None
+        self.clock: Callable[[], float] = (self._index.db.now if self._running is None
+                                           else clock if clock is not None else self._running)
         # bodies' ages (the orphans' grace) are against real time, the store's when shared
         self._real_clock: Callable[[], float] = self._index.db.now if dsn is not None else time.time
         # Counters the index could not record (a failing disk): still reported by stats().
@@ -192,6 +195,7 @@ class SidecarStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (entry.id, entry.session_id, entry.size, entry.sha256, entry.media_type,
                      entry.created_at, entry.expires_at))
+                self._execute(TOUCH, (entry.session_id, entry.created_at))  # the session's activity
                 # Published before COMMIT: a visible row always has its body.
                 self.blobs.publish(staged, key)
         except SidecarRefused:
@@ -211,8 +215,8 @@ class SidecarStore:
         try:
             row = self._execute(
                 "SELECT id, session_id, size, sha256, media_type, created_at, expires_at FROM sidecars"
-                " WHERE session_id = ? AND sha256 = ? AND media_type = ? AND expires_at > ? LIMIT 1",
-                (session_id, digest, media, self.clock())).fetchone()
+                " WHERE session_id = ? AND sha256 = ? AND media_type = ? LIMIT 1",
+                (session_id, digest, media)).fetchone()
         except self._db_errors:
             return None
         return SidecarEntry(*row) if row else None
@@ -275,13 +279,13 @@ class SidecarStore:
     # --- reading --------------------------------------------------------------------------------
 
     def get(self, session_id: str, sidecar_id: str) -> SidecarEntry | None:
-        """The entry if ``sidecar_id`` is valid, belongs to ``session_id`` and has not expired."""
+        """The entry if ``sidecar_id`` is valid, belongs to ``session_id`` and is stored (until the
+        reaper removes it: it alone knows which sessions live, see :mod:`.expiry`)."""
         if not is_valid_sidecar_id(sidecar_id) or not isinstance(session_id, str):
             return None
         row = self._execute(
             "SELECT id, session_id, size, sha256, media_type, created_at, expires_at FROM sidecars"
-            " WHERE id = ? AND session_id = ? AND expires_at > ?",
-            (sidecar_id, session_id, self.clock())).fetchone()
+            " WHERE id = ? AND session_id = ?", (sidecar_id, session_id)).fetchone()
         return SidecarEntry(*row) if row else None
 
     def open_blob(self, entry: SidecarEntry) -> Any | None:
@@ -308,16 +312,27 @@ class SidecarStore:
                 "SELECT id FROM sidecars WHERE session_id = ?", (session_id,)).fetchall()]
             self._execute("DELETE FROM sidecars WHERE session_id = ?", (session_id,))
             self._execute("DELETE FROM write_tokens WHERE session_id = ?", (session_id,))
+            self._execute("DELETE FROM sidecar_sessions WHERE session_id = ?", (session_id,))
         self._unlink_blobs(ids)
         return len(ids)
 
-    def reap_expired(self, now: float | None = None) -> int:
-        """Remove sidecars whose time to live has passed; returns how many."""
+    def reap_expired(self, now: float | None = None, *, live: Iterable[str] = ()) -> int:
+        """The ``live`` sessions marked active at ``now`` (the index's clock), then every sidecar of
+        a session inactive for its time to live removed (:mod:`.expiry`); returns how many."""
         moment = self.clock() if now is None else now
+        expired = "SELECT session_id FROM sidecar_sessions WHERE active_at <= ?" + (
+            LIVE_ELSEWHERE if self._index.dsn is not None else "")
+        since = (moment - self.budget.sidecar_ttl_seconds,)
         with self._transaction():
+            for session_id in live:
+                self._execute(TOUCH, (session_id, moment))
+            self._execute(ADOPT, (moment,))
             ids = [r[0] for r in self._execute(
-                "SELECT id FROM sidecars WHERE expires_at <= ?", (moment,)).fetchall()]
-            self._execute("DELETE FROM sidecars WHERE expires_at <= ?", (moment,))
+                f"SELECT id FROM sidecars WHERE session_id IN ({expired})", since).fetchall()]
+            self._execute(f"DELETE FROM sidecars WHERE session_id IN ({expired})", since)
+            self._execute(f"DELETE FROM sidecar_sessions WHERE session_id IN ({expired})", since)
+        if self._running is not None:
+            self._running.persist()
         self._unlink_blobs(ids)
         if ids:
             log.info("sidecars reaped", extra={"count": len(ids)})
@@ -362,15 +377,6 @@ class SidecarStore:
         if removed:
             log.info("sidecar orphans collected", extra={"count": removed})
         return removed
-
-    async def run_reaper(self, interval: float) -> None:
-        """Reap expired sidecars every ``interval`` seconds until cancelled (errors are logged)."""
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await asyncio.to_thread(self.reap_expired)
-            except Exception as exc:  # keep reaping on the next tick
-                log.warning("sidecar reaper failed", extra={"error": type(exc).__name__})
 
     # --- per-session write tokens (S-3) --------------------------------------------------------
 

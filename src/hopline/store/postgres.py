@@ -99,6 +99,14 @@ DO $$ BEGIN
 EXCEPTION WHEN feature_not_supported THEN NULL;
 END $$;
 """),
+    # Issue 49: a sidecar expires from its session's last activity on the store's clock, never while
+    # the session lives (sidecars/expiry.py); the sidecar rows' expires_at no longer decides it.
+    (7, "sidecar sessions' last activity", """
+CREATE TABLE sidecar_sessions (
+    session_id TEXT PRIMARY KEY,
+    active_at DOUBLE PRECISION NOT NULL
+);
+"""),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

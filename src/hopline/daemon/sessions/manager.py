@@ -109,6 +109,12 @@ class SessionManager:
         """The session if this daemon holds it in memory (no store read)."""
         return self.sessions.get(session_id)
 
+    def live_ids(self) -> list[str]:
+        """The sessions live here: an agent running them, or a client reading their stream (their
+        sidecars never expire, :mod:`hopline.sidecars.expiry`)."""
+        return [session_id for session_id, session in list(self.sessions.items())
+                if session.state in LIVE_STATES or self.bus.subscriber_count(session_id)]
+
     def check_live_capacity(self) -> None:
         limit = self.budget.max_live_sessions
         live = sum(1 for s in self.sessions.values() if s.state in LIVE_STATES)
