@@ -143,6 +143,7 @@ class SseEvent:
     id: int | None
     type: str
     data: Any
+    raw: bytes = dataclasses.field(default=b"", compare=False)  # the data's bytes, as sent
 
 
 def parse_block(block: bytes) -> SseEvent | None:
@@ -162,7 +163,8 @@ def parse_block(block: bytes) -> SseEvent | None:
             data_lines.append(value)
     if not data_lines:
         return None
-    return SseEvent(event_id, event_type, orjson.loads(b"\n".join(data_lines)))
+    raw = b"\n".join(data_lines)
+    return SseEvent(event_id, event_type, orjson.loads(raw), raw)
 
 
 async def iter_sse(response: httpx.Response) -> AsyncIterator[SseEvent]:
