@@ -108,18 +108,17 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
 
 
 def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
-    budget, store, journal, manager, cluster, bus = (parts.budget, parts.store, parts.journal, parts.manager,
-                                                     parts.cluster, parts.bus)
+    store, journal, manager, cluster = parts.store, parts.journal, parts.manager, parts.cluster
+    bus, expiry = parts.bus, parts.reaper
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with running(parts.gateway):
             reaper: asyncio.Task[None] | None = None
-            if store is not None:
+            if store is not None and expiry is not None:
                 await asyncio.to_thread(store.collect_orphans)
-                await asyncio.to_thread(store.reap_expired)
-                reaper = asyncio.create_task(Reaper(store, budget.sidecar_reap_interval_seconds,
-                                                    live=manager.live_ids).run())
+                await asyncio.to_thread(store.reap_expired)  # no session is live yet
+                reaper = asyncio.create_task(expiry.run())
             await journal.open()
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
             if cluster is not None:
@@ -213,9 +212,11 @@ def create_daemon_app(
     if session_tokens is not None:
         gateway = embedded_gateway(budget, internal_token=internal_token, provider=provider,
                                    session_tokens=session_tokens)
+    reaper = (Reaper(store, budget.sidecar_reap_interval_seconds, live=manager.live_ids)
+              if store is not None else None)
     parts = DaemonParts(budget=budget, settings=settings, journal=journal, bus=bus, manager=manager,
                         gates=GateRegistry(budget, manager, bus, journal, data_dir), instruments=instruments,
-                        store=store, cluster=cluster, gateway=gateway)
+                        store=store, reaper=reaper, cluster=cluster, gateway=gateway)
     app = _routes(parts)
     guarded = BodyLimit(app, limit=budget.daemon_json_body_limit, ceiling="daemon_json_body_limit",
                         read_timeout=budget.body_read_timeout_seconds)

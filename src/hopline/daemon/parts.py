@@ -11,6 +11,7 @@ from hopline.daemon.cluster import Cluster
 from hopline.daemon.gates import GateRegistry
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.observe.pipe import PipeObservability
+from hopline.sidecars.expiry import Reaper
 from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal
 
@@ -25,5 +26,6 @@ class DaemonParts:
     gates: GateRegistry
     instruments: PipeObservability
     store: SidecarStore | None  # the sidecar store, when sidecars are on
+    reaper: Reaper | None  # its reaper (expiry), with it
     cluster: Cluster | None  # several daemons on a shared store
     gateway: Any  # the embedded gateway's FastAPI app, or None

@@ -84,6 +84,7 @@ class Reaper:
         self.store = store
         self.interval = interval
         self.live = live
+        self.rounds = 0
         self.refused = 0  # rounds skipped for a clock step
         self._marks = self._now()
 
@@ -92,6 +93,7 @@ class Reaper:
 
     def round(self, live: Iterable[str]) -> int:
         """One round (in a worker thread), ``live`` the sessions live now: how many sidecars it removed."""
+        self.rounds += 1
         marks = self._now()
         elapsed = marks[0] - self._marks[0]
         step = max(abs(marks[1] - self._marks[1] - elapsed), abs(marks[2] - self._marks[2] - elapsed))
@@ -102,6 +104,10 @@ class Reaper:
                         "nothing", extra={"stepSeconds": round(step, 3), "periodSeconds": self.interval})
             return 0
         return self.store.reap_expired(live=live)
+
+    def status(self) -> dict[str, float]:
+        """For ``/daemon/status``: the rounds run, those refused for a clock step, the period."""
+        return {"rounds": self.rounds, "refusedRounds": self.refused, "periodSeconds": self.interval}
 
     async def run(self) -> None:
         """A round every ``interval`` seconds until cancelled (errors are logged)."""

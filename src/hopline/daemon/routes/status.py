@@ -19,6 +19,7 @@ from hopline.daemon.store_errors import cluster_status_or_unavailable
 def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
     budget, manager, bus, gates = parts.budget, parts.manager, parts.bus, parts.gates
     instruments, store, cluster, gateway = parts.instruments, parts.store, parts.cluster, parts.gateway
+    reaper = parts.reaper
     router = APIRouter(route_class=route_class)
 
     @router.get("/daemon/status", responses=ERRORS)
@@ -41,7 +42,8 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
-            "sidecars": store.stats() if store is not None else None,
+            "sidecars": ({**store.stats(), "reaper": reaper.status() if reaper is not None else None}
+                         if store is not None else None),
             "budget": limits_json(budget, check_coherence(budget), parts.settings),
             "cluster": await cluster_status_or_unavailable(cluster) if cluster is not None else None,
         }
