@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, str] = {
     "warm_pool": "bench.warm_pool",
     "scaling": "bench.scaling",
     "scaleout": "bench.scaleout",
+    "durability": "bench.durability",
 }
 RESULTS = BENCH_DIR / "results.json"
 
