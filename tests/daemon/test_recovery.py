@@ -220,3 +220,25 @@ async def test_a_failed_transaction_leaves_no_record_behind(tmp_path: Path) -> N
     reopened = SqliteJournal(tmp_path)
     assert reopened.recovery.sessions == 0
     await reopened.close()
+
+
+async def test_small_events_commit_without_their_record_when_the_segment_file_cannot_take_it(
+        tmp_path: Path) -> None:
+    """A record whose rows hold everything (small events, a prompt) is a copy: when the segment file
+    cannot be written the rows commit without it; events whose bytes would live there fail."""
+    journal = SqliteJournal(tmp_path)
+    await journal.create_session("s1", {})
+    (tmp_path / SEGMENTS_DIR).write_bytes(b"")  # where the directory would be: nothing can be made
+    assert await journal.append_many("s1", [("e", b'{"small":1}')]) == [1]
+    await journal.open_prompt("s1", "p_1")
+    journal.stage("s1", "e", _event(2, BIG))
+    try:
+        await journal.commit()
+    except OSError:
+        pass
+    else:
+        raise AssertionError("a large event with no segment file to hold it should fail")
+    rows = await journal.read_page("s1", 0, max_bytes=1 << 20)
+    assert [(r.seq, r.data) for r in rows] == [(1, b'{"small":1}')]
+    assert await journal.unended_prompts() == [("s1", "p_1")]
+    await journal.close()

@@ -97,13 +97,18 @@ class SegmentWriter:
         self._marks.setdefault(session_id, offset)
         pending: list[bytes | memoryview] = list(datas)
         first = 0  # pending[first:] is still to write
-        while first < len(pending):
-            written = os.writev(fd, pending[first:first + _IOV_MAX])
-            while first < len(pending) and written >= len(pending[first]):
-                written -= len(pending[first])
-                first += 1
-            if written:  # a short write: the rest of that buffer comes next
-                pending[first] = memoryview(pending[first])[written:]
+        try:
+            while first < len(pending):
+                written = os.writev(fd, pending[first:first + _IOV_MAX])
+                while first < len(pending) and written >= len(pending[first]):
+                    written -= len(pending[first])
+                    first += 1
+                if written:  # a short write: the rest of that buffer comes next
+                    pending[first] = memoryview(pending[first])[written:]
+        except OSError:
+            with contextlib.suppress(OSError):  # a failed append leaves nothing of itself behind
+                os.ftruncate(fd, offset)
+            raise
         self._unsynced.add(session_id)
         end = offset + sum(len(data) for data in datas)
         start, mark = self._cached.get(session_id, (0, 0))

@@ -226,10 +226,20 @@ class SqliteJournal(StagedIds, EventJournal):
             self._append_record(db, session_id, [records.prompt_record(records.PROMPT_CLOSE, prompt_id, 0)])
         await self.submit_write(close_it)
 
-    def _append_record(self, db: sqlite3.Connection, session_id: str, parts: Sequence[bytes]) -> int:
+    def _append_record(self, db: sqlite3.Connection, session_id: str, parts: Sequence[bytes], *,
+                       required: bool = False) -> int | None:
         """In the writer: one record at the end of the session's segment file, and the session's
-        commit point moved past it in the same transaction; returns where the record starts."""
-        start = self._segments.append(session_id, parts)
+        commit point moved past it in the same transaction; returns where the record starts. A
+        record whose rows hold everything it says (small events, a prompt) is a copy kept for a
+        journal that loses its last commits: when the file cannot take it (no inode for a new
+        file, an I/O error) the rows commit without it (None); one whose rows point into it is
+        ``required``, and its failure fails the write."""
+        try:
+            start = self._segments.append(session_id, parts)
+        except OSError:
+            if required:
+                raise
+            return None
         db.execute("UPDATE sessions SET segment_end = ? WHERE id = ?",
                    (start + sum(len(part) for part in parts), session_id))
         return start
@@ -310,7 +320,8 @@ class SqliteJournal(StagedIds, EventJournal):
         datas = [rows[i][3] for i in order]
         header = records.events_record([rows[i][1] for i in order], [rows[i][2] for i in order],
                                        [len(data) for data in datas], [crcs[i] for i in order], len(external))
-        return self._append_record(db, session_id, [header, *datas]) + len(header)
+        start = self._append_record(db, session_id, [header, *datas], required=bool(external))
+        return len(header) + (start or 0)
 
     def _settle_ids(self, rows: Sequence[StagedRow], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or
