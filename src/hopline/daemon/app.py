@@ -107,6 +107,14 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
     return journal, cluster, ownership
 
 
+def _open_sidecars(budget: Budget, settings: Settings, data_dir: Path) -> SidecarStore:
+    """The sidecar store the settings name (SPEC S-1, X), synced as ``HOPLINE_STORE_SYNC`` says."""
+    return open_sidecar_store(store_location(settings.store_url, data_dir),
+                              sidecar_location(settings.sidecar_url, data_dir, os.environ),
+                              budget, index_dir=data_dir / SIDECARS_DIR,
+                              durable=store_sync(settings.store_sync) == SYNC_FULL)
+
+
 def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
     store, journal, manager, cluster = parts.store, parts.journal, parts.manager, parts.cluster
     bus, expiry = parts.bus, parts.reaper
@@ -197,14 +205,9 @@ def create_daemon_app(
     session_tokens = None
     if embed_gateway:
         session_tokens = gateway_tokens if gateway_tokens is not None else SessionTokens()
-    store: SidecarStore | None = None
-    if sidecars:
-        store = open_sidecar_store(store_location(settings.store_url, data_dir),
-                                   sidecar_location(settings.sidecar_url, data_dir, os.environ),
-                                   budget, index_dir=data_dir / SIDECARS_DIR,
-                                   durable=store_sync(settings.store_sync) == SYNC_FULL)
-        if projector is None:
-            projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
+    store = _open_sidecars(budget, settings, data_dir) if sidecars else None
+    if store is not None and projector is None:
+        projector = sidecar_projector(store, budget, then=oversize_replacement(budget))
     manager = SessionManager(budget, journal=journal, bus=bus, instruments=instruments, agent_cmd=agent_cmd,
                              data_dir=data_dir, child_env=child_env, projector=projector, sidecars=store,
                              agent_env=agent_env, gateway_tokens=session_tokens, ownership=ownership)
@@ -212,8 +215,7 @@ def create_daemon_app(
     if session_tokens is not None:
         gateway = embedded_gateway(budget, internal_token=internal_token, provider=provider,
                                    session_tokens=session_tokens)
-    reaper = (Reaper(store, budget.sidecar_reap_interval_seconds, live=manager.live_ids)
-              if store is not None else None)
+    reaper = Reaper(store, budget.sidecar_reap_interval_seconds, live=manager.live_ids) if store else None
     parts = DaemonParts(budget=budget, settings=settings, journal=journal, bus=bus, manager=manager,
                         gates=GateRegistry(budget, manager, bus, journal, data_dir), instruments=instruments,
                         store=store, reaper=reaper, cluster=cluster, gateway=gateway)
