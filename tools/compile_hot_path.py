@@ -56,6 +56,7 @@ HOT_MODULES = (
     "hopline/store/integrity.py",
     "hopline/store/journal.py",
     "hopline/store/sqlite_journal.py",
+    "hopline/store/sqlite_writer.py",
     "hopline/store/pg_journal.py",
 )
 
