@@ -10,13 +10,12 @@ to commit ids; only commit ids go further.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import stat
 from pathlib import Path
 
 from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
 from hopline.harness.git import GitError, add_worktree, driver_overrides, remove_worktree, run_git
+from hopline.harness.sandbox_mounts import share_tree
 
 # A revision a client may name: a ref, a commit id, HEAD~2, main@{upstream}... never an option.
 REVISION_RE = re.compile(r"^[A-Za-z0-9._/@{}^~:+][A-Za-z0-9._/@{}^~:+-]{0,254}$")
@@ -81,25 +80,22 @@ def default_base(repo: Path, budget: Budget, head: str) -> tuple[str, str]:
                     "give base")
 
 
+def resolve_range(path: Path, base: str | None, head: str | None,
+                  budget: Budget) -> tuple[Path, str, str, str]:
+    """The repository's root holding ``path`` and the commits under review: ``(root, base, head,
+    where the base came from)`` (``given``, or what :func:`default_base` took the merge base with)."""
+    root = repository_root(path, budget)
+    head_id = resolve_commit(root, budget, head or "HEAD", "head")
+    if base is not None:
+        return root, resolve_commit(root, budget, base, "base"), head_id, "given"
+    base_id, base_from = default_base(root, budget, head_id)
+    return root, base_id, head_id, base_from
+
+
 def changes_nothing(repo: Path, budget: Budget, base: str, head: str) -> bool:
     """True when ``base`` and ``head`` hold the same tree: an empty range, nothing to review."""
     return base == head or _git(repo, budget, "rev-parse", f"{base}^{{tree}}") == _git(
         repo, budget, "rev-parse", f"{head}^{{tree}}")
-
-
-def _chmod_tree(root: Path, *, writable: bool) -> None:
-    """Files and directories of the checkout without (or with back) their write bits; ``.git``
-    (a file pointing at the repository) is left alone."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        for name in [*filenames, *dirnames]:
-            path = Path(dirpath, name)
-            if path.is_symlink() or (Path(dirpath) == root and name == ".git"):
-                continue
-            mode = path.lstat().st_mode
-            write = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
-            path.chmod((mode | stat.S_IWUSR) if writable else (mode & ~write))
-    mode = root.stat().st_mode
-    root.chmod((mode | stat.S_IWUSR) if writable else (mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)))
 
 
 class Checkout:
@@ -132,10 +128,10 @@ class Checkout:
         return checkout
 
     def read_only(self) -> None:
-        _chmod_tree(self.path, writable=False)
+        share_tree(self.path, writable=False)
 
     def writable(self) -> None:
-        _chmod_tree(self.path, writable=True)
+        share_tree(self.path, writable=True)
 
     def stage_all(self) -> list[str]:
         """Stage whatever the dev agent changed; the paths staged (none: it changed nothing)."""

@@ -146,13 +146,22 @@ def add_worktree(repo: Path, path: Path, commit: str, *, timeout: float, max_byt
 
 
 def remove_worktree(repo: Path, path: Path, *, timeout: float, max_bytes: int) -> None:
-    """The worktree at ``path`` removed (forced), or its directory deleted and git's record pruned."""
+    """The worktree at ``path`` removed (forced; its directories made writable first, so that a
+    read-only checkout goes too), or its directory deleted; then git's records of worktrees that
+    are gone pruned, so none is left "prunable"."""
     import contextlib
     import shutil
+    import stat
 
+    for dirpath, dirnames, _ in os.walk(path):
+        for name in [".", *dirnames]:
+            with contextlib.suppress(OSError):
+                folder = Path(dirpath, name)
+                if not folder.is_symlink():
+                    folder.chmod(folder.stat().st_mode | stat.S_IWUSR | stat.S_IXUSR)
     try:
         run_git(repo, ["worktree", "remove", "--force", str(path)], timeout=timeout, max_bytes=max_bytes)
     except GitError:
         shutil.rmtree(path, ignore_errors=True)
-        with contextlib.suppress(GitError):
-            run_git(repo, ["worktree", "prune"], timeout=timeout, max_bytes=max_bytes)
+    with contextlib.suppress(GitError):
+        run_git(repo, ["worktree", "prune"], timeout=timeout, max_bytes=max_bytes)

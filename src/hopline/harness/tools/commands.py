@@ -23,6 +23,8 @@ class CommandRun:
     timeout: float
     refused_processes: int = 0  # new processes the sandbox's process ceiling refused
     process_limit: int | None = None  # that ceiling, when the command ran in the sandbox
+    results: bytes = b""  # what it wrote to its results pipe (the sandbox's report files), bounded
+    results_dropped: int = 0  # bytes past that bound: counted, not kept
 
     @property
     def timed_out(self) -> bool:
@@ -37,44 +39,105 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
+class ResultsPipe:
+    """A pipe a command writes its report files to (:func:`hopline.harness.sandbox.read_results`):
+    its write end is the child's standard input (the sandbox's wrapper moves it away from the
+    command's), the read end is read while it runs, up to ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+
+    def close(self) -> None:
+        for fd in (self.read_fd, self.write_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.read_fd = self.write_fd = -1
+
+
+class _Bounded:
+    """Bytes read up to a limit; the rest counted, never kept."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chunks: list[bytes] = []
+        self.kept = self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = max(self.limit - self.kept, 0)
+        self.chunks.append(chunk[:room])
+        self.kept += min(room, len(chunk))
+        self.dropped += len(chunk) - min(room, len(chunk))
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.chunks)
+
+
+async def _read_pipe(fd: int, into: _Bounded) -> None:
+    """Read ``fd`` to its end (every writer closed it) into ``into``."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                os.fdopen(os.dup(fd), "rb", buffering=0))
+    try:
+        while chunk := await reader.read(64 * 1024):
+            into.add(chunk)
+    finally:
+        transport.close()
+
+
 async def run_captured(command: str | Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout: float,
-                       capture: int, preexec: Callable[[], None] | None = None) -> CommandRun:
+                       capture: int, preexec: Callable[[], None] | None = None,
+                       results: ResultsPipe | None = None) -> CommandRun:
     """``command`` (a shell line, or an argv run without a shell) in ``cwd``; OSError when it
-    cannot start."""
+    cannot start. ``results``: its write end is the command's standard input, its read end read."""
     pipes: dict[str, Any] = {"cwd": cwd, "stdin": asyncio.subprocess.DEVNULL, "env": dict(env),
                              "stdout": asyncio.subprocess.PIPE, "stderr": asyncio.subprocess.STDOUT,
                              "start_new_session": True}
     if preexec is not None:
         pipes["preexec_fn"] = preexec
+    if results is not None:  # the wrapper's standard input: it moves it away from the command's
+        pipes["stdin"] = results.write_fd
     if isinstance(command, str):
         proc = await asyncio.create_subprocess_shell(command, **pipes)
     else:
         proc = await asyncio.create_subprocess_exec(*command, **pipes)
-    chunks: list[bytes] = []
-    kept = dropped = 0
+    output = _Bounded(capture)
+    reports = _Bounded(results.limit if results is not None else 0)
+    if results is not None:  # only the child holds the write end now: the read ends when it ends
+        os.close(results.write_fd)
+        results.write_fd = -1
 
     async def pump() -> None:
-        nonlocal kept, dropped
         assert proc.stdout is not None
-        while chunk := await proc.stdout.read(64 * 1024):
-            room = max(capture - kept, 0)
-            chunks.append(chunk[:room])
-            kept += min(room, len(chunk))
-            dropped += len(chunk) - min(room, len(chunk))
-        await proc.wait()
+        reading = asyncio.ensure_future(_read_pipe(results.read_fd, reports)) if results is not None else None
+        try:
+            while chunk := await proc.stdout.read(64 * 1024):
+                output.add(chunk)
+            await proc.wait()
+            if reading is not None:
+                await reading
+        finally:
+            if reading is not None and not reading.done():
+                reading.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await reading
 
     try:
         await asyncio.wait_for(pump(), timeout)
     except TimeoutError:
         _kill(proc)
         await proc.wait()
-        return CommandRun(b"".join(chunks).decode("utf-8", errors="replace"), None, dropped, timeout)
+        return CommandRun(output.data.decode("utf-8", errors="replace"), None, output.dropped, timeout)
     except asyncio.CancelledError:
         _kill(proc)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(proc.wait(), 5)
         raise
-    return CommandRun(b"".join(chunks).decode("utf-8", errors="replace"), proc.returncode, dropped, timeout)
+    return CommandRun(output.data.decode("utf-8", errors="replace"), proc.returncode, output.dropped, timeout,
+                      results=reports.data, results_dropped=reports.dropped)
 
 
 def shown_run(run: CommandRun, *, capture: int) -> str:
