@@ -54,12 +54,15 @@ META_SIDECAR = "hopline.sidecar"  # fields moved to (or truncated for) a sidecar
 META_TRUNCATED = "hopline.truncated"
 META_DROPPED = "hopline.dropped"  # an update replaced by a stub over the SSE event limit
 META_TOOL = "hopline.tool"
-# A gate session's session/new: {"base", "head", "testCommand"?, "sandbox"?} (harness.tools.ReviewRange).
+# A gate session's session/new: {"base", "head", "testCommand"?, "sandbox"?, "fix"?, "python"?}
+# (harness.tools.ReviewRange).
 REVIEW_META = "hopline.review"
 # A tool message's _meta (read by programs, dropped before a provider): where a result was cut, and
 # what a command's run ended with.
 META_CUT = "hopline.cut"
 META_COMMAND = "hopline.command"
+META_TESTS = "hopline.tests"  # a run of the gate's test command: what ran, failed, was removed, coverage
+META_DIFF = "hopline.diff"  # a whole-file git_diff: whether the file's behaviour (its AST) is the same
 MESSAGE_META = "_meta"
 
 # --- ACP extension methods, as they travel on the pipe (the SDK adds the leading "_") ---------------

@@ -42,6 +42,7 @@ class AgentReport:
     verdict_asks: int = 0
     sidecars: int = 0  # fields of its updates moved to sidecars (kept off the wire)
     sidecar_bytes: int = 0
+    test_runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # its runs of the test command
     error: dict[str, Any] | None = None
     started_at: float | None = None
     ended_at: float | None = None
@@ -57,7 +58,8 @@ class AgentReport:
                 "ceilingBytes": self.ceiling_bytes, "http413s": self.http_413s,
                 "modelRetries": self.model_retries, "stalls": self.stalls, "verdictAsks": self.verdict_asks,
                 "sidecars": self.sidecars, "sidecarBytes": self.sidecar_bytes,
-                "error": self.error, "startedAt": self.started_at, "endedAt": self.ended_at}
+                "testRuns": list(self.test_runs), "error": self.error, "startedAt": self.started_at,
+                "endedAt": self.ended_at}
 
 
 def track(report: AgentReport, event: Event, set_item: SetItem, emit: Emit) -> None:
@@ -102,6 +104,8 @@ def track(report: AgentReport, event: Event, set_item: SetItem, emit: Emit) -> N
             report.summarizer_errors.append({k: failed.get(k) for k in ("origin", "status", "hop")
                                              if k in failed})
         set_item(report, GateItem.COMPACTING, trigger=record.get("trigger"))
+    elif (ran := test_run(event)) is not None:
+        report.test_runs.append(ran)
     elif event.type == TURN_COMPLETE:
         turn = event.data.get("turn")
         turn = turn if isinstance(turn, dict) else {}
@@ -117,3 +121,15 @@ def command_ran(event: Event) -> dict[str, Any] | None:
     if not isinstance(raw, dict) or "sandbox" not in raw:
         return None
     return {k: raw.get(k) for k in ("sandbox", "exitCode", "timedOut", "refusedProcesses")}
+
+
+def test_run(event: Event) -> dict[str, Any] | None:
+    """How a run of the gate's test command went, from its ``tool_call_update`` (what the tool
+    itself read of it, never what the model says): where, the command, its exit, what it showed."""
+    raw = event.update.get("rawOutput") if event.update_kind == "tool_call_update" else None
+    tests = raw.get("tests") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(tests, dict):
+        return None
+    return {"at": raw.get("at"), "command": raw.get("command"), "coverage": bool(raw.get("coverage")),
+            "exitCode": raw.get("exitCode"), "timedOut": raw.get("timedOut"),
+            **{k: tests.get(k) for k in ("runner", "ran", "didNotRun", "counts", "summary")}}

@@ -5,9 +5,10 @@ Each run names its tool ``hopline-gate/<agent>`` (and the analyzers its agent ra
 (``fullDescription``) and a documentation link (``helpUri``: the analyzer's, else the table's), and
 carries one result per finding (``level`` = the finding's severity; the location relative to
 ``SRCROOT``, the repository's root, always with a region: a finding that names no line is at line
-1). The invocation says whether the gate gave a verdict (``executionSuccessful``);
-the verdict, the commits and the run's figures are in the run's ``properties``. Paths stay relative:
-no absolute path of the machine is written.
+1). The invocation says whether the gate gave a verdict and ran its tests (``executionSuccessful``:
+false when the test command ran no test at the head), and names the test command it ran with every
+run's counts; the verdict, the commits and the run's figures are in the run's ``properties``. Paths
+stay relative: no absolute path of the machine is written.
 
 For GitHub code scanning: each result has ``partialFingerprints`` (a hash of the agent, rule, file
 and message with its numbers taken out: the same finding keeps it when lines move), each security
@@ -82,11 +83,8 @@ def gate_run_to_sarif(agent: dict[str, Any], *, base: str, head: str, gate_id: s
     findings: list[dict[str, Any]] = list(agent.get("findings") or [])
     rule_ids = sorted({f["rule"] for f in findings})
     index = {rule_id: i for i, rule_id in enumerate(rule_ids)}
+    invocation = _invocation(agent)
     verdict = agent.get("verdict")
-    invocation: dict[str, Any] = {"executionSuccessful": verdict in ("pass", "fail")}
-    if verdict not in ("pass", "fail"):
-        invocation["toolExecutionNotifications"] = [{
-            "level": "error", "message": {"text": str(agent.get("summary") or "the gate gave no verdict")}}]
     return {
         "tool": {"driver": {"name": f"hopline-gate/{agent['agent']}", "version": __version__,
                             "rules": [_rule(r, findings) for r in rule_ids]},
@@ -113,6 +111,32 @@ def _extension(analyzer: dict[str, Any]) -> dict[str, Any]:
     if known is not None:
         out["informationUri"] = known.docs
     return out
+
+
+def _invocation(agent: dict[str, Any]) -> dict[str, Any]:
+    """Whether the agent did what it had to: a verdict, and its tests run at the head (a run of the
+    test command that ran no test is not a success, whatever the verdict); the test command it ran
+    at the head and every run's counts."""
+    verdict = agent.get("verdict")
+    runs = [r for r in agent.get("testRuns") or [] if isinstance(r, dict)]
+    unrun = [r for r in runs if r.get("at") == "head" and (r.get("ran") is False or r.get("timedOut"))]
+    invocation: dict[str, Any] = {"executionSuccessful": verdict in ("pass", "fail") and not unrun}
+    notes = [] if verdict in ("pass", "fail") else [str(agent.get("summary") or "the gate gave no verdict")]
+    notes += [f"the tests did not run at the head ({r.get('command')}): "
+              + ("killed at their timeout" if r.get("timedOut") else str(r.get("didNotRun"))) for r in unrun]
+    if notes:
+        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": text}}
+                                                    for text in notes]
+    head = next((r for r in reversed(runs) if r.get("at") == "head" and not r.get("coverage")), None)
+    head = head or next((r for r in reversed(runs) if r.get("at") == "head"), None)
+    if head is not None:
+        invocation["commandLine"] = str(head.get("command"))
+        if isinstance(head.get("exitCode"), int):
+            invocation["exitCode"] = head["exitCode"]
+        invocation["properties"] = {"testRuns": [
+            {k: r.get(k) for k in ("at", "command", "coverage", "exitCode", "ran", "didNotRun", "counts",
+                                   "summary")} for r in runs]}
+    return invocation
 
 
 def _prints(agent: str, findings: list[dict[str, Any]]) -> list[str]:

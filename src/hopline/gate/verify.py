@@ -3,9 +3,10 @@ tests that passed at the base must still pass. Both run in the sandbox, through 
 commands a gate session's ``run_command`` uses (:class:`~hopline.harness.tools.reviewing.ReviewCommands`).
 
 "Builds": every changed Python file compiles (``python -m py_compile``, in the sandbox); for another
-language the test command's own build step says it. "Still pass": with pytest, every test id that
-passed at the base passes at the fix's head (a test the fix deleted counts as not passing); with any
-other command, it exits 0 at the head when it did at the base.
+language the test command's own build step says it. "Still pass": tests run at the fix's head
+(unless none ran at the base either), and, when the runner names its tests (pytest's JUnit XML,
+``unittest -v``), every test that passed at the base passes at the fix's head (a test the fix
+deleted counts as not passing); with any other command, it exits 0 at the head when it did at the base.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.gate.git import Checkout
 from hopline.gate.testcmd import TestCommand
-from hopline.harness.testresults import TestReport, parse_compile_errors, parse_pytest
+from hopline.harness.testresults import parse_compile_errors
+from hopline.harness.testruns import TestRun
 from hopline.harness.tools import ReviewRange, ToolError
-from hopline.harness.tools.commands import CommandRun
-from hopline.harness.tools.reviewing import ReviewCommands
+from hopline.harness.tools.reviewing import ReviewCommands, ReviewRun
 
 
 @dataclasses.dataclass
@@ -44,21 +45,29 @@ class FixCheck:
                 "brokenTests": self.broken_tests}
 
 
-def _outcome(run: CommandRun, command: TestCommand) -> tuple[TestReport, dict[str, Any]]:
-    report = parse_pytest(run.text) if command.pytest else TestReport()
-    return report, {"command": shlex.join(command.argv), "exitCode": run.exit_code, "timedOut": run.timed_out,
-                    **report.to_json()}
+def _outcome(review: ReviewRun, command: TestCommand) -> tuple[TestRun | None, dict[str, Any]]:
+    tests, run = review.tests, review.run
+    said = tests.to_json() if tests is not None else {}
+    return tests, {"command": shlex.join(command.argv), "exitCode": run.exit_code, "timedOut": run.timed_out,
+                   **{k: said.get(k) for k in ("ran", "didNotRun", "counts", "summary")},
+                   "passed": sum(1 for s in (tests.statuses.values() if tests else ()) if s == "passed"),
+                   "failed": sorted(f.test for f in (tests.failed if tests else []))}
+
+
+def _passed(tests: TestRun | None) -> set[str]:
+    return {t for t, s in tests.statuses.items() if s == "passed"} if tests is not None else set()
 
 
 class FixVerifier:
     """One run's fix checks: the base's test results are taken once, each fix's head in turn."""
 
     def __init__(self, checkout: Path, base: str, head: str, budget: Budget, sandbox: str,
-                 command: TestCommand | None) -> None:
+                 command: TestCommand | None, python: str | None = None) -> None:
         argv = command.argv if command else None
-        self.commands = ReviewCommands(checkout, budget, ReviewRange(base, head, argv, sandbox))
+        self.commands = ReviewCommands(checkout, budget,
+                                       ReviewRange(base, head, argv, sandbox, python=python))
         self.command = command
-        self._base: tuple[TestReport, dict[str, Any]] | None = None
+        self._base: tuple[TestRun | None, dict[str, Any]] | None = None
 
     def close(self) -> None:
         self.commands.close()
@@ -68,7 +77,7 @@ class FixVerifier:
         check.compiled = len(python)
         if not python:
             return True
-        _, run = await self.commands.run(shlex.join(["python", "-m", "py_compile", *python]), "head")
+        run = (await self.commands.run(shlex.join(["python", "-m", "py_compile", *python]), "head")).run
         if run.exit_code == 0:
             return True
         errors = parse_compile_errors(run.text, python)
@@ -83,23 +92,25 @@ class FixVerifier:
             return True
         shown = shlex.join(command.argv)
         if self._base is None:
-            _, base_run = await self.commands.run(shown, "base")
-            self._base = _outcome(base_run, command)
+            self._base = _outcome(await self.commands.run(shown, "base"), command)
         base, check.base_tests = self._base
-        _, head_run = await self.commands.run(shown, "head")
+        head_run = await self.commands.run(shown, "head")
         head, check.head_tests = _outcome(head_run, command)
-        if head_run.timed_out:
+        if head_run.run.timed_out:
             check.reason = f"the tests ran past their timeout at the fix's head ({shown})"
             return False
-        if command.pytest:
-            check.broken_tests = sorted(base.passed - head.passed)
+        if head is not None and not head.ran and (base is None or base.ran):
+            check.reason = f"no test runs at the fix's head ({shown}): {head.did_not_run}"
+            return False
+        if base is not None and head is not None and base.knows_tests and head.knows_tests:
+            check.broken_tests = sorted(_passed(base) - _passed(head))
             if check.broken_tests:
                 check.reason = (f"{len(check.broken_tests)} tests that passed at the base do not pass at the "
                                 f"fix's head: {', '.join(check.broken_tests[:5])}")
                 return False
-        elif check.base_tests.get("exitCode") == 0 and head_run.exit_code != 0:
+        elif check.base_tests.get("exitCode") == 0 and head_run.run.exit_code != 0:
             check.reason = (f"{shown} passed at the base and fails at the fix's head "
-                            f"(exit {head_run.exit_code})")
+                            f"(exit {head_run.run.exit_code})")
             return False
         return True
 

@@ -4,25 +4,8 @@ fix :mod:`hopline.harness.review_fix`). Pure: no I/O.
 
 A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent, its second line the test
 command (:data:`TEST_COMMAND_MARKER`); a fix prompt starts with :data:`FIX_MARKER` and carries the
-findings as JSON. The rules, by gate agent:
-
-============================  ==========================  ========  ===================================
-rule                          agent                       severity  what
-============================  ==========================  ========  ===================================
-``compile-error``             ``qa_automation``           error     a changed Python file does not compile
-``test-failed``               ``qa_automation``           error     a test fails at the head (warning:
-                                                                    it fails at the base too)
-``test-command-failed``       ``qa_automation``           error     the test command fails, no test named
-``test-failure``              ``qa_automation``           error     a failing test in a test log (*.log)
-``process-limit``             ``qa_automation``           error     a run started more processes than the
-                                                                    sandbox allows (it refused them)
-``unsafe-eval``               ``qa_performance_security`` error     ``eval(`` / ``exec(`` in source code
-``untested-change``           ``qa_strategy``             error     a changed source file, no test changed
-                                                                    (not when its AST stays the same)
-``todo-added``                ``qa_strategy``             warning   a ``TODO`` / ``FIXME``
-``hardcoded-credential``      ``appsec``                  error     an AWS key id, ``password = "..."``
-``symlink-escape``            ``appsec``                  error     a symlink that leaves the repository
-============================  ==========================  ========  ===================================
+findings as JSON. Each rule's agent, severity and meaning are the severity table's
+(:mod:`hopline.harness.rules`).
 
 What a tool result says for a program (where it was cut, how a command ended) is read from the tool
 message's ``_meta`` (:class:`Result`), never parsed out of the English a model reads.
@@ -59,6 +42,13 @@ SOURCE_SUFFIXES = frozenset({".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", 
                              ".c", ".cc", ".cpp", ".h", ".hpp", ".cs", ".kt", ".swift", ".sh", ".ex",
                              ".exs"})
 LOG_SUFFIXES = frozenset({".log"})
+# What a documentation-only change touches (a pull request of only these runs no test): prose by its
+# suffix, and the usual top-level notices by their name.
+DOC_SUFFIXES = frozenset({".md", ".markdown", ".rst", ".adoc", ".asciidoc"})
+DOC_NAMES = frozenset({"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CONTRIBUTORS", "CHANGELOG",
+                       "CHANGES", "HISTORY"})
+# Files besides the tests whose change can add, drop or skip tests: the test ids are compared.
+TEST_CONFIGS = frozenset({"conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"})
 
 
 def is_test_path(path: str) -> bool:
@@ -93,6 +83,16 @@ def code_of(path: str, text: str) -> str:
         return found[0] * 2 if found[0] in "\"'`" else ""
 
     return pattern.sub(blank, text)
+
+
+def is_doc_path(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return PurePosixPath(path).suffix.lower() in DOC_SUFFIXES or name.split(".", 1)[0] in DOC_NAMES
+
+
+def touches_tests(paths: Iterable[str]) -> bool:
+    """Whether a change to ``paths`` can change which tests exist (a test file, a test configuration)."""
+    return any(is_test_path(p) or PurePosixPath(p).name in TEST_CONFIGS for p in paths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,11 +141,15 @@ LINE_RULES: tuple[LineRule, ...] = (
     LineRule("todo-added", re.compile(r"\b(?:TODO|FIXME)\b"),
              "the change adds a {match}: unfinished work ships with it", "text"),
 )
-UNTESTED_RULE = "untested-change"  # qa_strategy, error: a file-level rule (the changed files' list)
+# qa_strategy: added lines of source code no test runs (error, by coverage); where coverage cannot
+# run, a changed source file with no changed test (warning, saying why)
+UNTESTED_RULE = "untested-change"
 SYMLINK_RULE = "symlink-escape"  # appsec, error: a symlink the change adds that points out of the repo
 COMPILE_RULE = "compile-error"  # qa_automation, error: a changed source file that does not compile
 TEST_RULE = "test-failed"  # qa_automation: a test the test command ran failed (error; warning at base too)
 TEST_COMMAND_RULE = "test-command-failed"  # qa_automation: the test command failed, no test named
+NO_TESTS_RULE = "tests-did-not-run"  # qa_automation, error: the test command ran no test at the head
+REMOVED_RULE = "test-removed"  # qa_automation: a base test gone or skipped (error with a source change)
 PROCESS_LIMIT_RULE = "process-limit"  # qa_automation, error: the sandbox refused a run's new processes
 # A test log's failures make one finding per log (its first failure), not one per failing line.
 _ONCE_PER_FILE = frozenset({"test-failure"})
@@ -212,18 +216,32 @@ def line_findings(agent: str, added: Iterable[AddedLine]) -> list[dict[str, Any]
     return found
 
 
-def untested_findings(files: list[list[Any]], first_lines: dict[str, int],
-                      same_behaviour: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """qa_strategy's file rule: source files the change adds lines to while it changes no test,
-    less those whose AST is the same once annotations, docstrings and comments are stripped."""
+def untested_findings(files: list[list[Any]], first_lines: dict[str, int], same_behaviour: Iterable[str] = (),
+                      why: str = "") -> list[dict[str, Any]]:
+    """qa_strategy's rule where coverage cannot run (``why``): a warning for each source file the
+    change adds lines to while it changes no test, less those whose AST is the same once
+    annotations, docstrings and comments are stripped."""
     paths = [str(f[0]) for f in files]
     if any(is_test_path(p) for p in paths):
         return []
     exempt = set(same_behaviour)
     files = [f for f in files if str(f[0]) not in exempt]
-    return [{"severity": "error", "file": p, "line": first_lines.get(p), "rule": UNTESTED_RULE,
-             "message": "this source file changes and no test does: the change is not covered"}
+    because = f" (coverage could not tell which lines: {why})" if why else ""
+    return [{"severity": "warning", "file": p, "line": first_lines.get(p), "rule": UNTESTED_RULE,
+             "message": f"this source file changes and no test does{because}"}
             for p, added in ((str(f[0]), int(f[1])) for f in files) if added > 0 and is_source_path(p)]
+
+
+def coverage_findings(coverage: dict[str, Any]) -> list[dict[str, Any]]:
+    """qa_strategy's rule by coverage: an error at each run of added source lines no test runs."""
+    found = []
+    for path, entry in sorted((coverage.get("files") or {}).items()):
+        for first, last in entry.get("untested") or [] if entry.get("measured") else []:
+            span = f"line {first}" if first == last else f"lines {first}-{last}"
+            found.append({"severity": "error", "file": path, "line": first, "rule": UNTESTED_RULE,
+                          "message": f"no test runs {span}, which this change adds (coverage of the head's "
+                                     "tests)"})
+    return found
 
 
 def symlinks_added(text: str) -> dict[str, str]:

@@ -4,13 +4,16 @@ Every agent reads the changed files' list (``git_diff`` stat), then each file's 
 of a long one that were cut (``read_file`` of the kept output, where ``_meta["hopline.cut"]`` says).
 Then, by agent:
 
-- ``qa_strategy`` reads each untested Python source file's diff with its whole file as context
-  (``git_diff whole``) and drops ``untested-change`` for one whose AST is the same once annotations,
-  docstrings and comments are stripped;
+- ``qa_strategy`` reads each changed Python source file's diff with its whole file as context
+  (``git_diff whole``: the tool says, from the whole file, whether its AST is the same once
+  annotations, docstrings and comments are stripped: such a file has no behaviour to test), then
+  runs the head's tests under coverage (``run_command coverage=true``): each run of added lines no
+  test runs is ``untested-change`` at its first line; where coverage cannot run, the file-level rule
+  (a source file changes and no test does) stays, as a warning saying why;
 - ``qa_automation`` compiles the changed Python files (``run_command python -m py_compile``, in the
-  sandbox), runs the gate's test command at the head, and at the base when the head fails, and
-  reads the runs' results: a failing test is a finding at its file and line, an error unless it
-  fails at the base too;
+  sandbox); unless the change is documentation only or does not compile, runs the gate's test
+  command at the head, and at the base when the head fails or the change touches tests; and reads
+  what the runs showed (:mod:`hopline.harness.review_checks`);
 - ``appsec`` finds the symlinks the change adds that leave the repository (one finding each).
 
 With the iterations the scripted hints leave, an agent then reads the changed files themselves.
@@ -29,13 +32,18 @@ from typing import Any
 
 from hopline.harness import review, review_analyze
 from hopline.harness.review import Result, is_source_path
-from hopline.harness.review_checks import automation_findings, summary_of
+from hopline.harness.review_checks import (
+    automation_findings,
+    compile_failed,
+    docs_only,
+    strategy_findings,
+    summary_of,
+    tests_of,
+)
 from hopline.harness.rules import one_per_concern
-from hopline.harness.testresults import same_behaviour, sides_of_diff
-from hopline.vocabulary import META_COMMAND, META_CUT
+from hopline.vocabulary import META_COMMAND, META_CUT, META_DIFF, META_TESTS
 
 _ONCE_PER_FILE = frozenset({"test-failure"})
-_NO_TESTS_COLLECTED = 5  # pytest's exit code when it found no test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +78,8 @@ def _new_notes(agent: str, previous: dict[str, Any]) -> dict[str, Any]:
             "firstLines": dict(previous.get("firstLines") or {}), "whole": list(previous.get("whole") or []),
             "sameBehaviour": list(previous.get("sameBehaviour") or []),
             "runs": dict(previous.get("runs") or {}),
-            "unreadable": list(previous.get("unreadable") or [])}
+            "unreadable": list(previous.get("unreadable") or []),
+            "coverageWhy": previous.get("coverageWhy")}
 
 
 def _keep_cut(notes: dict[str, Any], result: Result, file: str) -> None:
@@ -91,8 +100,8 @@ def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
         return
     if result.args.get("whole"):
         notes["whole"].append(path)
-        sides = None if result.failed or result.meta.get(META_CUT) else sides_of_diff(result.text)
-        if sides is not None and same_behaviour(*sides):
+        facts = result.meta.get(META_DIFF)  # compared by the tool on the whole file, before any cut
+        if not result.failed and isinstance(facts, dict) and facts.get("sameBehaviour") is True:
             notes["sameBehaviour"].append(path)
         return
     if path and path not in notes["read"]:
@@ -127,12 +136,14 @@ def _fold_part(agent: str, notes: dict[str, Any], result: Result) -> None:
 
 
 _EXIT_CODE_LINE = re.compile(r"\[exit code (-?\d+)\]\s*$")
+_RUN_TEXT_KEPT = 8_000  # of a run's output, kept in the notes (the compile errors, a runner's last lines)
 
 
 def _fold_run(notes: dict[str, Any], result: Result) -> None:
     command_line = str(result.args.get("command") or "")
     at_base = result.args.get("at") == "base"
-    which = "compile" if "py_compile" in command_line else ("base" if at_base else "head")
+    which = ("compile" if "py_compile" in command_line else "coverage" if result.args.get("coverage")
+             else "base" if at_base else "head")
     found = result.meta.get(META_COMMAND)
     command: dict[str, Any] = found if isinstance(found, dict) else {}
     exit_code = command.get("exitCode")
@@ -141,10 +152,12 @@ def _fold_run(notes: dict[str, Any], result: Result) -> None:
         # text's last line says the exit code (``[exit code N]``, tools/commands.py).
         said = _EXIT_CODE_LINE.search(result.text[-200:])
         exit_code = int(said.group(1)) if said else None
-    notes["runs"][which] = {"text": result.text[-24_000:], "failed": result.failed,
+    tests = result.meta.get(META_TESTS)
+    notes["runs"][which] = {"text": result.text[-_RUN_TEXT_KEPT:], "failed": result.failed,
                             "exitCode": exit_code, "timedOut": command.get("timedOut"),
                             "sandbox": command.get("sandbox"),
-                            "refused": command.get("refusedProcesses") or 0}  # by its process ceiling
+                            "refused": command.get("refusedProcesses") or 0,  # by its process ceiling
+                            "tests": tests if isinstance(tests, dict) else None}
 
 
 def fold_results(agent: str, notes: dict[str, Any], results: list[Result]) -> None:
@@ -166,44 +179,70 @@ def _python_changed(notes: dict[str, Any]) -> list[str]:
     return [str(f[0]) for f in notes["files"] or [] if str(f[0]).endswith(".py") and int(f[1]) > 0]
 
 
-def _untested_python(notes: dict[str, Any]) -> list[str]:
-    files = notes["files"] or []
-    if any(review.is_test_path(str(f[0])) for f in files):
-        return []
-    return [str(f[0]) for f in files
-            if int(f[1]) > 0 and is_source_path(str(f[0])) and str(f[0]).endswith(".py")]
+def _python_sources(notes: dict[str, Any]) -> list[str]:
+    """The Python source files (not tests) the change adds lines to."""
+    return [p for p in _python_changed(notes) if is_source_path(p)]
 
 
-def _run(command: str, at: str = "head") -> tuple[str, dict[str, Any]]:
+def _run(command: str, at: str = "head", coverage: bool = False) -> tuple[str, dict[str, Any]]:
     args: dict[str, Any] = {"command": command}
     if at != "head":
         args["at"] = at
+    if coverage:
+        args["coverage"] = True
     return "run_command", args
+
+
+def _automation_checks(notes: dict[str, Any],
+                       test: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
+    """Compile the changed Python files; run the tests at the head (not for a change of documentation
+    only, nor one that does not compile), and at the base when the head fails or the change can
+    change which tests exist (to compare them)."""
+    runs = notes["runs"]
+    python = _python_changed(notes)
+    if python and "compile" not in runs:
+        return [_run(shlex.join(["python", "-m", "py_compile", *python]))]
+    if test is None or docs_only(notes) is not None or compile_failed(notes):
+        return []
+    shown = shlex.join(str(a) for a in test["argv"])
+    if "head" not in runs:
+        return [_run(shown)]
+    head = runs["head"]
+    tests = tests_of(head)
+    if "base" in runs or head["failed"] or head["timedOut"] or (tests is not None and not tests.get("ran")):
+        return []
+    compares = tests is not None and tests.get("namesTests") and review.touches_tests(
+        str(f[0]) for f in notes["files"] or [])
+    return [_run(shown, "base")] if head["exitCode"] != 0 or compares else []
+
+
+def _strategy_checks(notes: dict[str, Any], test: dict[str, Any] | None,
+                     count: int) -> list[tuple[str, dict[str, Any]]]:
+    """Each changed Python source file's whole diff (is its behaviour the same?), then the head's
+    tests under coverage for the others."""
+    sources = _python_sources(notes)
+    todo = [p for p in sources if p not in notes["whole"]]
+    if todo:
+        return [("git_diff", {"path": p, "whole": True}) for p in todo[:count]]
+    left = [p for p in sources if p not in notes["sameBehaviour"]]
+    if not left or "coverage" in notes["runs"] or notes["coverageWhy"]:
+        return []
+    if test is None:
+        notes["coverageWhy"] = "no test command to run"
+        return []
+    return [_run(shlex.join(str(a) for a in test["argv"]), coverage=True)]
 
 
 def _checks(agent: str, notes: dict[str, Any], test: dict[str, Any] | None,
             count: int) -> list[tuple[str, dict[str, Any]]]:
     """The agent's own checks still to make once the diffs are read (see the module docstring)."""
     if agent == "qa_strategy":
-        todo = [p for p in _untested_python(notes) if p not in notes["whole"]]
-        return [("git_diff", {"path": p, "whole": True}) for p in todo[:count]]
+        return _strategy_checks(notes, test, count)
     if review_analyze.wants_analyzers(agent):
         review_analyze.plan(agent, notes, notes.get("links") or [])
         return review_analyze.calls(notes, count)
-    if agent != "qa_automation":
-        return []
-    runs = notes["runs"]
-    python = _python_changed(notes)
-    if python and "compile" not in runs:
-        return [_run(shlex.join(["python", "-m", "py_compile", *python]))]
-    if test is None:
-        return []
-    shown = shlex.join(str(a) for a in test["argv"])
-    if "head" not in runs:
-        return [_run(shown)]
-    head = runs["head"]
-    if not head["failed"] and head["exitCode"] not in (0, _NO_TESTS_COLLECTED) and "base" not in runs:
-        return [_run(shown, "base")]
+    if agent == "qa_automation":
+        return _automation_checks(notes, test)
     return []
 
 
@@ -246,8 +285,7 @@ def _verdict(agent: str, notes: dict[str, Any], test: dict[str, Any] | None) -> 
         return Step(review.verdict_text(agent, "pass", [], "the change is empty: nothing to review"), [])
     findings = list(notes["findings"])
     if agent == "qa_strategy":
-        _merge(findings, review.untested_findings(notes["files"] or [], notes["firstLines"],
-                                                  notes["sameBehaviour"]))
+        _merge(findings, strategy_findings(notes))
     error: str | None = None
     analyzers: list[dict[str, Any]] | None = None
     if agent == "qa_automation":

@@ -54,6 +54,13 @@ RULES: tuple[Rule, ...] = (
          "https://docs.pytest.org/en/stable/how-to/failures.html"),
     Rule("test-command-failed", "qa_automation", "error", "The gate's test command failed at the head and "
          "named no failing test.", "https://docs.pytest.org/en/stable/reference/exit-codes.html"),
+    Rule("tests-did-not-run", "qa_automation", "error", "The gate's test command ran no test at the head (a "
+         "module that does not import, no test runner, pytest's exit codes 2 to 5, Ran 0 tests), even when "
+         "the base fails the same way: what was not run was not checked.",
+         "https://docs.pytest.org/en/stable/reference/exit-codes.html"),
+    Rule("test-removed", "qa_automation", "error", "A test the base ran is gone or skipped at the head (a "
+         "warning when the change touches no source code).",
+         "https://docs.pytest.org/en/stable/how-to/skipping.html"),
     Rule("compile-error", "qa_automation", "error", "A changed Python file does not compile.",
          "https://docs.python.org/3/library/py_compile.html"),
     Rule("process-limit", "qa_automation", "error", "A run started more processes than the sandbox allows "
@@ -67,8 +74,9 @@ RULES: tuple[Rule, ...] = (
          "hmac.compare_digest.", CWE.format(208), security="6.5"),
     Rule("todo-added", "qa_strategy", "warning", "The change adds a TODO or FIXME: unfinished work ships "
          "with it.", CWE.format(546)),
-    Rule("untested-change", "qa_strategy", "error", "A source file changes and no test does.",
-         "https://coverage.readthedocs.io/"),
+    Rule("untested-change", "qa_strategy", "error", "Lines of source code the change adds that no test "
+         "runs (coverage of the head's tests, as diff-cover). Where coverage cannot run: a warning, a source "
+         "file changes and no test does.", "https://coverage.readthedocs.io/"),
     Rule("symlink-escape", "appsec", "error", "A symlink the change adds points out of the repository.",
          CWE.format(61), security="6.5"),
     # --- ruff: pyflakes (F), syntax errors (E9), flake8-bandit (S) ---------------------------------

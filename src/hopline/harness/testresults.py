@@ -1,105 +1,19 @@
-"""Reading what a test run and a compile printed: pytest's ``-rA`` short summary (or JUnit XML),
-``python -m py_compile``'s errors, and whether a Python change leaves its behaviour's AST the same.
-Pure: no I/O (the offline reviewer and the gate's fix check both read through here).
+"""Reading what a compile printed (``python -m py_compile``'s errors), and whether a Python change
+leaves its behaviour's AST the same. Pure: no I/O (the offline reviewer, the ``git_diff`` tool and
+the gate's fix check read through here; a test run is read by :mod:`hopline.harness.testruns`).
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
-from typing import Any
 
-# pytest -rA: "PASSED tests/test_x.py::test_a", "FAILED tests/test_x.py::test_b - assert 1 == 2",
-# "ERROR tests/test_x.py - ImportError: ..." (a module that did not import: a collection error).
-_SUMMARY_RE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL|SKIPPED)\s+(\S+?)(?:\s+-\s+(.*))?$",
-                         re.MULTILINE)
-_COUNTS_RE = re.compile(r"^(?:=+ )?(\d+ "
-                        r"(?:passed|failed|errors?|skipped|deselected|xfailed|xpassed|warnings?)"
-                        r"\b.*?|no tests ran) in [\d.]+s(?: \([^)]*\))?(?: =+)?$", re.MULTILINE)
-_COUNT_RE = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?)")
 # py_compile: '  File "src/calc.py", line 3' then the source line, a caret, then "SyntaxError: ..."
 _COMPILE_RE = re.compile(r'^\s*File "([^"]+)", line (\d+)\n(?:.*\n){0,3}?((?:\w+Error|\w+Exception)[^\n]*)',
                          re.MULTILINE)
 # py_compile of Python 3.11: "Sorry: IndentationError: expected an indented block ... (src/calc.py, line 2)"
 _SORRY_RE = re.compile(r"^Sorry: ((?:\w+Error|\w+Exception)[^\n]*?) \((.+), line (\d+)\)$", re.MULTILINE)
-
-
-@dataclasses.dataclass(frozen=True)
-class FailedTest:
-    test: str  # the test's id (pytest node id, JUnit classname::name)
-    file: str
-    line: int | None
-    message: str
-
-
-@dataclasses.dataclass
-class TestReport:
-    """A test run as its output tells it: which tests passed, which failed, the counts line."""
-
-    passed: set[str] = dataclasses.field(default_factory=set)
-    failed: list[FailedTest] = dataclasses.field(default_factory=list)
-    counts: dict[str, int] = dataclasses.field(default_factory=dict)
-    summary: str = ""  # pytest's last line ("1 failed, 3 passed"), or ""
-
-    @property
-    def failed_ids(self) -> set[str]:
-        return {f.test for f in self.failed}
-
-    def to_json(self) -> dict[str, Any]:
-        return {"passed": len(self.passed), "failed": sorted(self.failed_ids), "counts": dict(self.counts),
-                "summary": self.summary}
-
-
-def _line_of(text: str, file: str, test: str) -> int | None:
-    """The line of ``file`` where ``test`` failed: pytest's ``--tb=short`` frame ``file:N: in name``."""
-    name = test.rsplit("::", 1)[-1].split("[", 1)[0]
-    frame = re.search(rf"^{re.escape(file)}:(\d+): in {re.escape(name)}\b", text, re.MULTILINE)
-    if frame is None:  # --tb=long/line: "file:N: AssertionError"
-        frame = re.search(rf"^(?:.*/)?{re.escape(file)}:(\d+): ", text, re.MULTILINE)
-    return int(frame.group(1)) if frame else None
-
-
-def parse_pytest(text: str) -> TestReport:
-    """The report in pytest's output (run with ``-rA`` so that every outcome is in the summary)."""
-    report = TestReport()
-    for kind, test, message in _SUMMARY_RE.findall(text):
-        if kind == "PASSED":
-            report.passed.add(test)
-        elif kind in ("FAILED", "ERROR"):
-            file = test.split("::", 1)[0]
-            if test not in report.failed_ids:
-                report.failed.append(FailedTest(test, file, _line_of(text, file,
-                                                                     test) if "::" in test else None,
-                                                (message or kind.lower()).strip()[:500]))
-    counts = _COUNTS_RE.findall(text)
-    if counts:
-        report.summary = counts[-1].strip()
-        for number, what in _COUNT_RE.findall(report.summary):
-            report.counts[what.rstrip("s") if what.startswith(("error", "warning")) else what] = int(number)
-    return report
-
-
-def parse_junit(xml: str) -> TestReport:
-    """The report in a JUnit XML document (``testcase`` with ``failure`` or ``error``)."""
-    report = TestReport()
-    root = ElementTree.fromstring(xml)
-    for case in root.iter("testcase"):
-        test = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
-        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
-        if bad is None:
-            if case.find("skipped") is None:
-                report.passed.add(test)
-            continue
-        line = case.get("line")
-        report.failed.append(FailedTest(test, case.get("file") or "",
-                                        int(line) if line and line.isdigit() else None,
-                                        (bad.get("message") or bad.tag)[:500]))
-    report.counts = {"passed": len(report.passed), "failed": len(report.failed)}
-    report.summary = f"{len(report.failed)} failed, {len(report.passed)} passed"
-    return report
 
 
 def parse_compile_errors(text: str, files: Sequence[str] = ()) -> list[tuple[str, int, str]]:

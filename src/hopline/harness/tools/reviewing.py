@@ -2,11 +2,18 @@
 sandbox, at the head (the session's checkout) or at the base (a checkout made on first use).
 
 :class:`ReviewRange` is what ``session/new``'s ``_meta["hopline.review"]`` carries: the two commit
-ids, the gate's test command (allowed as it is besides :data:`~hopline.harness.tools.policy.REVIEW_COMMANDS`)
-and the sandbox the gate chose (``none`` only when the operator allowed unsandboxed runs). With
-``fix`` it is the dev agent's session of a ``--fix`` run instead: its ``run_command`` runs any shell
-line, in the same sandbox, with the checkout writable (the one place it may write besides its
-private ``/tmp``).
+ids, the gate's test command (allowed as it is besides :data:`~hopline.harness.tools.policy.REVIEW_COMMANDS`),
+the sandbox the gate chose (``none`` only when the operator allowed unsandboxed runs) and the
+project's interpreter (``python``: bound read-only into the sandbox, it runs ``python`` and
+``pytest``; else the agent's own). With ``fix`` it is the dev agent's session of a ``--fix`` run
+instead: its ``run_command`` runs any shell line, in the same sandbox, with the checkout writable
+(the one place it may write besides its private ``/tmp``).
+
+A run of the gate's test command is read (:mod:`hopline.harness.testruns`): pytest writes its JUnit
+XML report into the sandbox's private tmp, read back through the results pipe; which tests ran at
+the head and at the base are kept for the session, so the second of the two runs says which tests
+the base had that the head has not (or skips). Asked with ``coverage``, the head's run is made under
+coverage and says which lines the change adds that no test runs (:mod:`.coverage_run`).
 """
 
 from __future__ import annotations
@@ -21,8 +28,18 @@ from typing import Any
 
 from hopline.budget import Budget
 from hopline.harness import git, sandbox
+from hopline.harness.sandbox_mounts import COVERAGE_LIB, coverage_package, interpreter_dirs, share_tree
 from hopline.harness.sandbox_pids import pids_cap
-from hopline.harness.tools.commands import CommandRun, run_captured
+from hopline.harness.testruns import (
+    JUNIT_FILE,
+    TestRun,
+    analyze,
+    pytest_report_args,
+    removed_tests,
+    runner_of,
+)
+from hopline.harness.tools import coverage_run
+from hopline.harness.tools.commands import CommandRun, ResultsPipe, run_captured
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.policy import check_review_command
 from hopline.harness.tools.results import ToolError, check_relative
@@ -30,39 +47,47 @@ from hopline.harness.tools.results import ToolError, check_relative
 PYTHON_NAMES = frozenset({"python", "python3"})
 # Analyzers run as the programs installed beside the agent's interpreter (its venv), when they are
 ANALYZER_PROGRAMS = frozenset({"ruff", "detect-secrets", "bandit", "semgrep"})
+PYTEST_NAMES = frozenset({"pytest", "py.test"})
 
 
 @dataclasses.dataclass(frozen=True)
 class ReviewRange:
     """A gate session's change under review: two commit ids (hex, so never read as options), the
-    test command the gate runs (an argv), and the sandbox kind PR code runs in."""
+    test command the gate runs (an argv), the sandbox kind PR code runs in, and the interpreter."""
 
     base: str
     head: str
     test_command: tuple[str, ...] | None = None
     sandbox: str | None = None  # None: the best one that runs here
     fix: bool = False  # the dev agent's session of a --fix run (see the module docstring)
+    python: str | None = None  # the project's interpreter (an absolute path); None: the agent's own
 
     def __post_init__(self) -> None:
         git.check_commit(self.base, "base")
         git.check_commit(self.head, "head")
         if self.sandbox is not None and self.sandbox not in ("bwrap", "unshare", "none"):
             raise ValueError("sandbox must be bwrap, unshare or none")
+        if self.python is not None and (not os.path.isabs(self.python) or len(self.python) > 4096):
+            raise ValueError("python must be an absolute path")
 
     @classmethod
     def from_meta(cls, value: dict[str, Any]) -> ReviewRange:
         """From ``_meta["hopline.review"]``; ValueError saying what is wrong."""
-        extra = set(value) - {"base", "head", "testCommand", "sandbox", "fix"}
+        extra = set(value) - {"base", "head", "testCommand", "sandbox", "fix", "python"}
         if extra or not {"base", "head"} <= set(value):
-            raise ValueError("an object with base and head (and optionally testCommand, sandbox, fix)")
+            raise ValueError("an object with base and head (and optionally testCommand, sandbox, fix, "
+                             "python)")
         if not isinstance(value.get("fix", False), bool):
             raise ValueError("fix must be a boolean")
         command = value.get("testCommand")
         if command is not None and (not isinstance(command, list) or not command
                                     or not all(isinstance(a, str) and a for a in command)):
             raise ValueError("testCommand must be a non-empty list of strings")
+        python = value.get("python")
+        if python is not None and not isinstance(python, str):
+            raise ValueError("python must be a string")
         return cls(value["base"], value["head"], tuple(command) if command else None, value.get("sandbox"),
-                   value.get("fix", False))
+                   value.get("fix", False), python)
 
     def to_meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base": self.base, "head": self.head}
@@ -72,7 +97,21 @@ class ReviewRange:
             out["sandbox"] = self.sandbox
         if self.fix:
             out["fix"] = True
+        if self.python is not None:
+            out["python"] = self.python
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReviewRun:
+    """One sandboxed command: its argv as run, how it ran, and (the gate's test command) what it
+    showed, the tests the base had that the head has not, the coverage of the change."""
+
+    argv: list[str]
+    run: CommandRun
+    tests: TestRun | None = None
+    removed: list[dict[str, str]] | None = None  # None: not compared (both sides not run here yet)
+    coverage: dict[str, Any] | None = None
 
 
 def diff_path(root: Path, path: str) -> str:
@@ -91,8 +130,10 @@ class ReviewCommands:
         self.review = review
         self.sandbox = (sandbox.sandbox_of(review.sandbox) if review.sandbox is not None
                         else sandbox.detect_sandbox())
+        self.python = review.python or sys.executable
         self._private: tempfile.TemporaryDirectory[str] | None = None
         self._base: Path | None = None
+        self._tests: dict[str, TestRun] = {}  # the test command's last run, at head and at base
 
     def close(self) -> None:
         if self._base is not None:
@@ -118,21 +159,46 @@ class ReviewCommands:
                                  max_bytes=self.budget.gate_git_output_max_bytes)
             except git.GitError as exc:
                 raise ToolError(f"the base checkout could not be made: {exc}") from None
-            for dirpath, dirnames, filenames in os.walk(path):
-                for name in [*dirnames, *filenames]:
-                    full = Path(dirpath, name)
-                    if not full.is_symlink() and name != ".git":
-                        full.chmod(full.lstat().st_mode & ~0o222)
             self._base = path
+            share_tree(path, writable=False)
         return self._base
 
-    async def run(self, command: str, at: str) -> tuple[list[str], CommandRun]:
+    def _interpreted(self, argv: list[str]) -> list[str]:
+        """``python`` is the project's interpreter (or the agent's), ``pytest`` its ``-m pytest``; an
+        analyzer is hopline's own, installed beside the agent's interpreter, when it is there."""
+        if argv[0] in PYTHON_NAMES:
+            return [self.python, *argv[1:]]
+        if argv[0] in PYTEST_NAMES and not self.review.fix:
+            return [self.python, "-m", "pytest", *argv[1:]]
+        if argv[0] in ANALYZER_PROGRAMS and os.path.isfile(beside := os.path.join(
+                os.path.dirname(sys.executable), argv[0])):
+            return [beside, *argv[1:]]
+        return argv
+
+    def _git(self, *args: str) -> str:
+        try:
+            return git.run_git(self.root, args, timeout=self.budget.command_timeout_seconds,
+                               max_bytes=self.budget.command_output_max_bytes).text
+        except git.GitError as exc:
+            raise ToolError(str(exc)) from None
+
+    def _coverage_plan(self, argv: list[str]) -> tuple[list[str], str | None]:
+        """The changed Python source files to measure, or why coverage cannot run this command."""
+        if argv[0] != self.python or len(argv) < 2:
+            return [], (f"the test command ({shlex.join(self.review.test_command or ())}) is not a Python "
+                        "command: coverage runs python -m pytest, pytest or python -m unittest")
+        review = self.review
+        files = coverage_run.changed_python(self._git(*git.diff_args(review.base, review.head, stat=True)))
+        return files, None
+
+    async def run(self, command: str, at: str, coverage: bool = False) -> ReviewRun:
         """``command`` checked against the policy (a fix session: any shell line, at the head
-        only), then run in the sandbox at ``at`` (head, base)."""
+        only), then run in the sandbox at ``at`` (head, base); ``coverage``: the head's test
+        command under coverage (see the module docstring)."""
         if not self.sandbox.available and self.review.sandbox != "none":
-            raise ToolError(f"refused: no sandbox runs here, and a gate runs a pull request's code only in "
-                            f"one "
-                            f"({self.sandbox.detail}); the operator may allow it with --allow-unsandboxed")
+            raise ToolError(f"refused: no sandbox runs here, and a gate runs a pull request's code only "
+                            f"in one ({self.sandbox.detail}); the operator may allow it with "
+                            "--allow-unsandboxed")
         if at not in ("head", "base") or (self.review.fix and at != "head"):
             raise ToolError("argument 'at' must be 'head'" + ("" if self.review.fix else " or 'base'"))
         cwd = self.root if at == "head" else self.base_checkout()
@@ -140,25 +206,94 @@ class ReviewCommands:
             argv = ["sh", "-c", command]
         else:
             argv = check_review_command(command, cwd, self.review.test_command)
-        if argv[0] in PYTHON_NAMES:  # the interpreter the agent runs (its test runner installed)
-            argv = [sys.executable, *argv[1:]]
-        elif argv[0] in ANALYZER_PROGRAMS and os.path.isfile(beside := os.path.join(
-                os.path.dirname(sys.executable), argv[0])):
-            argv = [beside, *argv[1:]]
+        is_test = (not self.review.fix and self.review.test_command is not None
+                   and argv == list(self.review.test_command))
+        if coverage and not (is_test and at == "head"):
+            raise ToolError("coverage is for the gate's test command at the head")
+        argv = self._interpreted(argv)
         limits = sandbox.Limits.of(self.budget)
         private = self._held() / f"tmp-{at}"
         private.mkdir(exist_ok=True)
+        out = sandbox.results_dir(self.sandbox.kind, private)
+        runner = runner_of(argv) if is_test else None
+        results: list[str] = []
+        if runner == "pytest":
+            argv = [*argv, *pytest_report_args(f"{out}/{JUNIT_FILE}")]
+            results.append(JUNIT_FILE)
+        binds = [(d, d) for d in interpreter_dirs(self.python)] if self.review.python else []
+        measured: list[str] = []
+        why_not: str | None = None
+        if coverage:
+            measured, why_not = self._coverage_plan(argv)
+            package = coverage_package()
+            if why_not is None and measured:
+                if package is not None:
+                    binds.append((package, f"{COVERAGE_LIB}/coverage"))
+                argv = coverage_run.runner_argv([*argv, *(["-p", "no:cov"] if runner == "pytest" else [])],
+                                                COVERAGE_LIB, out, measured)
+                results.append(coverage_run.REPORT_FILE)
+        run = await self._sandboxed(argv, cwd, private, limits, binds, results)
+        return self._read(argv, at, run, runner, measured if coverage else None, why_not)
+
+    async def _sandboxed(self, argv: list[str], cwd: Path, private: Path, limits: sandbox.Limits,
+                         binds: list[tuple[str, str]], results: list[str]) -> CommandRun:
         env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
                                           limits)
-        if self.review.fix:  # its shell finds the agent's interpreter first, as a gate's python is it
-            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env["PATH"]])
-        wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits, writable=self.review.fix)
+        # A shell line (the dev agent's, a make target) finds the project's interpreter first
+        env["PATH"] = os.pathsep.join([os.path.dirname(self.python), env["PATH"]])
+        pipe = ResultsPipe(self.budget.command_output_max_bytes) if results else None
+        wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits, writable=self.review.fix,
+                               binds=binds, results=results)
         try:
             with pids_cap(limits.processes, sandbox.preexec(limits)) as (cap, preexec):
                 run = await run_captured(wrapped, cwd=cwd, env=env,
                                          timeout=self.budget.gate_test_timeout_seconds,
-                                         capture=self.budget.command_output_max_bytes, preexec=preexec)
+                                         capture=self.budget.command_output_max_bytes, preexec=preexec,
+                                         results=pipe)
         except OSError as exc:
             raise ToolError(f"{shlex.quote(argv[0])} could not be started ({type(exc).__name__}): is it "
                             "installed?") from None
-        return argv, dataclasses.replace(run, refused_processes=cap.refused, process_limit=limits.processes)
+        finally:
+            if pipe is not None:
+                pipe.close()
+        return dataclasses.replace(run, refused_processes=cap.refused, process_limit=limits.processes)
+
+    def _read(self, argv: list[str], at: str, run: CommandRun, runner: str | None,
+              measured: list[str] | None, why_not: str | None) -> ReviewRun:
+        if runner is None:
+            return ReviewRun(argv, run)
+        files = sandbox.read_results(run.results)
+        roots = [str(self.root), str(self._base or self.root)]
+        tests = analyze(argv if not measured else [argv[0], *argv[argv.index("--") + 1:]], run.text,
+                        run.exit_code, files.get(JUNIT_FILE), roots)
+        self._tests[at] = tests
+        removed = None
+        other = self._tests.get("base" if at == "head" else "head")
+        if other is not None and tests.ran and other.ran and tests.knows_tests and other.knows_tests:
+            base, head = (tests, other) if at == "base" else (other, tests)
+            removed = removed_tests(base, head)
+        coverage: dict[str, Any] | None = None
+        if measured is not None:
+            coverage = self._coverage(files, measured, why_not, tests, run)
+        return ReviewRun(argv, run, tests, removed, coverage)
+
+    def _coverage(self, files: dict[str, bytes], measured: list[str], why_not: str | None, tests: TestRun,
+                  run: CommandRun) -> dict[str, Any]:
+        if why_not is not None:
+            return {"error": why_not, "files": {}}
+        if not measured:
+            return {"error": None, "files": {}}
+        if run.timed_out or not tests.ran:
+            return {"error": "the tests did not run under coverage: "
+                             + ("killed at their timeout" if run.timed_out else str(tests.did_not_run)),
+                    "files": {}}
+        if coverage_run.REPORT_FILE not in files:
+            said = tests.did_not_run or f"exit code {run.exit_code}"
+            return {"error": f"coverage wrote no report ({said})", "files": {}}
+        review = self.review
+        diff = self._git("diff", "--no-color", "--no-ext-diff", "--no-textconv", "--unified=0",
+                         git.check_commit(review.base, "base"), git.check_commit(review.head, "head"), "--",
+                         *measured)
+        report = coverage_run.change_coverage(files[coverage_run.REPORT_FILE], coverage_run.added_lines(diff),
+                                              measured)
+        return {"error": None, "files": report}

@@ -29,16 +29,21 @@ _SCHEMAS: dict[str, dict[str, Any]] = {
                              "regex": {"type": "boolean"}}, ["query"]),
     "run_command": _fn("run_command", "Run a shell command in the workspace root (timeout, output capped). "
                        "In a gate review: tests and linters only, in a sandbox; at='base' runs it on the "
-                       "base commit's checkout instead of the head's.",
-                       {"command": {"type": "string"}, "at": {"type": "string", "enum": ["head", "base"]}},
+                       "base commit's checkout instead of the head's. A run of the gate's test command "
+                       "ends with what it showed (tests run, failed with their line, tests the base had "
+                       "that the head has not); coverage=true runs it under coverage at the head and says "
+                       "which lines the change adds that no test runs.",
+                       {"command": {"type": "string"}, "at": {"type": "string", "enum": ["head", "base"]},
+                        "coverage": {"type": "boolean"}},
                        ["command"]),
     "write_file": _fn("write_file", "Write a file of the workspace (creates parent directories).",
                       {"path": {"type": "string"}, "content": {"type": "string"}}, ["path", "content"]),
     "git_diff": _fn("git_diff", "The change under review as a unified diff (a gate's base..head, else the "
                     "uncommitted changes): whole, one file's (path), or the changed files with their added "
-                    "and removed line counts (stat); whole=true shows the whole file as context; added=true "
-                    "lists, per file, the line numbers the change adds. A long diff is cut; read the rest "
-                    "as the marker says.",
+                    "and removed line counts (stat); whole=true shows the whole file as context and says "
+                    "whether its behaviour (its AST, docstrings, comments and annotations aside) is the same "
+                    "at both ends; added=true lists, per file, the line numbers the change adds. A long diff "
+                    "is cut; read the rest as the marker says.",
                     {"path": {"type": "string"}, "stat": {"type": "boolean"}, "whole": {"type": "boolean"},
                      "added": {"type": "boolean"}},
                     []),

@@ -34,12 +34,14 @@ from typing import Any, Literal
 from hopline.budget import Budget
 from hopline.harness import git
 from hopline.harness.events import ToolKind
+from hopline.harness.testresults import same_behaviour, sides_of_diff
 from hopline.harness.tools.capping import Cut, cap_with_cut
 from hopline.harness.tools.commands import run_captured, shown_run
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.results import ToolError, ToolInfo, ToolOutcome, resolve_inside, walk_files
-from hopline.harness.tools.reviewing import ReviewCommands, ReviewRange, diff_path
-from hopline.vocabulary import META_COMMAND, META_CUT
+from hopline.harness.tools.reviewing import ReviewCommands, ReviewRange, ReviewRun, diff_path
+from hopline.harness.tools.test_said import tests_record, tests_said
+from hopline.vocabulary import META_COMMAND, META_CUT, META_DIFF, META_TESTS
 
 OUTPUT_PREFIX = "@output/"
 
@@ -255,6 +257,22 @@ class Workspace:
                          f"{budget.search_max_file_bytes}]")
         return "\n".join(lines) if lines else "(no matches)"
 
+    def git_diff_outcome(self, args: dict[str, Any], call_id: str) -> ToolOutcome:
+        """:meth:`git_diff`, and for one file's whole diff whether the file's behaviour is the same at
+        both ends (its AST, docstrings, comments and annotations aside), read from the whole text
+        before any cut for the model (``_meta["hopline.diff"]``, and a line for a model)."""
+        text = self.git_diff(args)
+        path = args.get("path")
+        if args.get("whole") is not True or not isinstance(path, str) or text == "(no changes)":
+            return self.spilled(call_id, text)
+        sides = None if "more bytes of the diff not captured" in text[-400:] else sides_of_diff(text)
+        same = None if sides is None else same_behaviour(*sides)
+        facts = {"path": path, "sameBehaviour": same, "compared": sides is not None}
+        if same:
+            text += ("\n[hopline: this file's behaviour is the same at base and head: its AST is equal once "
+                     "docstrings, comments and annotations are stripped]")
+        return self.spilled(call_id, text, meta={META_DIFF: facts})
+
     def git_diff(self, args: dict[str, Any]) -> str:
         """The change under review (see the module docstring), captured up to the output budget. A
         path is a path of the diff, never resolved: a symlink the change adds shows as a link."""
@@ -299,28 +317,40 @@ class Workspace:
         budget = self.budget
         capture = budget.command_output_max_bytes
         at = _str_arg(args, "at", "head")
+        coverage = args.get("coverage", False)
+        if not isinstance(coverage, bool):
+            raise ToolError("argument 'coverage' must be a boolean")
         if self.commands is None:
-            if at != "head":
-                raise ToolError("at='base' is for a gate review only")
+            if at != "head" or coverage:
+                raise ToolError("at='base' and coverage are for a gate review only")
             try:
                 run = await run_captured(command, cwd=self.root, env=tool_environment(os.environ),
                                          timeout=budget.command_timeout_seconds, capture=capture)
             except OSError as exc:
                 raise ToolError(f"the command could not be started ({type(exc).__name__})") from None
-            argv: list[str] | None = None
+            review = ReviewRun([], run)
             kind = None
         else:
-            argv, run = await self.commands.run(command, at)
+            review = await self.commands.run(command, at, coverage)
+            run = review.run
             kind = self.commands.sandbox.kind
-        meta = {META_COMMAND: {"at": at, "exitCode": run.exit_code, "timedOut": run.timed_out,
-                               "droppedBytes": run.dropped_bytes, "sandbox": kind,
-                               "refusedProcesses": run.refused_processes,
-                               "argv": argv[1:] if argv else None}}
-        outcome = self.spilled(call_id, shown_run(run, capture=capture), not run.timed_out, meta)
-        # What a client (the gate's record of a fix turn) reads of the run: how it ended, and where
-        raw = {"exitCode": run.exit_code, "timedOut": run.timed_out, "sandbox": kind or "none",
-               "refusedProcesses": run.refused_processes, "bytes": len(outcome.output.encode("utf-8")),
-               "modelBytes": len(outcome.model_output.encode("utf-8"))}
+        meta: dict[str, Any] = {META_COMMAND: {"at": at, "exitCode": run.exit_code, "timedOut": run.timed_out,
+                                               "droppedBytes": run.dropped_bytes, "sandbox": kind,
+                                               "refusedProcesses": run.refused_processes,
+                                               "argv": review.argv[1:] or None}}
+        tests = tests_record(review)
+        if tests is not None:
+            meta[META_TESTS] = tests
+        said = dataclasses.replace(run, text=run.text + tests_said(review))
+        outcome = self.spilled(call_id, shown_run(said, capture=capture), not run.timed_out, meta)
+        # What a client (the gate's record of a run) reads of it: how it ended, where, what it showed
+        raw: dict[str, Any] = {"exitCode": run.exit_code, "timedOut": run.timed_out,
+                               "sandbox": kind or "none", "refusedProcesses": run.refused_processes,
+                               "bytes": len(outcome.output.encode("utf-8")),
+                               "modelBytes": len(outcome.model_output.encode("utf-8"))}
+        if tests is not None:
+            raw.update(at=at, command=command, coverage=coverage,
+                       tests={k: tests[k] for k in ("runner", "ran", "didNotRun", "counts", "summary")})
         return dataclasses.replace(outcome, raw_output=raw)
 
     def write_file(self, args: dict[str, Any]) -> ToolOutcome:
@@ -407,5 +437,5 @@ TOOLS: dict[str, ToolSpec] = {
                             lambda ws, a, c: ws.run_command(a, c)),
     "write_file": ToolSpec("edit", lambda ws, a: f"Write {a.get('path')}",
                            lambda ws, a, c: asyncio.to_thread(ws.write_file, a)),
-    "git_diff": ToolSpec("read", _diff_title, lambda ws, a, c: _threaded(ws, c, lambda: ws.git_diff(a))),
+    "git_diff": ToolSpec("read", _diff_title, lambda ws, a, c: asyncio.to_thread(ws.git_diff_outcome, a, c)),
 }
