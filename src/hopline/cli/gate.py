@@ -131,7 +131,10 @@ def started_line(data: dict[str, Any]) -> str:
     kind = sandbox.get("kind")
     shown = (f"sandbox: {kind} ({sandbox.get('detail')})" if kind != "none"
              else f"sandbox: none: the pull request's code runs unsandboxed ({sandbox.get('detail')})")
-    return shown + (f"; test command: {test.get('shown')} ({test.get('source')})" if test
+    python = data.get("python") or {}
+    ran_by = (f", run by {python.get('path')} ({python.get('source')})" if python.get("path")
+              else ", run by hopline's own interpreter" if python else "")
+    return shown + (f"; test command: {test.get('shown')} ({test.get('source')}){ran_by}" if test
                     else "; no test command found")
 
 
@@ -292,7 +295,7 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
                    head: str | None, agents: list[str] | None, dev_session: str | None, fix: bool,
                    rounds: int | None, scripted: dict[str, Any] | None, output: str,
                    sarif: Path | None, test_command: str | None = None,
-                   allow_unsandboxed: bool = False) -> int:
+                   allow_unsandboxed: bool = False, python: str | None = None) -> int:
     import orjson
     from rich.console import Console
 
@@ -306,7 +309,7 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
         gate_id = await client.start_gate(repo, base=base, head=head, agents=agents,
                                           dev_session_id=dev_session, fix=fix, rounds=rounds,
                                           scripted=scripted, test_command=test_command,
-                                          allow_unsandboxed=allow_unsandboxed)
+                                          allow_unsandboxed=allow_unsandboxed, python=python)
         try:
             result = await follow_gate(client, gate_id, console=None if as_json else console)
         except BaseException:
@@ -387,6 +390,9 @@ def register(app: typer.Typer) -> None:
         allow_unsandboxed: bool = typer.Option(
             False, "--allow-unsandboxed", help="Run the pull request's code even where no sandbox (bwrap, "
                                                "unshare) runs."),
+        python: str = typer.Option(None, "--python", help="The project's interpreter, which runs its "
+                                   "tests (default: python = in the base's .hopline/gate.toml, else the "
+                                   "repository's .venv/bin/python, else hopline's own)."),
     ) -> None:
         """Review base..head with the four gate agents (exit 0 every gate passed, 1 a fail, 2 an error)."""
         from hopline.cli.run import parse_scripted
@@ -403,5 +409,6 @@ def register(app: typer.Typer) -> None:
                                            fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
                                            output="json" if as_json else output,
                                            sarif=Path(sarif) if sarif else None,
-                                           test_command=test_cmd, allow_unsandboxed=allow_unsandboxed))
+                                           test_command=test_cmd, allow_unsandboxed=allow_unsandboxed,
+                                           python=os.path.abspath(python) if python else None))
         raise typer.Exit(code)

@@ -244,14 +244,14 @@ class DaemonClient:
                          agents: list[str] | None = None, dev_session_id: str | None = None,
                          fix: bool = False, rounds: int | None = None,
                          scripted: dict[str, Any] | None = None, test_command: str | None = None,
-                         allow_unsandboxed: bool = False) -> str:
+                         allow_unsandboxed: bool = False, python: str | None = None) -> str:
         """``POST /gate``: the new run's id."""
         body: dict[str, Any] = {"repo": repo, "fix": fix}
         if allow_unsandboxed:
             body["allowUnsandboxed"] = True
         for key, value in (("base", base), ("head", head), ("agents", agents),
                            ("devSessionId", dev_session_id), ("rounds", rounds), ("scripted", scripted),
-                           ("testCommand", test_command)):
+                           ("testCommand", test_command), ("python", python)):
             if value is not None:
                 body[key] = value
         result = await self._call("POST", "/gate", json=body, expect=(202,))

@@ -170,6 +170,7 @@ class GateBody(BaseModel):
     scripted: dict[str, Any] | None = None
     testCommand: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
     allowUnsandboxed: bool = False
+    python: Annotated[str, Field(min_length=1, max_length=4096)] | None = None  # the project's interpreter
 
 
 class GateCreated(BaseModel):
@@ -248,11 +249,14 @@ class GateRegistry:
         if not Path(body.repo).is_absolute():
             raise SessionError(422, "invalid_repo", "repo must be an absolute path", hop=HOP_GATE,
                                field="repo")
+        if body.python is not None and not Path(body.python).is_absolute():
+            raise SessionError(422, "invalid_gate_request", "python must be an absolute path to an "
+                               "interpreter", hop=HOP_GATE, field="python")
         request = GateRequest(repo=Path(body.repo), base=body.base, head=body.head,
                               agents=tuple(a.value for a in body.agents) if body.agents else GATE_AGENTS,
                               dev_session_id=body.devSessionId, fix=body.fix, rounds=rounds,
                               scripted=body.scripted, test_command=body.testCommand,
-                              allow_unsandboxed=body.allowUnsandboxed)
+                              allow_unsandboxed=body.allowUnsandboxed, python=body.python)
         run = GateRun(request, self.driver, budget, work_dir=self.work_root, slots=self.slots)
         try:
             await asyncio.to_thread(run.resolve)

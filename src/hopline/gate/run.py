@@ -17,7 +17,8 @@ no valid verdict is asked for once more in the same session, then it is ``gate_e
 
 Before any agent: an empty range is "nothing to review" (exit 0, no agent, no checkout); with no
 sandbox that runs here the run fails unless the operator allowed unsandboxed runs; the test command
-is chosen (:mod:`hopline.gate.testcmd`) and travels to the gate sessions in their review meta.
+(:mod:`hopline.gate.testcmd`) and the interpreter that runs it (:mod:`hopline.gate.interpreter`) are
+chosen and travel to the gate sessions in their review meta.
 
 With ``fix`` and a ``fail`` verdict while rounds remain, the dev agent (a session on the checkout,
 ``dev`` profile) gets one prompt with the findings; what it writes becomes a commit (the new head)
@@ -42,16 +43,9 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
-from hopline.gate import testcmd
+from hopline.gate import interpreter, testcmd
 from hopline.gate.driver import SessionDriver, Stalled, follow_turn
-from hopline.gate.git import (
-    Checkout,
-    RepoError,
-    changes_nothing,
-    default_base,
-    repository_root,
-    resolve_commit,
-)
+from hopline.gate.git import Checkout, RepoError, changes_nothing, resolve_range
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
 from hopline.gate.report import AgentReport, command_ran, track
 from hopline.gate.states import (
@@ -100,6 +94,7 @@ class GateRequest:
     scripted: dict[str, Any] | None = None
     test_command: str | None = None  # --test-cmd: else the base's .hopline/gate.toml, else detected
     allow_unsandboxed: bool = False  # run the PR's code with no sandbox when none runs here
+    python: str | None = None  # --python: else the base's .hopline/gate.toml, a .venv/, hopline's own
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +135,7 @@ class GateRun:
         self.ended_at: float | None = None
         self.sandbox: Sandbox | None = None
         self.test_command: testcmd.TestCommand | None = None
+        self.interpreter = interpreter.HOPLINE_OWN
         self.nothing_to_review = False
         self._verifier: FixVerifier | None = None
         self._checkout: Checkout | None = None
@@ -241,14 +237,9 @@ class GateRun:
         """The repository's root and the commits under review (blocking; :class:`RepoError` names
         what is wrong). :meth:`run` calls it unless it was called before (the daemon does, so a bad
         revision is the client's 422, not a failed run)."""
-        request, budget = self.request, self.budget
-        self.repo = repository_root(request.repo, budget)
-        self.head = resolve_commit(self.repo, budget, request.head or "HEAD", "head")
-        if request.base is not None:
-            self.base = resolve_commit(self.repo, budget, request.base, "base")
-            self.base_from = "given"
-        else:
-            self.base, self.base_from = default_base(self.repo, budget, self.head)
+        ask = self.request
+        found = resolve_range(ask.repo, ask.base, ask.head, self.budget)
+        self.repo, self.base, self.head, self.base_from = found
 
     async def _prepare(self) -> None:
         request, budget = self.request, self.budget
@@ -268,7 +259,7 @@ class GateRun:
             if not self.driver.has_session(request.dev_session_id):
                 raise RepoError("devSessionId names no session of this daemon")
             self.dev = DevStateMachine()
-        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the checkout's parent: 0700
         (self.work_dir / RUN_FILE).write_text(json.dumps({"repo": str(repo)}))
         # Made in a thread that a cancel cannot stop: the cleanup waits for it, then removes it.
         self._creating = asyncio.ensure_future(asyncio.to_thread(
@@ -277,6 +268,8 @@ class GateRun:
         try:
             self.test_command = await asyncio.to_thread(testcmd.choose, request.test_command, repo, self.base,
                                                         self._checkout.path, budget)
+            self.interpreter = await asyncio.to_thread(interpreter.chosen, request.python, repo, self.base,
+                                                       budget, self.work_dir.parent.parent, self.sandbox.kind)
         except testcmd.TestCommandError as exc:
             raise RepoError(str(exc)) from None
         if request.fix:
@@ -288,7 +281,7 @@ class GateRun:
         self._emit(GATE_STARTED, {"base": self.base, "baseFrom": self.base_from, "head": self.head,
                                   "agents": list(request.agents), "rounds": request.rounds,
                                   "fix": request.fix, "devSessionId": self.dev_session_id,
-                                  "sandbox": self.sandbox.to_json(),
+                                  "sandbox": self.sandbox.to_json(), "python": self.interpreter.to_json(),
                                   "testCommand": self.test_command.to_json() if self.test_command else None})
 
     @property
@@ -300,6 +293,8 @@ class GateRun:
         meta: dict[str, Any] = {"base": self.base, "head": head, "sandbox": self.sandbox_kind}
         if self.test_command is not None:
             meta["testCommand"] = list(self.test_command.argv)
+        if self.interpreter.path is not None:
+            meta["python"] = self.interpreter.path
         return meta
 
     async def _rounds(self) -> None:
@@ -433,7 +428,7 @@ class GateRun:
             await asyncio.to_thread(checkout.read_only)
         if self._verifier is None:
             self._verifier = FixVerifier(checkout.path, self.base, head, self.budget, self.sandbox_kind,
-                                         self.test_command)
+                                         self.test_command, self.interpreter.path)
         new_head = await verified_commit(checkout, self._verifier, self.base, round_number, turn)
         self.dev_turns.append(turn)
         self._emit(GATE_FIX, turn)
@@ -492,6 +487,7 @@ class GateRun:
             "nothingToReview": NOTHING_TO_REVIEW if self.nothing_to_review else None,
             "sandbox": self.sandbox.to_json() if self.sandbox is not None else None,
             "testCommand": self.test_command.to_json() if self.test_command is not None else None,
+            "python": self.interpreter.to_json(),
         }
         if self.dev is not None:
             out.update(devSessionId=self.dev_session_id, devState=self.dev.state.value,
