@@ -6,8 +6,9 @@ the seed's legitimate PRs did) and one planted issue per gate agent's domain but
 gate's: ``eval(`` (performance and security, by ruff's S307), an AWS key id and a password
 (application security, by detect-secrets), a shell command built from input that only an analyzer
 finds (application security, by ruff's S602: no rule of hopline's own matches it), a new module with
-no test and a TODO (strategy). ``failing_log`` adds a failing test to a log too (QA
-automation). Deterministic for a given seed.
+no test and a TODO (strategy). Its tests are the standard library's unittest (the gate detects
+``python -m unittest discover``), so they run with what a plain install of hopline has.
+``failing_log`` adds a failing test to a log too (QA automation). Deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -49,10 +50,6 @@ TIMEOUT_SECONDS = 30
 PYPROJECT = '''[project]
 name = "sample"
 version = "0.1.0"
-
-[tool.pytest.ini_options]
-pythonpath = ["src"]
-testpaths = ["tests"]
 '''
 
 
@@ -68,7 +65,7 @@ def make_sample_pull_request(root: Path, *, log_bytes: int = DEFAULT_FILE_BYTES,
     """The repository under ``root`` (created), checked out on ``feature``: ``(root, base, head)``."""
     root.mkdir(parents=True, exist_ok=True)
     make_sample_workspace(root, seed=seed, logs=0)
-    (root / "pyproject.toml").write_text(PYPROJECT)  # its tests run with pytest (qa_automation runs them)
+    (root / "pyproject.toml").write_text(PYPROJECT)  # its tests are unittest's: they run with any Python
     git(root, "init", "--quiet", "--initial-branch=main")
     git(root, "add", "--all")
     git(root, "commit", "--quiet", "-m", "the sample service")

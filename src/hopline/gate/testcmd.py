@@ -6,6 +6,7 @@ does not choose what verifies it. Its form::
 
     [gate]
     test_command = "python -m pytest -rA --tb=short tests"   # or a list of arguments
+    python = ".venv/bin/python"   # the interpreter that runs it (:mod:`hopline.gate.interpreter`)
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from hopline.harness.git import GitError, run_git
 
 GATE_CONFIG = ".hopline/gate.toml"
 PYTEST_COMMAND = ("python", "-m", "pytest", "-rA", "--tb=short", "-q", "--color", "no")
+_SCANNED_FILES = 50  # test files read to tell unittest's from pytest's, and the bytes of each
+_SCANNED_BYTES = 64 * 1024
+_PYTEST_STYLE = re.compile(r"^\s*(?:import pytest|from pytest\b)|^(?:async )?def test", re.MULTILINE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,28 @@ class TestCommand:
                 "file": self.file}
 
 
+def _test_files(root: Path) -> tuple[str, list[Path]] | None:
+    """The tests folder and its first test files (``test_*.py``), if the checkout has one."""
+    for folder in ("tests", "test"):
+        if (root / folder).is_dir():
+            files = sorted((root / folder).rglob("test_*.py"))[:_SCANNED_FILES]
+            if files:
+                return folder, files
+    return None
+
+
+def _unittest_only(files: list[Path]) -> bool:
+    """Every test file is unittest's (it imports unittest, and neither pytest nor a bare test function)."""
+    for path in files:
+        try:
+            text = path.read_text(errors="replace")[:_SCANNED_BYTES]
+        except OSError:
+            return False
+        if "unittest" not in text or _PYTEST_STYLE.search(text):
+            return False
+    return True
+
+
 def _pytest(root: Path) -> str | None:
     for name in ("pytest.ini", "conftest.py"):
         if (root / name).is_file():
@@ -51,10 +77,19 @@ def _pytest(root: Path) -> str | None:
         path = root / name
         if path.is_file() and marker in path.read_text(errors="replace"):
             return name
-    for folder in ("tests", "test"):
-        if (root / folder).is_dir() and any((root / folder).rglob("test_*.py")):
-            return folder
-    return None
+    found = _test_files(root)
+    return found[0] if found is not None and not _unittest_only(found[1]) else None
+
+
+def _unittest(root: Path) -> tuple[str, tuple[str, ...]] | None:
+    """A tests folder whose test files are all unittest's: discovered from it, verbose (the tests'
+    names are read), from the root when it is a package (so that ``tests/__init__.py`` runs)."""
+    found = _test_files(root)
+    if found is None or not _unittest_only(found[1]):
+        return None
+    folder = found[0]
+    top = ("-t", ".") if (root / folder / "__init__.py").is_file() else ()
+    return folder, ("python", "-m", "unittest", "discover", "-v", "-s", folder, *top)
 
 
 def _file(name: str) -> Callable[[Path], str | None]:
@@ -88,11 +123,14 @@ DETECTORS: tuple[tuple[str, Callable[[Path], str | None], tuple[str, ...]], ...]
 
 
 def detect(root: Path) -> TestCommand | None:
-    """The first row of :data:`DETECTORS` that matches the checkout at ``root``."""
+    """The first row of :data:`DETECTORS` that matches the checkout at ``root`` (pytest first; a
+    tests folder of unittest's alone is run by unittest, which every Python has)."""
     for name, marks, argv in DETECTORS:
         found = marks(root)
         if found is not None:
             return TestCommand(argv, name, found)
+        if name == "pytest" and (unit := _unittest(root)) is not None:
+            return TestCommand(unit[1], "unittest", unit[0])
     return None
 
 

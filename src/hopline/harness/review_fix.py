@@ -2,7 +2,8 @@
 Pure: no I/O.
 
 It reads the files with line findings and writes them back without the flagged lines (a finding
-without a line: the lines its rule's pattern matches), and writes a test for each untested file;
+without a line: the lines its rule's pattern matches), and writes a smoke test for each file with
+untested lines (it runs the module and calls its functions);
 then, when the prompt names the gate's test command, it runs it once with ``run_command`` (in the
 gate's sandbox) and says how it ended. It does not act on that result: the gate checks the fix
 itself (:mod:`hopline.gate.verify`), and refuses one that does not build or breaks a test.
@@ -31,14 +32,28 @@ def _line_fix(finding: dict[str, Any]) -> bool:
 
 
 def _test_for(path: str) -> tuple[str, str]:
+    """A smoke test (stdlib unittest, which every Python has) that runs the module and calls each of
+    its functions with placeholder arguments: what the change adds then runs in a test."""
     stem = re.sub(r"\W", "_", PurePosixPath(path).stem)
     test = f"tests/test_{stem}_gate.py"
     body = (f'"""Written by the dev agent after the gate: {path} changed with no test."""\n\n'
-            "import importlib.util\nfrom pathlib import Path\n\n\n"
-            f"def test_{stem}_loads() -> None:\n"
-            f"    path = Path(__file__).resolve().parents[1] / {path!r}\n"
-            f"    spec = importlib.util.spec_from_file_location({stem!r}, path)\n"
-            "    assert spec is not None and spec.loader is not None\n")
+            "import importlib.util\nimport inspect\nimport unittest\nfrom pathlib import Path\n\n"
+            f"SOURCE = Path(__file__).resolve().parents[1] / {path!r}\n\n\n"
+            f"class {stem.title().replace('_', '')}GateTest(unittest.TestCase):\n"
+            f"    def test_{stem}_runs(self) -> None:\n"
+            f"        spec = importlib.util.spec_from_file_location({stem!r}, SOURCE)\n"
+            "        assert spec is not None and spec.loader is not None\n"
+            "        module = importlib.util.module_from_spec(spec)\n"
+            "        spec.loader.exec_module(module)\n"
+            "        for function in list(vars(module).values()):\n"
+            "            if inspect.isfunction(function) and function.__module__ == module.__name__:\n"
+            "                needed = [p for p in inspect.signature(function).parameters.values()\n"
+            "                          if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, "
+            "p.POSITIONAL_OR_KEYWORD)]\n"
+            "                try:\n"
+            "                    function(*['1'] * len(needed))\n"
+            "                except Exception:  # a smoke test: it runs; what it returns is for a real test\n"
+            "                    pass\n")
     return test, body
 
 

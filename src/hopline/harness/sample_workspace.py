@@ -26,6 +26,20 @@ def _source(name: str, rng: random.Random) -> str:
     return "\n".join(lines)
 
 
+# The sample's tests are the standard library's unittest, so that they run wherever Python does (a
+# plain install of hopline has no pytest); its modules live under src/, put on the path here.
+TESTS_INIT = ('"""The sample\'s tests import it from src/."""\n\nimport sys\nfrom pathlib import Path\n\n'
+              'sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))\n')
+
+
+def _test(name: str) -> str:
+    return (f"import unittest\n\nfrom sample import {name}\n\n\n"
+            f"class {name.title()}Test(unittest.TestCase):\n"
+            f"    def test_{name}_has_functions(self) -> None:\n"
+            f"        public = [v for k, v in vars({name}).items() if not k.startswith('_')]\n"
+            "        self.assertTrue(any(callable(v) for v in public))\n")
+
+
 def _log(index: int, size: int, rng: random.Random, failure_rate: float = 0.04) -> str:
     out: list[str] = []
     used = 0
@@ -53,10 +67,10 @@ def make_sample_workspace(root: Path, *, file_bytes: int = DEFAULT_FILE_BYTES, s
     (root / "logs").mkdir(exist_ok=True)
     (root / "reports").mkdir(exist_ok=True)
     (root / "README.md").write_text("# sample service\n\nA generated project for hopline's tool loop.\n")
+    (root / "tests" / "__init__.py").write_text(TESTS_INIT)
     for name in _MODULES:
         (root / "src" / "sample" / f"{name}.py").write_text(_source(name, rng))
-        (root / "tests" / f"test_{name}.py").write_text(
-            f"from sample.{name} import *  # noqa\n\n\ndef test_{name}() -> None:\n    assert True\n")
+        (root / "tests" / f"test_{name}.py").write_text(_test(name))
     for index in range(1, logs + 1):
         (root / "logs" / f"test-run-{index}.log").write_text(_log(index, file_bytes, rng))
     (root / "reports" / "coverage.txt").write_text(_log(0, file_bytes, rng))
