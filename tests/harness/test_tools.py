@@ -227,7 +227,7 @@ def test_a_review_command_keeps_only_the_locale_and_absolute_search_paths(tmp_pa
                "HOPLINE_DATA_DIR": "/data"}
     limits = Limits.of(Budget.defaults())
     env = sandbox_environment(environ, kind, tmp_path / "private", tmp_path, limits)  # type: ignore[arg-type]
-    assert env["PATH"] == "/usr/bin" and env["LC_ALL"] == "C"
+    assert env["PATH"] == "/usr/bin:/usr/local/bin:/bin" and env["LC_ALL"] == "C"  # then the system's own
     assert env["HOME"] == "/tmp/home" and env["TMPDIR"] == "/tmp"  # the sandbox's private tmpfs
     assert all(env[k].startswith("/tmp/home/") for k in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME",
                                                          "XDG_DATA_HOME"))

@@ -58,6 +58,7 @@ RESULTS_DIR = ".hopline-out"  # under the command's TMPDIR: the files it leaves 
 # What a sandboxed command keeps of the caller's environment: a program's search path and the locale.
 _KEPT_ENV = frozenset({"PATH", "LANG", "LANGUAGE", "TERM", "TZ"})
 _PROBE_TIMEOUT = 20.0
+_SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 _DROP_CAPS = ("--no-new-privs", "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all")
 _RESULT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -68,9 +69,10 @@ _RESULT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # root made read-only; then chroot, and the command with no capability left (and as nobody when
 # hopline runs as root). Parents it makes for a bind are 0711: traversable, not listable.
 # (-n: no mount table is written.) Arguments: the new root, the working directory, the uid to drop
-# to ("" to keep it), chroot's path, the mount list (sandbox_mounts.unshare_mount_args), the command.
+# to ("" to keep it), chroot's path, setpriv's (in /usr: the new root has it), the mount list
+# (sandbox_mounts.unshare_mount_args), the command.
 _UNSHARE_SETUP = r"""
-new="$1"; cwd="$2"; drop="$3"; chroot="$4"; n="$5"; shift 5
+new="$1"; cwd="$2"; drop="$3"; chroot="$4"; setpriv="$5"; n="$6"; shift 6
 umask 022
 mount --make-rprivate / 2>/dev/null
 mount -n -t tmpfs -o mode=0755,nosuid,nodev tmpfs "$new" || exit 125
@@ -99,14 +101,14 @@ done
 mkdir -m 1777 "$new/dev/shm" && mount -n -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$new/dev/shm" || exit 125
 ln -s /proc/self/fd "$new/dev/fd" && ln -s /proc/self/fd/0 "$new/dev/stdin" \
   && ln -s /proc/self/fd/1 "$new/dev/stdout" && ln -s /proc/self/fd/2 "$new/dev/stderr" || exit 125
-mount -n -o remount,ro,nosuid,nodev "$new" || exit 125
+mount -n -o remount,bind,ro,nosuid,nodev "$new" || exit 125
 enter='cd "$1" || exit 125; shift; exec "$@"'
 caps="--no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all"
 if [ -n "$drop" ]; then
-  exec "$chroot" "$new" /bin/sh -c "$enter" hopline-sandbox "$cwd" setpriv --reuid="$drop" --regid="$drop" \
-    --clear-groups $caps -- "$@"
+  exec "$chroot" "$new" /bin/sh -c "$enter" hopline-sandbox "$cwd" "$setpriv" --reuid="$drop" \
+    --regid="$drop" --clear-groups $caps -- "$@"
 fi
-exec "$chroot" "$new" /bin/sh -c "$enter" hopline-sandbox "$cwd" setpriv $caps -- "$@"
+exec "$chroot" "$new" /bin/sh -c "$enter" hopline-sandbox "$cwd" "$setpriv" $caps -- "$@"
 """
 
 # Run as the sandbox's user, in the sandbox: HOME and the results directory made in the private
@@ -187,14 +189,20 @@ def _inside(argv: Sequence[str], kind: SandboxKind, private: Path, results: Sequ
     for name in results:
         if not _RESULT_NAME.fullmatch(name):
             raise ValueError(f"not a result file name: {name!r}")
-    return ["sh", "-c", _WRAPPER, "hopline-sandbox", results_dir(kind, private), str(len(results)), *results,
-            *argv]
+    return ["/bin/sh", "-c", _WRAPPER, "hopline-sandbox", results_dir(kind, private), str(len(results)),
+            *results, *argv]
 
 
 def _drop() -> list[str]:
     """What runs the command as nobody: setpriv, the last step in the sandbox (hopline is root)."""
     ids = f"{SANDBOX_UID}"
-    return ["setpriv", f"--reuid={ids}", f"--regid={ids}", "--clear-groups", *_DROP_CAPS, "--"]
+    return [_setpriv(), f"--reuid={ids}", f"--regid={ids}", "--clear-groups", *_DROP_CAPS, "--"]
+
+
+def _setpriv() -> str:
+    """setpriv's own path (under /usr, which the sandbox binds): the sandbox's PATH may name
+    directories it does not have."""
+    return os.path.realpath(shutil.which("setpriv") or "/usr/bin/setpriv")
 
 
 def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits, writable: bool = False,
@@ -225,7 +233,7 @@ def unshare_argv(argv: Sequence[str], root: Path, private: Path, limits: Limits,
     chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     return ["unshare", *user, "--mount", "--net", "--pid", "--ipc", "--uts", "--fork", "--kill-child", "--",
             "sh", "-c", _UNSHARE_SETUP, "hopline-sandbox", str(private), str(root),
-            str(SANDBOX_UID) if drops_user() else "", chroot, *unshare_mount_args(plan), *argv]
+            str(SANDBOX_UID) if drops_user() else "", chroot, _setpriv(), *unshare_mount_args(plan), *argv]
 
 
 def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: Path,
@@ -234,8 +242,9 @@ def sandbox_environment(environ: Mapping[str, str], kind: SandboxKind, private: 
     ``PATH`` (never the checkout's own programs), HOME, TMPDIR and every cache in the private tmpfs."""
     del root, limits
     base = {k: v for k, v in environ.items() if k in _KEPT_ENV or k.startswith("LC_")}
-    search = base.get("PATH", os.defpath).split(os.pathsep)
-    base["PATH"] = os.pathsep.join(p for p in search if os.path.isabs(p))
+    search = [p for p in base.get("PATH", os.defpath).split(os.pathsep) if os.path.isabs(p)]
+    # the system's own last: the sandbox has them, whatever the caller's PATH names
+    base["PATH"] = os.pathsep.join([*search, *(p for p in _SYSTEM_PATH if p not in search)])
     tmp = str(private) if kind == "none" else SANDBOX_TMP
     home = tmp + "/home"
     dirs = {"HOME": home, "TMPDIR": tmp, "TEMP": tmp, "TMP": tmp, "XDG_CACHE_HOME": home + "/.cache",
