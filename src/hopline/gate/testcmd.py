@@ -37,10 +37,6 @@ class TestCommand:
     source: str  # "given", GATE_CONFIG, or a detector's name
     file: str  # what a finding about the command names: the config or the file it was detected from
 
-    @property
-    def pytest(self) -> bool:
-        return "pytest" in self.argv[:3]
-
     def to_json(self) -> dict[str, object]:
         return {"argv": list(self.argv), "shown": shlex.join(self.argv), "source": self.source,
                 "file": self.file}

@@ -153,6 +153,8 @@ def _fold_run(notes: dict[str, Any], result: Result) -> None:
         said = _EXIT_CODE_LINE.search(result.text[-200:])
         exit_code = int(said.group(1)) if said else None
     tests = result.meta.get(META_TESTS)
+    if which == "coverage" and result.failed:  # the tool said why coverage cannot run this command
+        notes["coverageWhy"] = result.text.removeprefix("error: ").removeprefix("coverage cannot run: ")[:300]
     notes["runs"][which] = {"text": result.text[-_RUN_TEXT_KEPT:], "failed": result.failed,
                             "exitCode": exit_code, "timedOut": command.get("timedOut"),
                             "sandbox": command.get("sandbox"),

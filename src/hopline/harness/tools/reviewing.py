@@ -203,7 +203,7 @@ class ReviewCommands:
             raise ToolError("argument 'at' must be 'head'" + ("" if self.review.fix else " or 'base'"))
         cwd = self.root if at == "head" else self.base_checkout()
         if self.review.fix:
-            argv = ["sh", "-c", command]
+            argv = ["/bin/sh", "-c", command]
         else:
             argv = check_review_command(command, cwd, self.review.test_command)
         is_test = (not self.review.fix and self.review.test_command is not None
@@ -225,15 +225,17 @@ class ReviewCommands:
         why_not: str | None = None
         if coverage:
             measured, why_not = self._coverage_plan(argv)
+            if why_not is not None:
+                raise ToolError(f"coverage cannot run: {why_not}")
             package = coverage_package()
-            if why_not is None and measured:
+            if measured:
                 if package is not None:
                     binds.append((package, f"{COVERAGE_LIB}/coverage"))
                 argv = coverage_run.runner_argv([*argv, *(["-p", "no:cov"] if runner == "pytest" else [])],
                                                 COVERAGE_LIB, out, measured)
                 results.append(coverage_run.REPORT_FILE)
         run = await self._sandboxed(argv, cwd, private, limits, binds, results)
-        return self._read(argv, at, run, runner, measured if coverage else None, why_not)
+        return self._read(argv, at, run, runner, measured if coverage else None)
 
     async def _sandboxed(self, argv: list[str], cwd: Path, private: Path, limits: sandbox.Limits,
                          binds: list[tuple[str, str]], results: list[str]) -> CommandRun:
@@ -259,7 +261,7 @@ class ReviewCommands:
         return dataclasses.replace(run, refused_processes=cap.refused, process_limit=limits.processes)
 
     def _read(self, argv: list[str], at: str, run: CommandRun, runner: str | None,
-              measured: list[str] | None, why_not: str | None) -> ReviewRun:
+              measured: list[str] | None) -> ReviewRun:
         if runner is None:
             return ReviewRun(argv, run)
         files = sandbox.read_results(run.results)
@@ -274,13 +276,11 @@ class ReviewCommands:
             removed = removed_tests(base, head)
         coverage: dict[str, Any] | None = None
         if measured is not None:
-            coverage = self._coverage(files, measured, why_not, tests, run)
+            coverage = self._coverage(files, measured, tests, run)
         return ReviewRun(argv, run, tests, removed, coverage)
 
-    def _coverage(self, files: dict[str, bytes], measured: list[str], why_not: str | None, tests: TestRun,
+    def _coverage(self, files: dict[str, bytes], measured: list[str], tests: TestRun,
                   run: CommandRun) -> dict[str, Any]:
-        if why_not is not None:
-            return {"error": why_not, "files": {}}
         if not measured:
             return {"error": None, "files": {}}
         if run.timed_out or not tests.ran:
