@@ -44,7 +44,9 @@ def test_a_ci_log_has_plain_whole_finding_lines_naming_agent_and_rule(hopline_ga
             "environment or a secret store") in lines
     assert any(re.fullmatch(r"  error src/sample/cache\.py:12 qa_performance_security/ruff/S307: .+", line)
                for line in lines)
-    assert any(line.startswith("qa_automation: fail, ") and "ran `python -m pytest" in line for line in lines)
+    # the sample's tests are unittest's (they run with any Python): detected, run, and said
+    assert any(line.startswith("qa_automation: fail, ") and "ran `python -m unittest discover -v" in line
+               and "Ran 4 tests" in line for line in lines)
     assert "…" not in done.stdout and "\x1b[" not in done.stdout  # nothing cut, no terminal codes
 
 

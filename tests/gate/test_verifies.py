@@ -86,9 +86,10 @@ def test_pr_code_writes_nothing_outside_its_checkout_and_reaches_no_network(hopl
     assert not canary.exists()
     qa = by_agent(result)["qa_automation"]
     assert result["sandbox"]["kind"] in ("bwrap", "unshare")
-    # the conftest's write fails (read-only file system) at the head and not at the base: a fail
-    assert qa["verdict"] == "fail" and any(f["rule"] in ("test-failed", "test-command-failed")
-                                           for f in qa["findings"])
+    # the conftest's write fails (read-only file system) at the head: no test runs there, a fail
+    [finding] = [f for f in qa["findings"] if f["rule"] == "tests-did-not-run"]
+    # the cause is the conftest's own error: the path it writes to is not in the sandbox
+    assert qa["verdict"] == "fail" and "FileNotFoundError" in finding["message"], finding
 
 
 def test_fix_never_passes_a_head_that_does_not_compile(hopline_gate_daemon: Daemon, tmp_path: Path) -> None:

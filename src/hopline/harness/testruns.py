@@ -37,6 +37,7 @@ _COUNTS_RE = re.compile(r"^(?:=+ )?(\d+ "
                         r"\b.*?|no tests ran) in [\d.]+s(?: \([^)]*\))?(?: =+)?$", re.MULTILINE)
 _NO_TESTS_RE = re.compile(r"no tests ran|NO TESTS RAN|\bRan 0 tests\b|collected 0 items", re.IGNORECASE)
 _NO_MODULE_RE = re.compile(r"No module named '?([\w.]+)'?")
+_PYTEST_E_RE = re.compile(r"^E\s+([\w.]+(?:Error|Exception|Exit)\b:?.*)$", re.MULTILINE)
 _ERROR_LINE_RE = re.compile(r"^(?:E\s+)?((?:[\w.]+(?:Error|Exception|Exit)|error|ERROR|fatal)\b:?.*)$",
                             re.MULTILINE)
 # unittest -v: "test_add (tests.test_calc.CalcTest.test_add) ... ok"
@@ -107,8 +108,9 @@ def pytest_report_args(path: str) -> list[str]:
 
 def _clean(line: str, roots: Sequence[str]) -> str:
     for root in sorted(roots, key=len, reverse=True):
-        if root:
-            line = line.replace(root.rstrip("/") + "/", "").replace(root, ".")
+        if root.strip("/"):
+            at = r"(?<![\w./+-])" + re.escape(root.rstrip("/"))
+            line = re.sub(at + r"(?![\w.+-])/?", lambda m: "" if m.group(0).endswith("/") else ".", line)
     line = re.sub(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)", r"\1", line)  # no absolute path of the machine
     return " ".join(line.split())[:240]
 
@@ -119,7 +121,7 @@ def error_cause(text: str, roots: Sequence[str] = ()) -> str | None:
     missing = _NO_MODULE_RE.search(text)
     if missing is not None:
         return f"No module named {missing.group(1)}"
-    found = _ERROR_LINE_RE.search(text)
+    found = _PYTEST_E_RE.search(text) or _ERROR_LINE_RE.search(text)  # pytest's own "E   " line first
     if found is not None:
         return _clean(found.group(1), roots)
     said = _NO_TESTS_RE.search(text)
