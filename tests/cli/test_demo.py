@@ -45,11 +45,16 @@ def test_demo_gate_run_passes_after_the_fix_with_no_413_and_compacts() -> None:
     assert first == {"qa_automation": "pass", "qa_performance_security": "fail", "qa_strategy": "fail",
                      "appsec": "fail"}
     assert set(summary["verdicts"].values()) == {"pass"}
-    # qa_automation really ran the sample's tests, in the sandbox, in both rounds; the fix was verified
-    assert summary["sandbox"]["kind"] in ("bwrap", "unshare") and summary["testCommand"]["source"] == "pytest"
+    # qa_automation really ran the sample's tests (unittest's: they run from a plain install), in the
+    # sandbox, in both rounds; the fix was verified; qa_strategy measured the change's coverage
+    assert summary["sandbox"]["kind"] in ("bwrap", "unshare")
+    assert summary["testCommand"]["source"] == "unittest"
     assert [r["round"] for r in summary["testRuns"]] == [1, 2]
-    assert all("ran `python -m pytest" in r["summary"] and "passed" in r["summary"]
+    assert all("ran `python -m unittest discover -v" in r["summary"] and "Ran " in r["summary"]
                for r in summary["testRuns"])
+    strategy = [g for g in summary["gate"]["history"][0]["agents"] if g["agent"] == "qa_strategy"]
+    assert {f["rule"] for f in strategy[0]["findings"]} == {"untested-change", "todo-added"}
+    assert all(f["line"] for f in strategy[0]["findings"])  # untested lines, by coverage
     [fix] = summary["devTurns"]
     assert fix["commit"] and fix["verification"]["ok"] and fix["verification"]["headTests"]["exitCode"] == 0
     assert [(c["previous"], c["state"]) for c in summary["devStates"]] == FIXED

@@ -4,7 +4,8 @@ and its dependencies are there (a plain install of hopline has no pytest).
 In order: ``--python PATH`` (``POST /gate``'s ``python``); ``python = "..."`` in the base's
 ``.hopline/gate.toml`` (relative to the repository's root; read from the base, as the test command
 is: a pull request does not choose what runs its tests); ``.venv/bin/python`` in the repository's
-working tree, found by itself; else the interpreter hopline's agent runs.
+working tree, found by itself when git tracks nothing under ``.venv/`` (a virtual environment the
+operator made, not a file of the pull request); else the interpreter hopline's agent runs.
 
 The interpreter is bound read-only into the sandbox (:func:`~hopline.harness.sandbox_mounts.interpreter_dirs`:
 its virtual environment and the installation it comes from, never anything else). One whose
@@ -63,6 +64,17 @@ def _configured(repo: Path, base: str, budget: Budget) -> str | None:
     return value
 
 
+def _tracked(repo: Path, budget: Budget) -> bool:
+    """Whether git tracks anything under ``.venv/``: then it is the pull request's, not a virtual
+    environment the operator made, and it is not taken by itself."""
+    try:
+        out = run_git(repo, ["ls-files", "--", ".venv"], timeout=budget.command_timeout_seconds,
+                      max_bytes=budget.gate_git_output_max_bytes)
+    except GitError:
+        return True
+    return bool(out.text.strip())
+
+
 def _homes() -> set[str]:
     homes = set()
     try:
@@ -95,7 +107,7 @@ def choose(given: str | None, repo: Path, base: str, budget: Budget,
         found = Interpreter(given, "given", "--python")
     elif (configured := _configured(repo, base, budget)) is not None:
         found = Interpreter(str(repo / configured), GATE_CONFIG, f"[gate] python in {GATE_CONFIG}")
-    elif os.access(repo / VENV_PYTHON, os.X_OK):
+    elif os.access(repo / VENV_PYTHON, os.X_OK) and not _tracked(repo, budget):
         found = Interpreter(str(repo / VENV_PYTHON), ".venv", "the repository's .venv/ (or --python)")
     else:
         return HOPLINE_OWN

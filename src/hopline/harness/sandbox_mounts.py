@@ -84,13 +84,22 @@ def interpreter_dirs(python: str) -> list[str]:
     ``bin/``; none that the system directories hold already."""
     found: list[str] = []
     prefix = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    candidates = [os.path.realpath(os.path.dirname(os.path.dirname(os.path.realpath(python))))]
+    real = os.path.realpath(python)
+    if os.path.basename(real).startswith("python"):  # an interpreter, not a wrapper script elsewhere
+        found.append(os.path.dirname(os.path.dirname(real)))
     home = _venv_home(prefix)
     if home is not None:
         found.append(os.path.realpath(prefix))
-        candidates.append(os.path.realpath(os.path.dirname(home)))
-    found += candidates
+        if any(name.startswith("python") for name in _names(home)):  # a venv's base interpreter is there
+            found.append(os.path.realpath(os.path.dirname(home)))
     return _outermost(p for p in found if os.path.isdir(p))
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def runtime_dirs() -> list[str]:

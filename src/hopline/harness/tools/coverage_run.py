@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hopline.harness.review import is_source_path, parse_diff, parse_numstat
@@ -59,17 +59,6 @@ def runner_argv(python_argv: Sequence[str], lib: str, out: str, files: Sequence[
     sources = sorted({posixpath.dirname(f) or "." for f in files})
     return [python_argv[0], "-c", RUNNER, lib, out, ",".join(files), ",".join(sources), "--",
             *python_argv[1:]]
-
-
-def ranges(lines: Iterable[int]) -> list[list[int]]:
-    """Sorted line numbers as ``[first, last]`` runs of consecutive lines."""
-    out: list[list[int]] = []
-    for line in sorted(set(lines)):
-        if out and line == out[-1][1] + 1:
-            out[-1][1] = line
-        else:
-            out.append([line, line])
-    return out
 
 
 def _grouped(untested: list[int], executed: set[int]) -> list[list[int]]:

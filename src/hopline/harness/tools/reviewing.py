@@ -182,14 +182,15 @@ class ReviewCommands:
         except git.GitError as exc:
             raise ToolError(str(exc)) from None
 
-    def _coverage_plan(self, argv: list[str]) -> tuple[list[str], str | None]:
-        """The changed Python source files to measure, or why coverage cannot run this command."""
+    def _coverage_plan(self, argv: list[str]) -> list[str]:
+        """The changed Python source files to measure; :class:`ToolError` when coverage cannot run
+        this command (it is not the interpreter's)."""
         if argv[0] != self.python or len(argv) < 2:
-            return [], (f"the test command ({shlex.join(self.review.test_command or ())}) is not a Python "
-                        "command: coverage runs python -m pytest, pytest or python -m unittest")
+            shown = shlex.join(self.review.test_command or ())
+            raise ToolError(f"coverage cannot run: the test command ({shown}) is not a Python command: "
+                            "coverage runs python -m pytest, pytest or python -m unittest")
         review = self.review
-        files = coverage_run.changed_python(self._git(*git.diff_args(review.base, review.head, stat=True)))
-        return files, None
+        return coverage_run.changed_python(self._git(*git.diff_args(review.base, review.head, stat=True)))
 
     async def run(self, command: str, at: str, coverage: bool = False) -> ReviewRun:
         """``command`` checked against the policy (a fix session: any shell line, at the head
@@ -222,11 +223,8 @@ class ReviewCommands:
             results.append(JUNIT_FILE)
         binds = [(d, d) for d in interpreter_dirs(self.python)] if self.review.python else []
         measured: list[str] = []
-        why_not: str | None = None
         if coverage:
-            measured, why_not = self._coverage_plan(argv)
-            if why_not is not None:
-                raise ToolError(f"coverage cannot run: {why_not}")
+            measured = self._coverage_plan(argv)
             package = coverage_package()
             if measured:
                 if package is not None:
