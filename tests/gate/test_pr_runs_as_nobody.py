@@ -76,6 +76,8 @@ def root_daemon(request: pytest.FixtureRequest) -> Iterator[tuple[str, Daemon, d
             tempfile.TemporaryDirectory(prefix=f"hopline-nobody-{kind}-") as tmp:
         if kind == "unshare":
             env["PATH"] = _path_without_bwrap(Path(farm))
+        env["TMPDIR"] = str(Path(tmp, "tmp"))  # where its agents keep base checkouts and cut outputs
+        Path(env["TMPDIR"]).mkdir()
         with running_daemon(Path(tmp), agent_cmd=None, env=env) as daemon:
             yield kind, daemon, env
 
@@ -114,5 +116,6 @@ def test_pr_code_runs_as_nobody_and_reads_no_secret(root_daemon: tuple[str, Daem
     document = json.loads(sarif.read_text())
     validate_sarif(document)
     assert invocation(document, "qa_automation")["executionSuccessful"] is True
-    no_worktree_left(repo)
+    no_worktree_left(repo)  # the base checkout a session made to compare the tests included
     assert not list((daemon.data_dir / "gate").iterdir())
+    assert not list(Path(env["TMPDIR"]).glob("hopline-*"))  # the agents closed their sessions' tools

@@ -110,6 +110,17 @@ def test_a_failing_test_is_named_at_its_line_with_its_assertion(tmp_path: Path) 
     assert region == {"startLine": 5}
 
 
+def test_a_syntax_error_is_one_finding(tmp_path: Path) -> None:
+    """Not one more per test file that cannot import it: a change that does not compile runs no test."""
+    broken = CALC.replace("def sub(a: int, b: int) -> int:", "def sub(a: int, b: int) -> int")
+    more = {"tests/test_more.py": TESTS.replace("def test_", "def test_2_")}  # two test files import calc
+    repo, _, _ = make_repo(tmp_path / "repo", {**BASE, **more}, {"src/calc.py": broken})
+    code, result, _ = gate(repo, tmp_path, "--agent", "qa_automation")
+    assert code == 1
+    assert rules(result, "qa_automation") == [("compile-error", "src/calc.py", 5, "error")]
+    assert "not run: the change does not compile" in agent(result, "qa_automation")["summary"]
+
+
 def test_a_pr_that_deletes_the_test_that_catches_its_bug_is_found(tmp_path: Path) -> None:
     """add() broken and test_add deleted: the head's tests pass, but the base had test_add."""
     only_sub = f"from calc import sub\n\n\n{TEST_SUB}"

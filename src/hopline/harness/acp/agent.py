@@ -159,6 +159,15 @@ class HoplineAgent:
     def attach(self, conn: Connection) -> None:
         self._conn = conn
 
+    def close(self) -> None:
+        """Every session's tools closed (blocking): a gate session's base checkout removed from git's
+        worktrees, the kept tool outputs deleted. The agent calls it as it stops."""
+        for live in list(self._sessions.values()):
+            closing = getattr(live.tool_loop, "close", None)
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    closing()
+
     @property
     def conn(self) -> Connection:
         if self._conn is None:

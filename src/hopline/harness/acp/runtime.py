@@ -83,6 +83,7 @@ async def _main(budget: Budget, read_fd: int, write_fd: int, naive: bool) -> Non
     try:
         await serve(agent, transport)
     finally:
+        await asyncio.to_thread(agent.close)
         store.close()
         if sidecar_store is not None:
             sidecar_store.close()
