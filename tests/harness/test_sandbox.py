@@ -30,6 +30,7 @@ for f in /etc/passwd /etc/shadow /etc/ssl/private /root/.ssh /home "$SECRET" che
 done
 ls /root >/dev/null 2>&1 && echo "READ /root"
 echo scratch > "$HOME/scratch" && echo "HOME writable"
+: > /dev/shm/semaphore && echo "SHM writable"
 touch made-here 2>/dev/null && echo "CHECKOUT writable"
 echo '<report/>' > "$TMPDIR/.hopline-out/report.xml"
 exit 3
@@ -90,6 +91,7 @@ def test_as_root_the_command_runs_as_nobody_on_an_allow_list(kind: str, checkout
     assert [line for line in output.splitlines() if line.startswith("READ")] == ["READ /etc/passwd",
                                                                                "READ checkout.txt"]
     assert "HOME writable" in output and "CHECKOUT writable" not in output
+    assert "SHM writable" in output  # multiprocessing's semaphores (detect-secrets uses them)
     assert results == {"report.xml": b"<report/>\n"}
     assert not (checkout / "made-here").exists()
 

@@ -219,8 +219,9 @@ def bwrap_argv(argv: Sequence[str], root: Path, limits: Limits, writable: bool =
         args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
                 "--cap-drop", "ALL"]
         tail = []
-    return [*args, *bwrap_mount_args(plan), "--proc", "/proc", "--dev", "/dev", "--remount-ro", "/",
-            "--chdir", str(root), "--", *tail, *argv]
+    # /dev/shm writable by the command (multiprocessing's semaphores): bwrap's own is root's
+    return [*args, *bwrap_mount_args(plan), "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs",
+            "/dev/shm", "--remount-ro", "/", "--chdir", str(root), "--", *tail, *argv]
 
 
 def unshare_argv(argv: Sequence[str], root: Path, private: Path, limits: Limits, writable: bool = False,
