@@ -17,6 +17,7 @@ from hopline.cli.gate import GateView, finding_line, print_result
 from hopline.client.events import Event
 from hopline.gate.sample import make_sample_pull_request
 from hopline.gate.sarif import FINGERPRINT_KEY, to_sarif
+from hopline.harness.rules import rule_of
 
 from .conftest import make_repo, validate_sarif
 
@@ -130,7 +131,7 @@ def test_sarif_fingerprints_hold_over_line_moves_and_security_rules_carry_a_seve
     validate_sarif({"version": "2.1.0", "runs": [run]})
     assert run["results"][0]["locations"][0]["physicalLocation"]["region"] == {"startLine": 1}
     assert run["tool"]["driver"]["rules"][0]["helpUri"].startswith("https://")
-    assert run["tool"]["driver"]["rules"][0]["fullDescription"]["text"] == ("A source file changes and no "
-                                                                           "test does.")
+    described = run["tool"]["driver"]["rules"][0]["fullDescription"]["text"]
+    assert described == rule_of("untested-change").description
     assert finding_line("appsec", {"severity": "note", "file": "a", "line": None, "rule": "r",
                                    "message": "two\nlines"}) == "note a appsec/r: two lines"
