@@ -69,8 +69,8 @@ class SqliteWriter:
         self.transactions = 0  # committed by the writer (group commit: fewer than the commits)
         self.checkpoints = 0
         self._closed = False
-        self._thread = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
-        self._thread.start()
+        self._writer_thread = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
+        self._writer_thread.start()
 
     def unlink_after_commit(self, session_id: str) -> None:
         """In a write: the session's segment file is removed once this transaction commits."""
@@ -154,7 +154,7 @@ class SqliteWriter:
         """No write after the ones queued: the writer ends its last batch, checkpoints, and closes."""
         self._closed = True
         self._queue.put(_Stop())
-        await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        await asyncio.get_running_loop().run_in_executor(None, self._writer_thread.join)
 
 
 def _resolve_all(settled: Sequence[tuple[_Write, Any, BaseException | None]]) -> None:
