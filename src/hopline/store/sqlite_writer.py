@@ -69,7 +69,8 @@ class SqliteWriter:
         self.transactions = 0  # committed by the writer (group commit: fewer than the commits)
         self.checkpoints = 0
         self._closed = False
-        self._writer_thread = threading.Thread(target=self._write_loop, name="hopline-journal-writer", daemon=True)
+        self._writer_thread = threading.Thread(target=self._write_loop, name="hopline-journal-writer",
+                                               daemon=True)
         self._writer_thread.start()
 
     def unlink_after_commit(self, session_id: str) -> None:
