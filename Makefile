@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make demo` installs hopline and what it runs on, nothing for its tests; `make test` adds those.
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test test-fast lint bench soak clean compiled
 
@@ -10,7 +12,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	@echo "make demo [1/3] creating the virtual environment $(VENV) ($(PY))"
+	@$(PY) -m venv $(VENV)
+	@echo "make demo [2/3] installing hopline and what it runs on into $(VENV) (no test tools, no compiler)"
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $(DEMO_STAMP)
 
 # The relay's hot path compiled with mypyc (src/hopline/compiled.py), rebuilt when any source
 # changes: hopline uses a build only when it was made from exactly the sources it runs.
@@ -22,8 +31,11 @@ $(COMPILED): $(STAMP) $(SOURCES) tools/compile_hot_path.py
 
 compiled: $(COMPILED)
 
-demo: $(STAMP) $(COMPILED)
-	$(BIN)/hopline demo
+# The relay's compiled hot path is an option (`make compiled`, built by `make test` and `make bench`);
+# the demo runs the same code from source.
+demo: $(DEMO_STAMP)
+	@echo "make demo [3/3] hopline demo: a gate run over a sample pull request on the embedded stack"
+	@$(BIN)/hopline demo
 
 test: $(STAMP) $(COMPILED)
 	$(BIN)/ruff check .
