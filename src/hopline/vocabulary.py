@@ -83,6 +83,7 @@ REASON_OWNER_LOST = "owner_lost"  # turn_error of a prompt whose daemon died (it
 
 # --- environment variables ------------------------------------------------------------------------
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token
+URL_ENV = "HOPLINE_URL"  # the daemon a client talks to (the SDK and every client command)
 INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"  # the gateway's operator token
 SIDECAR_WRITE_TOKEN_ENV = "HOPLINE_SIDECAR_WRITE_TOKEN"
 GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"  # what an agent child posts llm-turns to

@@ -130,9 +130,12 @@ def test_bad_console_requests_get_a_4xx_naming_the_hop(daemon: Daemon, method: s
 
 
 @pytest.mark.e2e
-def test_serve_prints_the_console_url_with_the_token_only_when_it_made_the_token(tmp_path: Path) -> None:
+def test_serve_off_a_terminal_prints_the_console_url_without_the_token(tmp_path: Path) -> None:
+    """Off a terminal (a service's journal) the URL never carries the token, not even one `serve` made;
+    that one is in the data directory's 0600 file (on a terminal: tests/cli/test_serve_defaults.py)."""
     with running_daemon(tmp_path, token="", log_name="generated.log") as generated:
-        assert generated.console_url == f"{generated.url}/ui/#token={generated.token}"
+        assert generated.console_url == f"{generated.url}/ui/"
+        assert not any(generated.token in line for line in generated.stdout_lines)
     with running_daemon(tmp_path, token=TOKEN, data_dir=tmp_path / "given", log_name="given.log") as given:
         assert given.console_url == f"{given.url}/ui/"
         assert not any(TOKEN in line for line in given.stdout_lines)

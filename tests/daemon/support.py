@@ -39,6 +39,11 @@ class Daemon:
         return next(line.split(" ", 1)[1] for line in self.stdout_lines if line.startswith("console: "))
 
     @property
+    def signed_in_console_url(self) -> str:
+        """The console's URL with the token in its fragment, as `serve` prints it on a terminal."""
+        return f"{self.url}/ui/#token={self.token}"
+
+    @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
 
@@ -71,7 +76,6 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
     log_file.close()
     assert proc.stdout is not None
     found: list[str] = []
-    printed: list[str] = []
     stdout_lines: list[str] = []
 
     def read_url() -> None:
@@ -79,8 +83,6 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
         for raw in proc.stdout:  # read to the end, so the daemon never blocks on stdout
             line = raw.decode(errors="replace").strip()
             stdout_lines.append(line)
-            if line.startswith("HOPLINE_SERVER_TOKEN="):
-                printed.append(line.split("=", 1)[1])
             if line.startswith("hopline serve listening on "):
                 found.append(line.rsplit(" ", 1)[1])
 
@@ -92,9 +94,8 @@ def start_daemon(tmp: Path, *, data_dir: Path | None = None, agent_cmd: str | No
             raise RuntimeError(f"hopline serve did not start: {log_path.read_text(errors='replace')[-2000:]}")
         time.sleep(0.05)
     url = found[0]
-    if not token:  # the daemon generated one and printed it before the URL
-        assert printed, "no generated token printed"
-        token = printed[0]
+    if not token:  # the daemon made one: off a terminal it is in the data directory's 0600 file
+        token = (data / "server-token").read_text().strip()
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         with contextlib.suppress(httpx.HTTPError):

@@ -1,4 +1,4 @@
-"""`hopline serve` startup: an incoherent budget is refused; a missing token is generated and printed."""
+"""`hopline serve` startup: an incoherent budget is refused; a missing token is made (kept in a 0600 file)."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -11,7 +12,7 @@ from typing import Any, TypeVar
 import typer
 
 from hopline.budget import Budget, BudgetError, IncoherentBudget, require_coherent
-from hopline.vocabulary import NAIVE_ENV
+from hopline.vocabulary import NAIVE_ENV, SERVER_TOKEN_ENV, URL_ENV
 
 T = TypeVar("T")
 
@@ -31,6 +32,13 @@ def run_client(command: str, main: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def daemon_target(url: str | None, token: str | None) -> tuple[str | None, str | None]:
+    """The daemon a client command talks to: ``--url``, else ``$HOPLINE_URL`` (None: neither, the
+    command's default applies); its token: ``--token``, else ``$HOPLINE_SERVER_TOKEN``."""
+    target = url or os.environ.get(URL_ENV) or None
+    return target, (token if token is not None else os.environ.get(SERVER_TOKEN_ENV))
 
 
 def budget_or_exit() -> Budget:
@@ -80,6 +88,9 @@ def bind_or_exit(host: str, port: int, command: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        print(f"hopline {command}: cannot bind {host}:{port}: {exc.strerror}", file=sys.stderr)
+        hint = ""
+        if exc.errno == errno.EADDRINUSE:
+            hint = " (another program listens there: pass --port N, or --port 0 for a free one)"
+        print(f"hopline {command}: cannot bind {host}:{port}: {exc.strerror}{hint}", file=sys.stderr)
         raise typer.Exit(1) from None
     return sock

@@ -8,13 +8,20 @@ import typer
 
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 from hopline.compiled import STATE as COMPILED
-from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV
+from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     import socket
     from pathlib import Path
 
     from hopline.budget import Budget
+
+# A fixed default, so that a client's HOPLINE_URL stays right from one start to the next (uvicorn's
+# 8000 and the usual 8080 are taken by too many other servers).
+DEFAULT_PORT = 8765
+# The token `serve` makes when HOPLINE_SERVER_TOKEN is not set: kept in the data directory, mode 0600,
+# and used again by the next start, so a client's exported token stays good across restarts.
+TOKEN_FILE = "server-token"
 
 
 def event_loop_kind() -> dict[str, str]:
@@ -29,7 +36,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def serve(
         host: str = typer.Option("127.0.0.1", help="Address to bind (loopback by default)."),
-        port: int = typer.Option(0, help="Port to bind; 0 picks a free one (the URL is printed)."),
+        port: int = typer.Option(DEFAULT_PORT, help="Port to bind; 0 picks a free one (the URL is printed)."),
         data_dir: str = typer.Option("", "--data-dir", help="Journal and agent session store "
                                      "(default: $HOPLINE_DATA_DIR or ~/.local/share/hopline)."),
         agent_cmd: str = typer.Option("", "--agent-cmd", help="ACP agent command for every session "
@@ -67,21 +74,96 @@ def run_serve(*, host: str, port: int, data_dir: str, agent_cmd: str, agent_env:
     configure_json_logging()
     argv = shlex.split(agent_cmd) if agent_cmd.strip() else [sys.executable, "-m", "hopline", "agent"]
     root = _data_root(data_dir)
+    lock = _lock_or_exit(root)  # before the port: a second daemon on this directory is told which one
     sock = bind_or_exit(host, port, "serve")  # a busy port is said before a token is printed
-    server_token = os.environ.get(SERVER_TOKEN_ENV, "")
-    generated_token = not server_token
-    if generated_token:
-        server_token = secrets.token_urlsafe(32)
-        print(f"{SERVER_TOKEN_ENV}={server_token}", flush=True)
+    server_token, token_file = _server_token(root)
     internal_token = os.environ.get(INTERNAL_TOKEN_ENV) or secrets.token_urlsafe(32)
 
     bound_port = sock.getsockname()[1]
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{bound_port}"
+    lock.publish(url)
     daemon = _daemon_app_or_exit(budget, sock, root, agent_cmd=argv, server_token=server_token,
                                  internal_token=internal_token, url=url, naive=naive, agent_env=passed_env,
                                  store=store)
-    _serve_daemon(daemon, budget, sock, url, console_token=server_token if generated_token else None)
+    for line in announcement(url, server_token, token_file, tty=sys.stdout.isatty()):
+        print(line, flush=True)
+    _serve_daemon(daemon, budget, sock)
+
+
+def announcement(url: str, token: str, token_file: Path | None, *, tty: bool) -> list[str]:
+    """What `serve` prints once it listens. On a terminal: the two lines a client's shell takes
+    (``export HOPLINE_URL=...``, and the token when `serve` made it) and the console's URL carrying
+    that token in its fragment. Elsewhere (a service's journal) never the token: the file holding it.
+    The last line names the URL (``hopline serve listening on URL``; the embedded stack reads it)."""
+    import shlex
+
+    from hopline.console import CONSOLE_PREFIX
+
+    console = f"{url}{CONSOLE_PREFIX}/"
+    lines = [f"export {URL_ENV}={url}"] if tty else []
+    if token_file is None:  # the operator's own token: they have it
+        lines.append(f"console: {console}")
+    elif tty:
+        # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
+        lines += [f"export {SERVER_TOKEN_ENV}={token}", f"console: {console}#token={token}"]
+    else:
+        where = shlex.quote(str(token_file))
+        lines += [f"token: in {where} (mode 0600; a client takes it with "
+                  f'export {SERVER_TOKEN_ENV}="$(cat {where})")',
+                  f"console: {console}"]
+    return [*lines, f"hopline serve listening on {url}"]
+
+
+def _lock_or_exit(root: Path) -> Any:
+    """The data directory's lock (:mod:`hopline.store.dir_lock`), or exit 1 naming its holder."""
+    import sys
+
+    from hopline.store.dir_lock import DataDirBusy, DataDirLock
+
+    try:
+        return DataDirLock.acquire(root)
+    except DataDirBusy as exc:
+        print(f"hopline serve: {exc}", file=sys.stderr)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        print(f"hopline serve: cannot lock the data directory {root}: {exc.strerror}", file=sys.stderr)
+        raise typer.Exit(1) from None
+
+
+def _server_token(root: Path) -> tuple[str, Path | None]:
+    """``$HOPLINE_SERVER_TOKEN`` (and no file), else the token of the data directory's 0600 file:
+    the one a previous start wrote, or a new one written there."""
+    import os
+    import re
+    import secrets
+    import stat
+
+    given = os.environ.get(SERVER_TOKEN_ENV)
+    if given:
+        return given, None
+    path = root / TOKEN_FILE
+    try:
+        info = os.lstat(path)
+        # Used again only when it is ours alone: a regular file of this user, mode 0600 or narrower.
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            with open(path, "rb") as file:
+                kept = file.read(256).decode("ascii", "replace").strip()
+            if re.fullmatch(r"[A-Za-z0-9_\-]{32,128}", kept):
+                return kept, path
+    except FileNotFoundError:
+        pass
+    token = secrets.token_urlsafe(32)
+    staged = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, f"{token}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(staged, path)
+    return token, path
 
 
 def _agent_env_or_exit(agent_env: list[str]) -> tuple[str, ...]:
@@ -149,10 +231,8 @@ def _daemon_app_or_exit(budget: Budget, sock: socket.socket, root: Path, *, agen
         raise typer.Exit(1) from None
 
 
-def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
-                  console_token: str | None) -> None:
-    """Serve ``daemon`` on ``sock`` until stopped; the console's URL carries ``console_token`` (a
-    token this run generated) in its fragment."""
+def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket) -> None:
+    """Serve ``daemon`` on ``sock`` until stopped."""
     import logging
     import math
 
@@ -160,7 +240,6 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
 
     from hopline.budget import HOP_DAEMON_API
     from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
-    from hopline.console import CONSOLE_PREFIX
 
     class DaemonServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -174,10 +253,6 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket, url: str, *,
     config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
                             timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
     server = DaemonServer(config)
-    # The fragment never reaches the server (nor its logs); the page moves it to sessionStorage.
-    console_url = f"{url}{CONSOLE_PREFIX}/" + (f"#token={console_token}" if console_token else "")
-    print(f"console: {console_url}", flush=True)
-    print(f"hopline serve listening on {url}", flush=True)
     bound_port = sock.getsockname()[1]
     logging.getLogger("hopline.daemon").info("listening", extra={"port": bound_port, **event_loop_kind(),
                                                                  "compiled": COMPILED.state})

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import typer
 
-from hopline.cli._common import budget_or_exit
-from hopline.cli.status import URL_ENV
-from hopline.vocabulary import SERVER_TOKEN_ENV
+from hopline.cli._common import budget_or_exit, daemon_target
+from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 
 def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None, url: str | None = None,
@@ -120,13 +119,12 @@ def register(app: typer.Typer) -> None:
 
         if data_dir is not None:
             raise typer.Exit(_from_data_dir(Path(data_dir), session_id, sidecar_id))
-        base = url or os.environ.get(URL_ENV)
+        base, bearer = daemon_target(url, token)
         if not base:
             print(f"hopline sidecar: give --url (or set {URL_ENV}) or --data-dir", file=sys.stderr)
             raise typer.Exit(2)
         try:
-            token = token or os.environ.get(SERVER_TOKEN_ENV)
-            code = asyncio.run(_from_daemon(base, token, session_id, sidecar_id))
+            code = asyncio.run(_from_daemon(base, bearer or "", session_id, sidecar_id))
         except (DaemonError, SidecarIntegrityError) as exc:
             print(f"hopline sidecar: {exc}", file=sys.stderr)
             raise typer.Exit(1) from None

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit
-from hopline.vocabulary import SERVER_TOKEN_ENV
+from hopline.cli._common import budget_or_exit, daemon_target
+from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-URL_ENV = "HOPLINE_URL"
 
 
 def exact_size(value: Any) -> str:
@@ -208,14 +205,13 @@ def register(app: typer.Typer) -> None:
         from hopline.client import DaemonClient, DaemonError
 
         budget = budget_or_exit()
-        target = url or os.environ.get(URL_ENV)
+        target, bearer = daemon_target(url, token)
         if not target:
             print(f"hopline status: give --url or set {URL_ENV}", file=sys.stderr)
             raise typer.Exit(2)
 
         async def fetch() -> dict[str, Any]:
-            bearer = token or os.environ.get(SERVER_TOKEN_ENV)
-            async with DaemonClient(target, bearer, budget=budget) as client:
+            async with DaemonClient(target, bearer or "", budget=budget) as client:
                 return await client.status()
 
         try:

@@ -3,6 +3,7 @@
 from hopline.client.daemon import (
     DaemonClient,
     DaemonError,
+    NoDaemonUrl,
     RequestTooLarge,
     SidecarIntegrityError,
     SseReconnectExhausted,
@@ -15,6 +16,7 @@ __all__ = [
     "DaemonClient",
     "DaemonError",
     "Event",
+    "NoDaemonUrl",
     "RequestTooLarge",
     "SidecarIntegrityError",
     "SidecarRef",

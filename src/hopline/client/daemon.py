@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from hopline.budget import (
 )
 from hopline.client.events import Event, SidecarRef
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import META_SIDECAR
+from hopline.vocabulary import META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
 from hopline.wire.sse import SseMessage, SseParser
 
 log = logging.getLogger("hopline.client")
@@ -62,6 +63,10 @@ class RequestTooLarge(DaemonError, LimitExceeded):
                                  f"request body over the daemon JSON body limit ({ceiling.name}); not sent",
                                  kind="request_too_large")
         DaemonError.__init__(self, 413, self.to_json(), method, route)
+
+
+class NoDaemonUrl(HoplineError, ValueError):
+    """``DaemonClient()`` was given no URL and ``$HOPLINE_URL`` is not set."""
 
 
 class SseReconnectExhausted(HoplineError):
@@ -118,11 +123,17 @@ class TranscriptPage:
 
 
 class DaemonClient:
-    """Async client for one daemon. Use as ``async with DaemonClient(url, token) as client``."""
+    """Async client for one daemon. Use as ``async with DaemonClient(url, token) as client``;
+    ``DaemonClient()`` reads both from ``$HOPLINE_URL`` and ``$HOPLINE_SERVER_TOKEN`` (a token of
+    ``""`` sends none)."""
 
-    def __init__(self, base_url: str, token: str | None, *, budget: Budget | None = None,
+    def __init__(self, base_url: str | None = None, token: str | None = None, *, budget: Budget | None = None,
                  http: httpx.AsyncClient | None = None, reconnect_attempts: int | None = None,
                  reconnect_backoff_seconds: float | None = None) -> None:
+        base_url = base_url or os.environ.get(URL_ENV)
+        if not base_url:
+            raise NoDaemonUrl(f"no daemon URL: pass one to DaemonClient or set {URL_ENV}")
+        token = token if token is not None else os.environ.get(SERVER_TOKEN_ENV)
         self.base_url = base_url.rstrip("/")
         self.budget = budget or Budget.from_env()
         # Consecutive failed reconnects of an event stream before giving up, and the first backoff.

@@ -1,0 +1,108 @@
+"""One daemon per data directory: an exclusive ``flock`` on ``daemon.lock`` in it, held for the
+daemon process's life.
+
+The kernel releases the lock when the process ends, however it ends, so a lock left by a dead
+daemon is free again at once. The file holds the holder's pid and, once it listens, its URL: a
+second daemon (or ``hopline store check --repair``) says who holds the directory. With a shared
+PostgreSQL store each daemon still has a local data directory of its own, and locks it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hopline.budget import HoplineError
+
+LOCK_FILE = "daemon.lock"
+_HOLDER_MAX_BYTES = 4096  # what a holder writes: its pid and URL as a small JSON object
+
+
+class DataDirBusy(HoplineError):
+    """Another live process holds the data directory's lock."""
+
+    def __init__(self, root: Path, holder: dict[str, Any]) -> None:
+        self.root = root
+        self.holder = holder
+        pid = holder.get("pid")
+        who = f"pid {pid}" if isinstance(pid, int) else "its pid not yet written"
+        url = holder.get("url") or "its URL not yet known: it is starting"
+        super().__init__(f"another hopline daemon ({who}, {url}) is serving the data directory "
+                         f"{root}; stop it, or give this one another --data-dir")
+
+
+def read_holder(root: Path) -> dict[str, Any]:
+    """What the lock file says of its holder (``{}`` when it says nothing readable)."""
+    try:
+        with open(root / LOCK_FILE, "rb") as file:
+            value = orjson.loads(file.read(_HOLDER_MAX_BYTES))
+    except (OSError, orjson.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class DataDirLock:
+    """The exclusive lock on a data directory; :meth:`acquire` takes it or raises
+    :class:`DataDirBusy`. Keep the object for as long as the process serves the directory."""
+
+    def __init__(self, root: Path, fd: int) -> None:
+        self.root = root
+        self._fd = fd
+        self._holder: dict[str, Any] = {"pid": os.getpid()}
+
+    @classmethod
+    def acquire(cls, root: Path) -> DataDirLock:
+        root.mkdir(parents=True, exist_ok=True)
+        # O_CLOEXEC (Python's default): an agent child never inherits the lock, so it cannot keep it
+        # after its daemon is gone.
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirBusy(root, read_holder(root)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        lock = cls(root, fd)
+        lock._write()
+        return lock
+
+    def publish(self, url: str) -> None:
+        """Say where the holder listens (a refused daemon names it)."""
+        self._holder["url"] = url
+        self._write()
+
+    def _write(self) -> None:
+        data = orjson.dumps(self._holder)
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, data, 0)
+
+    def release(self) -> None:
+        """Give the directory up before the process ends (the tests' in-process daemons)."""
+        if self._fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing the last descriptor releases the flock
+        self._fd = -1
+
+
+def holder_if_locked(root: Path) -> dict[str, Any] | None:
+    """The holder when a live process holds ``root``'s lock, else None (the lock is not taken)."""
+    path = root / LOCK_FILE
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return read_holder(root)
+    finally:
+        os.close(fd)  # a shared lock taken here goes with the descriptor
+    return None
