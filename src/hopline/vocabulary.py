@@ -33,6 +33,8 @@ DATA_CORRUPT = "data_corrupt"  # a stored event that failed its check on read: i
 SIDECAR_DELAYED = "sidecar_delayed"  # a large update waits for its sidecar write (a slow or hung store)
 # With an id, several daemons only (SPEC X): another daemon took the session over.
 SESSION_ADOPTED = "session_adopted"
+# With an id: the daemon stopped an idle session's agent (HOPLINE_SESSION_IDLE_SECONDS); a load restores it.
+SESSION_REAPED = "session_reaped"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
                              STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT, SIDECAR_DELAYED})
 

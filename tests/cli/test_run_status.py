@@ -54,8 +54,8 @@ def test_run_json_starts_the_embedded_stack_and_ends_with_the_final(workspace: P
 
 def test_run_in_a_terminal_shows_progress_and_the_final_answer(daemon: EmbeddedStack,
                                                                workspace: Path) -> None:
-    code, output = run_in_pty(["run", "review the test logs", "--url", daemon.url, "--scripted", SCRIPT],
-                              cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token})
+    code, output = run_in_pty(["run", "review the test logs", "--url", daemon.url, "--scripted", SCRIPT,
+                               "--keep"], cwd=workspace, env={"HOPLINE_SERVER_TOKEN": daemon.token})
     text = ANSI.sub("", output)
     assert code == 0, text[-3000:]
     assert re.search(r"iteration \d+/60 │ estimate [\d.]+k? / 128\.0k tokens \((usage|bytes)\) "

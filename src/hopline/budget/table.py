@@ -222,6 +222,10 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("max_connections", HOP_DAEMON_API, Unit.COUNT, 1024, "HOPLINE_MAX_CONNECTIONS",
             "HTTP connections open at once, SSE streams among them "
             "(daemon and gateway; more: 503 and closed)"),
+    Ceiling("session_idle_seconds", HOP_DAEMON_API, Unit.SECONDS, 3600.0, "HOPLINE_SESSION_IDLE_SECONDS",
+            "a session with no prompt, no subscriber, no pending permission and no client request for this "
+            "long has its agent stopped (its journal stays; a load restores it); 0: never",
+            minimum=0.0),
     Ceiling("max_pending_prompts", HOP_DAEMON_API, Unit.COUNT, 16, "HOPLINE_MAX_PENDING_PROMPTS",
             "prompts running or queued in one session (then 429)"),
     Ceiling("prompt_block_max_bytes", HOP_DAEMON_API, Unit.BYTES, 1 * MiB, "HOPLINE_PROMPT_BLOCK_MAX_BYTES",

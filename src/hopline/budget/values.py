@@ -97,6 +97,7 @@ class Budget:
     request_head_max_bytes: int
     request_head_max_headers: int
     max_connections: int
+    session_idle_seconds: float
     max_pending_prompts: int
     prompt_block_max_bytes: int
     prompt_max_blocks: int

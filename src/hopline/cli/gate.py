@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit, run_client
-from hopline.embedded import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.cli._common import budget_or_exit, daemon_target, run_client
 from hopline.vocabulary import (
     DEV_STATE,
     GATE_COMPLETE,
@@ -31,7 +30,9 @@ from hopline.vocabulary import (
     GATE_ROUND,
     GATE_STARTED,
     GATE_VERDICT,
+    URL_ENV,
 )
+from hopline.vocabulary import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -336,7 +337,7 @@ async def run_gate(budget: Budget, *, url: str | None, token: str | None, repo: 
         return int(code) if isinstance(code, int) else 2
 
     if url is not None:
-        async with DaemonClient(url, token, budget=budget) as client:
+        async with DaemonClient(url, token or "", budget=budget) as client:
             return await one(client)
     console.print("[dim]starting the embedded stack (hopline serve on 127.0.0.1)…[/]")
     async with embedded_stack() as stack, DaemonClient(stack.url, stack.token, budget=budget) as client:
@@ -363,6 +364,26 @@ def check_gate_arguments(budget: Budget, *, agents: list[str], rounds: int | Non
                                  "give one of them", param_hint="--dev-session")
 
 
+def check_repository(budget: Budget, repo: str, *, base: str | None, head: str | None) -> None:
+    """What the daemon would answer with a 422 (no such directory, not a git work tree, a revision
+    that names no commit, no base to take), refused here with the same rules (:mod:`hopline.gate.git`)
+    before any stack starts: exit 2."""
+    from pathlib import Path
+
+    from hopline.gate.git import RepoError, default_base, repository_root, resolve_commit
+
+    try:
+        root = repository_root(Path(repo), budget)
+        head_commit = resolve_commit(root, budget, head or "HEAD", "head")
+        if base is not None:
+            resolve_commit(root, budget, base, "base")
+        else:
+            default_base(root, budget, head_commit)
+    except RepoError as exc:
+        print(f"hopline gate: {exc} (--repo {repo})", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def gate(
@@ -370,7 +391,8 @@ def register(app: typer.Typer) -> None:
         base: str = typer.Option(None, "--base", help="Base revision (default: the merge base of head with "
                                  "the upstream, or main)."),
         head: str = typer.Option(None, "--head", help="Head revision (default: HEAD)."),
-        url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
+        url: str = typer.Option(None, "--url", help=f"A running daemon (default: ${URL_ENV}; neither: start "
+                                "the embedded stack for the run)."),
         token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${TOKEN_ENV})."),
         as_json: bool = typer.Option(False, "--json", help="Print the run's result as one JSON object "
                                      "(--format json)."),
@@ -402,13 +424,13 @@ def register(app: typer.Typer) -> None:
         budget = budget_or_exit()
         check_gate_arguments(budget, agents=agent or [], rounds=rounds, fix=fix, dev_session=dev_session)
         workspace = os.path.abspath(repo or os.getcwd())
-        if url is not None and token is None:
-            token = os.environ.get(TOKEN_ENV)
-        code = run_client("gate", run_gate(budget, url=url, token=token, repo=workspace, base=base, head=head,
-                                           agents=list(agent) if agent else None, dev_session=dev_session,
-                                           fix=fix, rounds=rounds, scripted=parse_scripted(scripted),
-                                           output="json" if as_json else output,
-                                           sarif=Path(sarif) if sarif else None,
-                                           test_command=test_cmd, allow_unsandboxed=allow_unsandboxed,
-                                           python=os.path.abspath(python) if python else None))
+        target, bearer = daemon_target(url, token)
+        if target is None:  # the embedded stack: the repository is checked here, before it starts
+            check_repository(budget, workspace, base=base, head=head)
+        code = run_client("gate", run_gate(
+            budget, url=target, token=bearer, repo=workspace, base=base, head=head,
+            agents=list(agent) if agent else None, dev_session=dev_session, fix=fix, rounds=rounds,
+            scripted=parse_scripted(scripted), output="json" if as_json else output,
+            sarif=Path(sarif) if sarif else None, test_command=test_cmd,
+            allow_unsandboxed=allow_unsandboxed, python=os.path.abspath(python) if python else None))
         raise typer.Exit(code)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from hopline.cli._common import budget_or_exit, run_client
-from hopline.vocabulary import SERVER_TOKEN_ENV
+from hopline.cli._common import budget_or_exit, daemon_target, run_client
+from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -281,10 +281,39 @@ def _json_line(obj: Any) -> None:
     sys.stdout.flush()
 
 
+async def end_remote_session(client: DaemonClient, session_id: str, *, interrupted: bool,
+                             keep: bool) -> None:
+    """A run's session ends with it: on Ctrl-C its prompt is cancelled on the daemon first; then it is
+    deleted (its agent stopped), unless ``keep``. Said on stderr, whatever fails."""
+    from hopline.client import DaemonError
+
+    said: list[str] = []
+    if interrupted:
+        try:
+            cancelled = (await client.cancel(session_id) or {}).get("cancelled")
+            said.append("the prompt was cancelled on the daemon" if cancelled
+                        else "the prompt had already ended on the daemon")
+        except DaemonError as exc:
+            said.append(f"the prompt could not be cancelled ({exc})")
+    if keep:
+        said.append(f"session {session_id} kept (hopline sessions delete {session_id} removes it)")
+    else:
+        try:
+            await client.delete_session(session_id)
+            if interrupted:
+                said.append("its session deleted")
+        except DaemonError as exc:
+            said.append(f"session {session_id} could not be deleted ({exc})")
+    if said:
+        print(("interrupted: " if interrupted else "") + "; ".join(said), file=sys.stderr, flush=True)
+
+
 async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str | None, cwd: str | None,
                      profile: str | None, as_json: bool, ask: bool,
                      scripted: dict[str, Any] | None, token_from_env: bool = True,
-                     attachments: Sequence[str] = ()) -> int:
+                     attachments: Sequence[str] = (), keep: bool = False) -> int:
+    import asyncio
+
     from rich.console import Console
 
     from hopline.client import DaemonClient
@@ -297,6 +326,8 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
     def fetch_command(session_id: str) -> FetchHint:
         from hopline.cli.sidecar import fetch_hint
 
+        if url is not None and not keep:
+            return lambda sidecar_id: "deleted with the session when the run ends (--keep keeps it)"
         return lambda sidecar_id: fetch_hint(session_id, sidecar_id, data_dir=kept.get("dir"), url=url,
                                              token_from_env=token_from_env)
 
@@ -304,6 +335,18 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
         session_id = await client.create_session(cwd=cwd, profile=profile,
                                                  permission_mode="ask" if ask else "auto",
                                                  scripted=scripted)
+        if url is None:  # the embedded stack ends with the run, and its sessions with it
+            return await turn(client, session_id)
+        interrupted = False
+        try:
+            return await turn(client, session_id)
+        except asyncio.CancelledError:  # Ctrl-C: asyncio.run cancels this task, then exits 130
+            interrupted = True
+            raise
+        finally:
+            await end_remote_session(client, session_id, interrupted=interrupted, keep=keep)
+
+    async def turn(client: DaemonClient, session_id: str) -> int:
         if as_json:
             async def emit(event: Event, tracker: TurnTracker, changed: ToolCallView | None) -> None:
                 _json_line(event.to_json())
@@ -332,7 +375,7 @@ async def run_prompt(budget: Budget, prompt: str, *, url: str | None, token: str
         return 1 if tracker.failed else 0
 
     if url is not None:
-        async with DaemonClient(url, token, budget=budget) as client:
+        async with DaemonClient(url, token or "", budget=budget) as client:
             return await session(client)
     if not as_json:
         console.print("[dim]starting the embedded stack (hopline serve on 127.0.0.1)…[/]")
@@ -361,13 +404,41 @@ def parse_scripted(raw: str | None) -> dict[str, Any] | None:
     return value
 
 
+def prompt_from_stdin(budget: Budget) -> str:
+    """``hopline run -``: the prompt is stdin, read to its end, but never past the daemon's body limit
+    (``HOPLINE_DAEMON_JSON_BODY_LIMIT``): more is refused before anything starts; the client then
+    sizes the whole request body against the same limit before it sends it."""
+    from hopline.budget import CEILINGS_BY_KEY
+
+    limit = budget.daemon_json_body_limit
+    data = sys.stdin.buffer.read(limit + 1)
+    ceiling = CEILINGS_BY_KEY["daemon_json_body_limit"]
+    if len(data) > limit:
+        print(f"hopline run: the prompt on stdin is over the daemon's body limit of {limit} bytes "
+              f"({ceiling.name}, hop {ceiling.hop}): more than {limit} bytes came; nothing was sent",
+              file=sys.stderr)
+        raise typer.Exit(2)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        print(f"hopline run: the prompt on stdin is not UTF-8 (byte {exc.start})", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if not text.strip():
+        print("hopline run: the prompt on stdin is empty", file=sys.stderr)
+        raise typer.Exit(2)
+    return text
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def run(
-        prompt: str = typer.Argument(..., help="The prompt for the agent."),
+        prompt: str = typer.Argument(..., help="The prompt for the agent; - reads it from stdin."),
         cwd: str = typer.Option(None, "--cwd", help="Workspace directory (default: the current one)."),
-        url: str = typer.Option(None, "--url", help="A running daemon; default: start the embedded stack."),
+        url: str = typer.Option(None, "--url", help=f"A running daemon (default: ${URL_ENV}; neither: start "
+                                "the embedded stack for this prompt)."),
         token: str = typer.Option(None, "--token", help=f"Bearer token (default: ${SERVER_TOKEN_ENV})."),
+        keep: bool = typer.Option(False, "--keep", help="Keep the session on the daemon after the run "
+                                  "(default: it is deleted when the run ends, Ctrl-C included)."),
         profile: str = typer.Option(None, "--profile", help="Agent profile (dev, qa_automation, ...)."),
         as_json: bool = typer.Option(False, "--json", help="Print events as JSON lines, then the final."),
         ask: bool = typer.Option(False, "--ask", help="Ask before each tool permission (default: auto)."),
@@ -381,13 +452,15 @@ def register(app: typer.Typer) -> None:
         budget = budget_or_exit()
         if as_json and ask:
             raise typer.BadParameter("--ask needs the terminal; it cannot be combined with --json")
+        if ask and prompt == "-":
+            raise typer.BadParameter("--ask answers on the terminal; with - the prompt comes from stdin")
         hints = parse_scripted(scripted)
         workspace = os.path.abspath(cwd or os.getcwd())
         token_from_env = token is None
-        if url is not None and token is None:
-            token = os.environ.get(SERVER_TOKEN_ENV)
-        code = run_client("run", run_prompt(budget, prompt, url=url, token=token, cwd=workspace,
+        target, bearer = daemon_target(url, token)
+        text = prompt_from_stdin(budget) if prompt == "-" else prompt
+        code = run_client("run", run_prompt(budget, text, url=target, token=bearer, cwd=workspace,
                                             profile=profile, as_json=as_json, ask=ask, scripted=hints,
-                                            token_from_env=token_from_env,
+                                            token_from_env=token_from_env, keep=keep,
                                             attachments=[os.path.abspath(a) for a in attach]))
         raise typer.Exit(code)

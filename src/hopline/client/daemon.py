@@ -245,6 +245,16 @@ class DaemonClient:
     async def delete_session(self, session_id: str) -> None:
         await self._call("DELETE", f"/session/{session_id}", expect=(200, 202, 204))
 
+    async def sessions(self, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+        """``GET /session``: the newest sessions (what each is doing), and how many there are."""
+        result = await self._call("GET", "/session", params={"limit": limit} if limit is not None else None)
+        return list(result.get("sessions") or []), int(result.get("total") or 0)
+
+    async def session(self, session_id: str) -> dict[str, Any]:
+        """``GET /session/{id}``: one session, what it is doing, and its last event id."""
+        result: dict[str, Any] = await self._call("GET", f"/session/{session_id}")
+        return result
+
     async def status(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("GET", "/daemon/status")
         return result

@@ -37,6 +37,7 @@ from hopline.daemon.cluster import Cluster, ClusterAuth, new_daemon_id
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
+from hopline.daemon.idle_sessions import IdleSessions
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.routes.owner import Forwarded
@@ -133,8 +134,10 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
                                     on_listen=bus.catch_up_all)
                 sweeps = asyncio.create_task(run_sweeps(manager, cluster, bus))  # adopt on expiry
+            idle = IdleSessions(manager, bus, held=lambda sid: parts.gates.dev_gate(sid) is not None)
             try:
-                yield
+                async with idle.running():
+                    yield
             finally:
                 if cluster is not None:
                     sweeps.cancel()

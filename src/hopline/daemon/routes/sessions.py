@@ -22,6 +22,8 @@ from hopline.daemon.transcript import transcript_page
 from hopline.harness.scripted import scripted_hints
 from hopline.wire.input import parse_decimal_id
 
+# The most sessions one GET /session lists (the newest first; ``total`` says how many there are).
+SESSIONS_LISTED_MAX = 1000
 # The error statuses every session route may answer (the OpenAPI document lists them).
 ERRORS: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
 
@@ -140,7 +142,20 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
 def _reading_routes(router: APIRouter, parts: DaemonParts,
                     session_of: Callable[[str], Awaitable[DaemonSession]]) -> None:
     """The routes that only read a session (any daemon answers them: no owner rule)."""
-    budget, bus, journal = parts.budget, parts.bus, parts.journal
+    budget, bus, journal, manager = parts.budget, parts.bus, parts.journal, parts.manager
+
+    @router.get("/session", responses=ERRORS)
+    async def list_sessions(limit: Annotated[int, Query(ge=1, le=SESSIONS_LISTED_MAX)] = 100) -> Any:
+        """The newest sessions of the store, what each is doing, and how many there are."""
+        rows, total = await manager.listing(limit)
+        return {"sessions": rows, "total": total}
+
+    @router.get("/session/{session_id}", responses=ERRORS)
+    async def show_session(session_id: str) -> Any:
+        session = await session_of(session_id)
+        row = manager.summary(session.id, await journal.get_session(session.id))
+        row["lastEventId"] = await journal.last_id(session.id)
+        return row
 
     @router.get("/session/{session_id}/events", responses={**ERRORS, 429: {}})
     async def events(

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,8 @@ from hopline.gateway.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.bounded import store_errors
-from hopline.store.journal import EventJournal
-from hopline.vocabulary import REASON_OWNER_LOST, SESSION_ADOPTED, STREAM_KIND
+from hopline.store.journal import EventJournal, SessionRecord
+from hopline.vocabulary import REASON_OWNER_LOST, SESSION_ADOPTED, SESSION_REAPED, STREAM_KIND
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -92,7 +93,10 @@ class SessionManager:
     # --- lookup -----------------------------------------------------------------------------------
 
     async def get(self, session_id: str) -> DaemonSession:
+        """The session a client names (its request counts as activity: the idle reaper waits)."""
         session = self.sessions.get(session_id)
+        if session is not None:
+            session.last_active = time.monotonic()
         if session is not None and (self.cluster is None or self.ownership.owns(session_id)):
             return session
         # Several daemons: a session another daemon owns may have been deleted there; ask the store.
@@ -191,6 +195,33 @@ class SessionManager:
         await self._forget(session)
         log.info("session deleted")
 
+    async def reap(self, session: DaemonSession, idle_seconds: float) -> bool:
+        """Stop an idle session's agent (:mod:`hopline.daemon.idle_sessions`) and let the session go
+        from memory; its journal stays (events, transcript, sidecars), and a load gives it a new agent.
+        False when it is busy again by now."""
+        child = session.child
+        if child is None or session.state is not SessionState.READY or session.prompts or session.permissions:
+            return False
+        setting = CEILINGS_BY_KEY["session_idle_seconds"].name
+        self.bus.publish(session.id, SESSION_REAPED, {
+            "reason": "idle", "idleSeconds": round(idle_seconds, 3), "setting": setting,
+            "limitSeconds": self.budget.session_idle_seconds,
+            "message": f"no prompt, subscriber, permission request or client request for "
+                       f"{idle_seconds:.0f} s ({setting}): the agent was stopped; the session's events "
+                       "stay readable, and POST /session/{id}/load gives it a new agent"})
+        await self.bus.flushed()
+        if session.child is not child or session.prompts:  # a prompt came while the event was stored
+            return False
+        if self.gateway_tokens is not None:
+            self.gateway_tokens.revoke(session.id)
+        await self.agents.discard_child(session, child)
+        session.move(SessionState.DETACHED)
+        self.bus.close_session(session.id)
+        await self.ownership.release(session.id)  # several daemons: whoever gets a write next adopts it
+        self.sessions.pop(session.id, None)
+        log.info("idle session reaped", extra={"idleSeconds": round(idle_seconds, 3)})
+        return True
+
     # --- prompts, permissions, load -----------------------------------------------------------------
 
     async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
@@ -286,6 +317,30 @@ class SessionManager:
     def delivery_status(self) -> dict[str, Any]:
         return self.relay.delivery_status()
 
+    def summary(self, session_id: str, record: SessionRecord | None = None) -> dict[str, Any]:
+        """A session as ``GET /session`` lists it: what it is doing here, and (from its record) when
+        it was made, for which workspace and profile. Not in memory: ``detached`` (no agent here)."""
+        session = self.sessions.get(session_id)
+        row: dict[str, Any] = {
+            "sessionId": session_id,
+            "state": session.state if session is not None else SessionState.DETACHED,
+            "activity": session.activity if session is not None else "idle",
+            "pendingPrompts": session.pending_prompts if session is not None else 0,
+            "pendingPermissions": len(session.permissions) if session is not None else 0,
+            "subscribers": self.bus.subscriber_count(session_id),
+        }
+        options = record.options if record is not None else session.options if session is not None else {}
+        row.update({"created": record.created if record is not None else None, "cwd": options.get("cwd"),
+                    "profile": options.get("profile"), "permissionMode": options.get("permissionMode")})
+        return row
+
+    async def listing(self, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """The newest ``limit`` sessions of the store (a gate run's stream is none), and how many
+        there are."""
+        records = [r for r in await self.journal.list_sessions() if STREAM_KIND not in r.options]
+        newest = sorted(records, key=lambda r: r.created, reverse=True)[:limit]
+        return [self.summary(r.id, r) for r in newest], len(records)
+
     async def status(self) -> list[dict[str, Any]]:
         out = []
         store_away = False  # the store failed once: the status answers without it (lastEventId None)
@@ -299,7 +354,7 @@ class SessionManager:
                 except store_errors():
                     store_away = True
             out.append({
-                "sessionId": session.id, "state": session.state,
+                "sessionId": session.id, "state": session.state, "activity": session.activity,
                 "childPid": child.pid if child is not None else None,
                 "exitCode": session.exit_code,
                 "pendingPrompts": session.pending_prompts,

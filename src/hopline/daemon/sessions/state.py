@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,14 @@ TRANSITIONS: Mapping[SessionState, frozenset[SessionState]] = {
     SessionState.DETACHED: frozenset({SessionState.LOADING}),
 }
 LIVE_STATES = frozenset({SessionState.STARTING, SessionState.READY, SessionState.LOADING})  # with a child
+
+
+class Activity(enum.StrEnum):
+    """What a session is doing, as a person asks it (the console's badge, ``hopline sessions``)."""
+
+    RUNNING = "running"  # a prompt runs or waits its turn
+    AWAITING_PERMISSION = "awaiting_permission"  # the agent waits for a client's answer
+    IDLE = "idle"
 
 
 class IllegalTransition(HoplineError):
@@ -93,6 +102,7 @@ class DaemonSession:
         # until the agent's session id is known (bounded by the ring's bounds).
         self.early: list[tuple[Any, dict[str, Any]]] | None = None
         self.early_bytes = 0
+        self.last_active = time.monotonic()  # a client's last request on it, or its last busy moment
         self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
         self.storage_faults: dict[str, int] = {}  # events of a prompt in flight the journal refused (T-1)
         self.lost_bytes = 0
@@ -106,16 +116,26 @@ class DaemonSession:
     def state(self) -> SessionState:
         return self._state
 
+    @property
+    def activity(self) -> Activity:
+        if self.permissions:
+            return Activity.AWAITING_PERMISSION
+        if self.pending_prompts:
+            return Activity.RUNNING
+        return Activity.IDLE
+
     def move(self, target: SessionState) -> None:
         """Go to ``target``, or raise :class:`IllegalTransition` when the table forbids it."""
         if target not in TRANSITIONS[self._state]:
             raise IllegalTransition(self._state, target)
         self._state = target
+        self.last_active = time.monotonic()  # a session just made ready is not idle yet
 
     def forget_prompt(self, prompt_id: str) -> None:
-        """Its task finished (its end stored, or it was cancelled)."""
+        """Its task finished (its end stored, or it was cancelled): the idle clock starts now."""
         self.prompts.pop(prompt_id, None)
         self.ended_prompts.discard(prompt_id)
+        self.last_active = time.monotonic()
 
     def clear_permissions(self) -> None:
         self.permissions.clear()
