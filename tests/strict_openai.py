@@ -12,7 +12,8 @@ hint of ours reaches it), so a whole gate session can run through it; a summariz
 recognized by hopline's summarizer system prompt, as a real model would simply follow it.
 ``usage.prompt_tokens`` counts the request's messages and tools JSON at ``bytes_per_token``.
 
-Knobs for failure tests: ``refuse_summaries`` answers every summarization request with a 400 (as a
+Knobs for failure tests: ``fail_with`` answers every request with that status (its error shape);
+``refuse_summaries`` answers every summarization request with a 400 (as a
 provider does that will not take it); ``cut_after`` deltas then the stream stops without finishing
 (``"close"``: the body ends cleanly; ``"drop"``: the connection closes mid-body; ``"reset"``: it is reset);
 ``drop_after_finish`` closes it mid-body right after the ``finish_reason`` chunk (no usage, no
@@ -149,6 +150,7 @@ class StrictOpenAI:
         self.arg_piece_chars = arg_piece_chars
         self.reply: Reply | None = None  # a fixed answer instead of the scripted model's
         self.refuse_summaries = False
+        self.fail_with: int | None = None  # answer every request with this status (a 401, a 429)
         self.cut_after: int | None = None
         self.cut_mode = "close"
         self.drop_after_finish = False  # close the connection mid-body right after the finish chunk
@@ -272,6 +274,11 @@ class _Handler(BaseHTTPRequestHandler):
             owner.rejections.append({"status": 400, "param": invalid.param, "message": invalid.message})
             self._json(400, {"error": {"message": invalid.message, "type": "invalid_request_error",
                                        "param": invalid.param, "code": invalid.code}})
+            return
+        if owner.fail_with is not None:
+            owner.rejections.append({"status": owner.fail_with, "param": None, "message": "fail_with"})
+            self._json(owner.fail_with, {"error": {"message": f"refused with {owner.fail_with}",
+                                                   "type": "test_error", "param": None, "code": None}})
             return
         if owner.refuse_summaries and owner.is_summary(body):
             owner.rejections.append({"status": 400, "param": "messages", "message": "summary refused"})

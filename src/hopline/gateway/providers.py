@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import urllib.parse
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import httpx
 import orjson
 
-from hopline.budget import HOP_PROVIDER, Budget, HoplineError, LimitExceeded
+from hopline.budget import CEILINGS_BY_KEY, HOP_PROVIDER, Budget, HoplineError, LimitExceeded, redact_url
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -169,6 +170,20 @@ def failure_for_status(status: int, body_text: str, observed_bytes: int) -> Prov
                                                     body_bytes=observed_bytes))
 
 
+def check_base_url(raw: str) -> str:
+    """``OPENAI_BASE_URL`` as given, once it names a scheme (http or https) and a host; else the
+    variable is named with its value (any password hidden) and what it needs."""
+    try:
+        parts = urllib.parse.urlsplit(raw.strip())
+        host = parts.hostname
+    except ValueError:
+        parts, host = None, None
+    if parts is None or parts.scheme not in ("http", "https") or not host:
+        raise ProviderSettingError(f"{OPENAI_BASE_URL_ENV}={redact_url(raw)[:256]!r}: needs a scheme and a "
+                                   "host, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
+    return raw.strip()
+
+
 def parse_extra_headers(raw: str | None, *, api_key_set: bool) -> dict[str, str]:
     """``HOPLINE_PROVIDER_EXTRA_HEADERS``: a JSON object of header names to string values.
 
@@ -215,6 +230,8 @@ class OpenAIProvider:
     ) -> None:
         self.budget = budget
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.shown_url = redact_url(base_url)  # what an error names: the endpoint, never a password
+        self.api_key_set = bool(api_key)
         self.model = model
         self.streaming = streaming
         self._headers = {**(extra_headers or {}), "content-type": "application/json"}
@@ -258,7 +275,7 @@ class OpenAIProvider:
                     raw = await self._read_bounded(resp)
                     if resp.status_code >= 400:
                         text = raw.decode("utf-8", "replace")
-                        raise failure_for_status(resp.status_code, text, len(payload))
+                        raise self._refused(failure_for_status(resp.status_code, text, len(payload)))
                     yield self._whole_answer(raw)
                     return
                 parser = SseParser(self.stream_max_bytes, ceiling="provider_stream_max_bytes")
@@ -285,9 +302,14 @@ class OpenAIProvider:
             timed_out = isinstance(exc, httpx.TimeoutException)
             if not raw_bytes:
                 failure = classify_exception(exc, hop=HOP_PROVIDER, body_bytes=len(payload))
+                told = self._unreachable(exc)
+                if told is not None:
+                    failure = TurnFailure(failure.origin, told, hop=failure.hop, retryable=failure.retryable,
+                                          observed_bytes=failure.observed_bytes)
                 raise as_provider_failure(failure, 504 if timed_out else None) from None
             if not received.finished:  # a break after the finish_reason loses only the usage chunk
-                raise self._cut(received, raw_bytes, type(exc).__name__, timed_out=timed_out) from None
+                why = self._unreachable(exc) if timed_out else None
+                raise self._cut(received, raw_bytes, why or type(exc).__name__, timed_out=timed_out) from None
         except SseEventTooLarge as exc:
             raise ProviderFailure("model", f"one event of the provider's stream passed "
                                   f"{exc.limit} bytes ({exc.setting}); cut", gateway_status=502,
@@ -301,6 +323,33 @@ class OpenAIProvider:
         except TurnFailure as failure:
             raise as_provider_failure(failure) from None
         yield answer
+
+    def _refused(self, failure: ProviderFailure) -> ProviderFailure:
+        """A 401 or 403 says what to check: the key, at this endpoint."""
+        if failure.status not in (401, 403):
+            return failure
+        key = OPENAI_API_KEY_ENV if self.api_key_set else f"{OPENAI_API_KEY_ENV} (it is not set)"
+        return ProviderFailure(failure.origin, f"HTTP {failure.status} from {self.shown_url}: the provider "
+                               f"refused the credentials; check {key} and {OPENAI_BASE_URL_ENV}",
+                               gateway_status=failure.gateway_status, status=failure.status, hop=failure.hop)
+
+    def _unreachable(self, exc: httpx.TransportError) -> str | None:
+        """What to check when the endpoint did not answer: the URL and its variable, or the timeout
+        setting and its value."""
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            ceiling = CEILINGS_BY_KEY["provider_connect_timeout_seconds"]
+            value = self.budget.provider_connect_timeout_seconds
+            return (f"no connection to {self.shown_url} within {value:g} s ({ceiling.name}={value:g}); "
+                    f"check {OPENAI_BASE_URL_ENV}")
+        if isinstance(exc, httpx.TimeoutException):
+            ceiling = CEILINGS_BY_KEY["provider_read_timeout_seconds"]
+            value = self.budget.provider_read_timeout_seconds
+            return (f"{self.shown_url} sent nothing for {value:g} s ({ceiling.name}={value:g}, the longest "
+                    "silence between two reads)")
+        if isinstance(exc, httpx.ConnectError):
+            return (f"nothing answers at {self.shown_url} ({str(exc)[:120] or 'ConnectError'}); "
+                    f"check {OPENAI_BASE_URL_ENV}")
+        return None
 
     def _fold(self, received: ChatStreamAssembler, data: str) -> str:
         try:
@@ -376,7 +425,7 @@ def provider_from_env(budget: Budget, environ: Mapping[str, str] | None = None) 
         api_key = env.get(OPENAI_API_KEY_ENV)
         return OpenAIProvider(
             budget,
-            base_url=env.get(OPENAI_BASE_URL_ENV) or DEFAULT_OPENAI_BASE_URL,
+            base_url=check_base_url(env.get(OPENAI_BASE_URL_ENV) or DEFAULT_OPENAI_BASE_URL),
             api_key=api_key,
             model=env.get(MODEL_ENV) or DEFAULT_OPENAI_MODEL,
             streaming=_flag(env, STREAM_ENV, True),

@@ -170,6 +170,19 @@ class Attempt:
         return dataclasses.replace(self, size_retried=True)
 
 
+def retries_spent(failure: TurnFailure, sends: int, attempt: Attempt) -> TurnFailure:
+    """The failure that ends a turn after the loop's retries, saying how many requests were sent:
+    the one count, so that what is printed is what was made."""
+    if not failure.retryable or failure.size_error:
+        return failure
+    setting = CEILINGS_BY_KEY["model_retry_attempts"].name
+    told = (f"{failure.message} ({sends} request{'s' if sends != 1 else ''} sent: {sends - 1} "
+            f"retr{'ies' if sends != 2 else 'y'}, {setting}={attempt.max_model_retries})")
+    return TurnFailure(failure.origin, told, status=failure.status, hop=failure.hop,
+                       limit_bytes=failure.limit_bytes, observed_bytes=failure.observed_bytes,
+                       retryable=failure.retryable, setting=failure.setting)
+
+
 def react(failure: TurnFailure, attempt: Attempt) -> Reaction:
     """The loop's reaction to ``failure`` at ``attempt`` (pure; see the module docstring)."""
     if failure.size_error:

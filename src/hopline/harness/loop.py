@@ -319,7 +319,7 @@ class ToolLoop:
                         hop=failure.hop, limit_bytes=failure.limit_bytes, observed_bytes=encoded.size,
                         size_error=True, setting=failure.setting) from None
                 else:
-                    raise
+                    raise failures.retries_spent(failure, sends, attempt) from None
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a Model broke its contract: classify, never guess "code" (no retry)
