@@ -315,6 +315,45 @@ def test_the_stream_resumes_with_last_event_id_after_a_dropped_connection(
                                            r"net::ERR_(INCOMPLETE_CHUNKED_ENCODING|CONTENT_LENGTH_MISMATCH)$"))
 
 
+def test_the_page_says_what_the_session_is_doing(sdk_daemon: Daemon, tmp_path: Path,
+                                                 watched_page: PageWatch) -> None:
+    """The session's badge, on its page and in the sessions list: running while a prompt runs,
+    awaiting permission while the agent waits for an answer, idle once the turn ended."""
+    page = watched_page.page
+    daemon = sdk_daemon
+    page.goto(daemon.signed_in_console_url)
+    session_id = create_session(page, str(tmp_path))
+    badge = page.locator(".session-head").get_by_test_id("session-state")
+    expect(badge).to_have_text("idle", timeout=WAIT_MS)
+    events = page.get_by_test_id("session-events")
+
+    send(page, "sleep 60")
+    events.get_by_text("sleeping", exact=True).wait_for()
+    expect(badge).to_have_text("running", timeout=WAIT_MS)
+    assert "activity-running" in (badge.get_attribute("class") or "")
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(page, "session-running")
+    page.locator("#nav").get_by_role("link", name="Sessions").click()
+    listed = page.locator(f"tr[data-session='{session_id}']").get_by_test_id("session-state")
+    expect(listed).to_have_text("running", timeout=WAIT_MS)
+    page.locator(f"tr[data-session='{session_id}'] a").click()
+    page.get_by_test_id("cancel").click()
+    turn_ends(page, 1)
+    expect(badge).to_have_text("idle", timeout=WAIT_MS)
+
+    send(page, "permission")
+    request = events.get_by_test_id("permission-request").nth(0)
+    request.wait_for()
+    expect(badge).to_have_text("awaiting permission", timeout=WAIT_MS)
+    page.evaluate("window.scrollTo(0, 0)")
+    screenshot(page, "session-awaiting-permission")
+    request.get_by_test_id("permission-allow").click()
+    turn_ends(page, 2)
+    expect(badge).to_have_text("idle", timeout=WAIT_MS)
+    page.locator("#nav").get_by_role("link", name="Sessions").click()
+    expect(listed).to_have_text("idle", timeout=WAIT_MS)
+
+
 def test_console_modules_at_their_limits(sdk_daemon: Daemon, watched_page: PageWatch) -> None:
     """The page's own SSE parser and sidecar reader, run in Chromium: an event exactly at the
     client reader ceiling passes and one byte over is refused; split chunks and CRLF parse alike;

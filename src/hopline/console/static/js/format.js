@@ -38,3 +38,14 @@ export function clock(ms) {
 export function count(n, word) {
   return `${exact(n)} ${word}${Number(n) === 1 ? '' : 's'}`;
 }
+
+const ACTIVITIES = { running: 'running', awaiting_permission: 'awaiting permission', idle: 'idle' };
+
+/** What a session's badge says: what it is doing while it has an agent (running, awaiting
+ *  permission, idle), else its state (starting, loading, detached); and the badge's class. */
+export function doing(row) {
+  if (row.state === 'ready' && ACTIVITIES[row.activity]) {
+    return { text: ACTIVITIES[row.activity], cls: `activity-${row.activity}` };
+  }
+  return { text: row.state, cls: `state-${row.state}` };
+}

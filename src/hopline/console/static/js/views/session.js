@@ -4,7 +4,7 @@
 
 import { ceilingOf, getJson, postJson, sessionPath } from '../api.js';
 import { h, render } from '../dom.js';
-import { bytes, count, exact, human, shortId, tokens } from '../format.js';
+import { bytes, count, doing, exact, human, shortId, tokens } from '../format.js';
 import { fetchVerified, fileName, saveBytes, sidecarEntries } from '../sidecars.js';
 import { refreshEvery } from '../refresh.js';
 import { EventStream } from '../sse.js';
@@ -14,6 +14,9 @@ const OUTPUT_CHARS_SHOWN = 4000; // of a tool's inline output; the rest stays a 
 const TEXT_KINDS = { agent_message_chunk: 'agent', agent_thought_chunk: 'thought', user_message_chunk: 'user' };
 const ALLOW_KINDS = new Set(['allow_once', 'allow_always']);
 const REJECT_KINDS = new Set(['reject_once', 'reject_always']);
+// Events after which the session does something else (the badge: running, awaiting permission, idle).
+const BADGE_EVENTS = new Set(['permission_request', 'permission_resolved', 'turn_complete', 'turn_error',
+  'session_reaped']);
 
 /** Text of an ACP content block, a list of blocks or a tool-call content entry. */
 function contentText(content) {
@@ -65,7 +68,7 @@ class SessionView {
   }
 
   build() {
-    this.badge = h('span', { class: 'badge' }, '…');
+    this.badge = h('span', { class: 'badge', 'data-testid': 'session-state' }, '…');
     this.counters = h('span', { class: 'hint' });
     this.loadButton = h('button', { type: 'button', hidden: true, onclick: () => this.load() }, 'Load (restart the agent)');
     this.streamLine = h('p', { class: 'stream', role: 'status', 'data-testid': 'stream-status' }, 'connecting…');
@@ -138,6 +141,17 @@ class SessionView {
     if (this.stream) this.stream.stop();
   }
 
+  /** The badge follows what the session does: asked again soon after an event that changes it (one
+   *  request for a burst of them), besides the regular polling. */
+  refreshSoon() {
+    if (this.refreshPending || this.stopped) return;
+    this.refreshPending = true;
+    setTimeout(() => {
+      this.refreshPending = false;
+      this.refreshStatus();
+    }, 100);
+  }
+
   async refreshStatus() {
     try {
       this.showStatus(await getJson('/daemon/status'));
@@ -149,8 +163,9 @@ class SessionView {
   showStatus(status) {
     const row = (status.sessions || []).find((s) => s.sessionId === this.sessionId);
     if (!row) return;
-    render(this.badge, row.state);
-    this.badge.className = `badge state-${row.state}`;
+    const { text, cls } = doing(row);
+    render(this.badge, text);
+    this.badge.className = `badge ${cls}`;
     this.counters.textContent = `${count(row.pendingPrompts, 'pending prompt')} · `
       + `${count(row.pendingPermissions, 'pending permission')} · ${count(row.subscribers, 'subscriber')} · `
       + `frames dropped ${exact(row.framesDropped)}`
@@ -226,6 +241,7 @@ class SessionView {
     }
     this.showLastId();
     if (stick) this.log.scrollTop = this.log.scrollHeight;
+    if (BADGE_EVENTS.has(event.type)) this.refreshSoon();
   }
 
   renderEvent(event) {
@@ -259,6 +275,7 @@ class SessionView {
         this.stream.restartFromZero();
         break;
       case 'stream_error': this.item('bad', data.message || 'The event stream failed.'); break;
+      case 'session_reaped': this.item('warn', data.message || 'The daemon stopped this idle session\'s agent.'); break;
       default: this.item('dim', `event ${event.type}`); break;
     }
   }
@@ -571,6 +588,7 @@ class SessionView {
       this.attach.value = '';
       if (!this.prompts.has(promptId)) this.prompt(promptId, text);
       else this.prompts.get(promptId).header.append(h('p', { class: 'prompt-text' }, text));
+      this.refreshSoon(); // running now
       this.log.scrollTop = this.log.scrollHeight;
     } catch (exc) {
       this.formNote.textContent = exc.message;

@@ -3,11 +3,12 @@
 
 import { getJson, postJson } from '../api.js';
 import { h, render } from '../dom.js';
-import { bytes, exact, human, shortId } from '../format.js';
+import { bytes, doing, exact, human, shortId } from '../format.js';
 import { refreshEvery } from '../refresh.js';
 
-function stateBadge(state) {
-  return h('span', { class: ['badge', `state-${state}`] }, state);
+function stateBadge(row) {
+  const { text, cls } = doing(row);
+  return h('span', { class: ['badge', cls], 'data-testid': 'session-state' }, text);
 }
 
 function sessionRows(sessions) {
@@ -17,7 +18,7 @@ function sessionRows(sessions) {
   return sessions.map((s) => h('tr', { 'data-session': s.sessionId },
     h('th', { scope: 'row' }, h('a', { href: `#/session/${encodeURIComponent(s.sessionId)}`, class: 'mono',
       title: s.sessionId }, shortId(s.sessionId))),
-    h('td', {}, stateBadge(s.state)),
+    h('td', {}, stateBadge(s)),
     h('td', { class: 'num' }, exact(s.pendingPrompts)),
     h('td', { class: 'num' }, exact(s.pendingPermissions)),
     h('td', { class: 'num' }, exact(s.subscribers)),
