@@ -77,6 +77,20 @@ def test_a_lock_left_by_a_killed_daemon_is_free_at_once(tmp_path: Path) -> None:
         assert_healthy(again)
 
 
+def test_store_repair_waits_for_the_daemon_that_serves_the_directory(tmp_path: Path) -> None:
+    def store_check(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hopline", "store", "check", "--data-dir", str(data_dir),
+                               *args], capture_output=True, text=True, timeout=60)
+
+    with running_daemon(tmp_path) as daemon:
+        assert store_check(daemon.data_dir).returncode == 0  # reading alongside it is fine
+        refused = store_check(daemon.data_dir, "--repair")
+        assert refused.returncode == 2
+        assert (f"a hopline daemon (pid {daemon.proc.pid}, {daemon.url}) is serving {daemon.data_dir}; "
+                "stop it first") in refused.stderr
+    assert store_check(daemon.data_dir, "--repair").returncode == 0
+
+
 def test_each_daemon_of_a_shared_postgresql_store_still_locks_its_own_directory(tmp_path: Path,
                                                                                pg_url: str) -> None:
     env = {"HOPLINE_STORE_URL": pg_url, "HOPLINE_CLUSTER_TOKEN": "cluster-token-for-the-lock-test",

@@ -53,6 +53,14 @@ def check(
     except StoreSettingError as exc:
         print(f"hopline store check: bad setting: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+    if repair and location.path is not None:
+        from hopline.store.dir_lock import holder_if_locked, holder_text
+
+        holder = holder_if_locked(root)
+        if holder is not None:  # a repair moves rows and files a live daemon is using
+            print(f"hopline store check --repair: a hopline daemon ({holder_text(holder)}) is serving "
+                  f"{root}; stop it first", file=sys.stderr)
+            raise typer.Exit(2)
     if location.path is None:
         report = _check_postgres(location.dsn, repair)
     else:

@@ -23,16 +23,20 @@ LOCK_FILE = "daemon.lock"
 _HOLDER_MAX_BYTES = 4096  # what a holder writes: its pid and URL as a small JSON object
 
 
+def holder_text(holder: dict[str, Any]) -> str:
+    """``pid 1234, http://127.0.0.1:8765``: who holds a lock, as its file says."""
+    pid = holder.get("pid")
+    who = f"pid {pid}" if isinstance(pid, int) else "its pid not yet written"
+    return f"{who}, {holder.get('url') or 'its URL not yet known: it is starting'}"
+
+
 class DataDirBusy(HoplineError):
     """Another live process holds the data directory's lock."""
 
     def __init__(self, root: Path, holder: dict[str, Any]) -> None:
         self.root = root
         self.holder = holder
-        pid = holder.get("pid")
-        who = f"pid {pid}" if isinstance(pid, int) else "its pid not yet written"
-        url = holder.get("url") or "its URL not yet known: it is starting"
-        super().__init__(f"another hopline daemon ({who}, {url}) is serving the data directory "
+        super().__init__(f"another hopline daemon ({holder_text(holder)}) is serving the data directory "
                          f"{root}; stop it, or give this one another --data-dir")
 
 
