@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 DEMO_TOOLS_PER_ITERATION = 3
 # The iterations a demo gate agent explores the change for: with reading its diff and answering, each
-# gate runs 59 of its 60 (ADR 0098's gate agents), the bodies grow past the compaction trigger many
-# times over, and the whole run (8 gate sessions) stays well under a minute on two cores.
-DEMO_EXPLORE_ITERATIONS = 58
+# gate runs 29 of its 60 (ADR 0098's gate agents), its bodies grow past the compaction trigger four
+# times or more, and the whole run (8 gate sessions and a dev session, each an agent process) stays
+# within half a minute on two cores.
+DEMO_EXPLORE_ITERATIONS = 28
 
 
 def naive_env() -> dict[str, str]:
