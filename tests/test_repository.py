@@ -33,11 +33,21 @@ def test_bench_results_parse() -> None:
     assert set(results["benchmarks"]) >= {"relay", "observer", "streaming", "warm_pool"}
 
 
-def test_every_image_the_readme_shows_is_tracked() -> None:
-    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (ROOT / "README.md").read_text())
-    assert "docs/console.png" in images and "docs/console-gate.png" in images
+def test_every_image_and_page_the_readme_and_docs_show_is_tracked() -> None:
+    """The README and the reference it links (docs/*.md): every image and every local link resolves to
+    a tracked file."""
     tracked = {str(path.relative_to(ROOT)) for path in _tracked_files()}
-    assert [image for image in images if image not in tracked] == []
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    images: list[str] = []
+    links: list[str] = []
+    for page in pages:
+        text = page.read_text()
+        for found, targets in ((images, re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)),
+                               (links, re.findall(r"(?<!!)\[[^\]]*\]\(([^)#:]+)(?:#[^)]*)?\)", text))):
+            found += [str((page.parent / target).resolve().relative_to(ROOT)) for target in targets]
+    assert "docs/console.png" in images and "docs/console-gate.png" in images
+    assert "docs/configuration.md" in links and "docs/scale-out.md" in links
+    assert [target for target in images + links if target not in tracked] == []
 
 
 # --- the size and circle rules (ARCHITECTURE.md) ------------------------------------------------

@@ -377,11 +377,8 @@ class GateRun:
                     error: dict[str, Any] = {k: failed.get(k) for k in _ERROR_KEYS if k in failed}
                     if error.get("status") == 413:
                         report.http_413s += 1
-                    # A transient model failure was retried by the turn's loop as often as the budget
-                    # allows (HOPLINE_MODEL_RETRY_ATTEMPTS): a second attempt would only send them again.
-                    spent = error.get("origin") == "model" and bool(failed.get("retryable"))
                     return _NoVerdict(f"the turn failed (origin {error.get('origin')})", error,
-                                      retry=not spent)
+                                      retry=not failed.get("retryable"))  # the turn's loop retried those
                 try:  # linear, bounded by the budget, and off the loop: an answer may be megabytes
                     return await asyncio.to_thread(parse_verdict, tracker.final_text, self.budget)
                 except VerdictInvalid as exc:
