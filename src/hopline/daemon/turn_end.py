@@ -24,7 +24,7 @@ from hopline.sidecars.projection import SidecarSink, project_fields
 from hopline.vocabulary import META_SIDECAR, META_TURN
 
 # Fields of a hopline agent's error data that its turn_error has always carried at the top level.
-_LIFTED = ("status", "hop", "limitBytes", "observedBytes")
+_LIFTED = ("status", "hop", "limitBytes", "observedBytes", "retryable")
 # An origin is one word of H-8 (code, model, tool, cancelled, ...): a longer one is not an origin.
 _ORIGIN_CHARS = 32
 

@@ -14,7 +14,8 @@ Wire names (relayed by the daemon):
   only: never in the session store, a log, or a tool's environment.
 - ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
   maxBodyBytes, ceilingBytes, stopReason, repairs, summarizerFailures}}}``; a failed turn answers a
-  JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?}``.
+  JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?,
+  retryable?}`` (``retryable``: a transient failure the loop already retried).
 - Progress: notification ``_hopline/progress`` with ``{sessionId, progress}`` before every llm-turn
   and ``{sessionId, compaction}`` per compaction.
 - ``session/load`` ``_meta["hopline.session.loadReplayMode"] = "bulk"`` answers

@@ -91,4 +91,6 @@ def turn_error_of(failure: TurnFailure) -> RequestError:
         data["limitBytes"] = failure.limit_bytes
     if failure.observed_bytes is not None:
         data["observedBytes"] = failure.observed_bytes
+    if failure.retryable:  # a transient failure the turn's loop already retried as the budget allows
+        data["retryable"] = True
     return RequestError(TURN_FAILED_CODE, f"turn failed ({failure.origin}): {failure.message}", data)
