@@ -1,4 +1,4 @@
-"""`hopline sessions`: a daemon's sessions, what each is doing; `show` one, `delete` some.
+"""`hopline sessions`: a daemon's sessions, what each is doing; `show` one, `delete` some (SPEC C-4).
 
 Talks to ``--url`` (default ``$HOPLINE_URL``) with ``--token`` (default ``$HOPLINE_SERVER_TOKEN``):
 ``GET /session``, ``GET /session/{id}``, ``DELETE /session/{id}``. A session whose agent the daemon

@@ -1,4 +1,4 @@
-"""The idle-session reaper: a session nobody uses keeps no agent running.
+"""The idle-session reaper: a session nobody uses keeps no agent running (SPEC C-4).
 
 A session is idle when no prompt runs or waits, no permission request waits for an answer, nothing
 subscribes to its events, no client named it in a request (every session route does), and no gate

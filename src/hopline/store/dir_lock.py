@@ -1,4 +1,4 @@
-"""One daemon per data directory: an exclusive ``flock`` on ``daemon.lock`` in it, held for the
+"""One daemon per data directory (SPEC C-4): an exclusive ``flock`` on ``daemon.lock`` in it, held for the
 daemon process's life.
 
 The kernel releases the lock when the process ends, however it ends, so a lock left by a dead
