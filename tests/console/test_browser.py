@@ -145,8 +145,8 @@ def test_the_main_flow_through_the_ui(hopline_daemon: Daemon, workspace: Path,
     row = page.locator(f"tr[data-session='{session_id}']")
     row.wait_for()
     mine = session_row(daemon, session_id)  # the page shows what the daemon reports (it polls)
-    expect(row.locator("td")).to_have_text(["ready", "0", "0", "0", f"{mine['lastEventId']:,}", "0", "0"],
-                                           timeout=10_000)
+    expect(row.locator("td")).to_have_text(["idle", "0", "0", "0", f"{mine['lastEventId']:,}", "0", "0"],
+                                           timeout=10_000)  # ready, and doing nothing
     status = httpx.get(daemon.url + "/daemon/status", headers=daemon.headers).json()
 
     # the budget chain: every byte ceiling, the engine ceiling in exact bytes and marked narrowest
