@@ -83,6 +83,10 @@ LINE_ERROR = "error"
 FORWARDED_BY_HEADER = "x-hopline-forwarded-by"  # a write forwarded to its owner: the sender's id
 REASON_OWNER_LOST = "owner_lost"  # turn_error of a prompt whose daemon died (its lease expired)
 
+# --- idempotent writes (SPEC T-12): the SDK sends the key, the daemon stores it ---------------------
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer given again, the write not run again
+
 # --- environment variables ------------------------------------------------------------------------
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token
 URL_ENV = "HOPLINE_URL"  # the daemon a client talks to (the SDK and every client command)

@@ -237,6 +237,16 @@ CEILINGS: tuple[Ceiling, ...] = (
             "sessions with an agent child in one daemon (then 503)"),
     Ceiling("max_subscribers_per_session", HOP_DAEMON_SSE, Unit.COUNT, 32,
             "HOPLINE_MAX_SUBSCRIBERS_PER_SESSION", "concurrent SSE streams of one session (then 429)"),
+    # --- idempotent writes (SPEC T-12): POST /session, prompt, cancel, permission ---------------
+    Ceiling("idempotency_ttl_seconds", HOP_DAEMON_API, Unit.SECONDS, 24 * 3600.0,
+            "HOPLINE_IDEMPOTENCY_TTL_SECONDS",
+            "how long a write's Idempotency-Key is kept: a retry with the same key and body within it gets "
+            "the first answer and runs nothing; then the key is purged", minimum=1),
+    Ceiling("idempotency_max_keys", HOP_DAEMON_API, Unit.COUNT, 1_000_000, "HOPLINE_IDEMPOTENCY_MAX_KEYS",
+            "Idempotency-Keys kept in the store (every daemon's together; expired ones are purged first; "
+            "then a keyed write answers 503)", minimum=1),
+    Ceiling("idempotency_key_max_chars", HOP_DAEMON_API, Unit.COUNT, 255, None,
+            "characters of an Idempotency-Key header (printable ASCII; longer: 400)"),
     Ceiling("scripted_max_tools_per_iteration", HOP_GATEWAY, Unit.COUNT, 64,
             "HOPLINE_SCRIPTED_MAX_TOOLS_PER_ITERATION", "scripted model hint toolsPerIteration"),
     Ceiling("scripted_max_iterations", HOP_GATEWAY, Unit.COUNT, 1000, "HOPLINE_SCRIPTED_MAX_ITERATIONS",

@@ -103,6 +103,9 @@ class Budget:
     prompt_max_blocks: int
     max_live_sessions: int
     max_subscribers_per_session: int
+    idempotency_ttl_seconds: float
+    idempotency_max_keys: int
+    idempotency_key_max_chars: int
     scripted_max_tools_per_iteration: int
     scripted_max_iterations: int
     scripted_max_write_bytes: int

@@ -43,6 +43,7 @@ from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.routes.owner import Forwarded
 from hopline.daemon.routes.sessions import session_router
 from hopline.daemon.routes.status import status_router
+from hopline.daemon.sessions.keys import Replayed
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.store_errors import install_object_store_error_handler, install_store_error_handlers
@@ -130,6 +131,7 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                 reaper = asyncio.create_task(expiry.run())
             await journal.open()
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
+            purger = asyncio.create_task(manager.keys.run_purger())  # expired idempotency keys
             if cluster is not None:
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
                                     on_listen=bus.catch_up_all)
@@ -144,10 +146,11 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                     with contextlib.suppress(BaseException):
                         await sweeps
                     await cluster.stop()  # its leases expire now: the others adopt them
-                if reaper is not None:
-                    reaper.cancel()
-                    with contextlib.suppress(BaseException):
-                        await reaper
+                for task in (reaper, purger):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(BaseException):
+                            await task
                 await parts.gates.shutdown()  # cancelled runs remove their checkouts and sessions
                 bus.close_all()
                 await manager.shutdown()
@@ -260,6 +263,10 @@ def _routes(parts: DaemonParts) -> FastAPI:
 
     @app.exception_handler(Forwarded)
     async def _forwarded(_: Request, exc: Forwarded) -> Response:
+        return exc.response
+
+    @app.exception_handler(Replayed)
+    async def _replayed(_: Request, exc: Replayed) -> Response:
         return exc.response
 
     @app.get("/health")

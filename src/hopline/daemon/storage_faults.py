@@ -18,6 +18,7 @@ from typing import Any
 from hopline.budget import HOP_JOURNAL
 from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
+from hopline.store.idempotency import KeyRecord
 
 STORAGE_FULL = "storage_full"
 STORAGE_UNAVAILABLE = "storage_unavailable"
@@ -74,11 +75,12 @@ def refusal(exc: BaseException, what: str) -> SessionError:
 
 
 async def commit_first(bus: EventBus, session_id: str, event_type: str, data: dict[str, Any],
-                       what: str) -> None:
+                       what: str, key: KeyRecord | None = None) -> None:
     """Write-ahead (T-1): the request's row is committed before the agent hears of it, else the
-    client gets 507/503 (:func:`refusal`) and the agent nothing."""
+    client gets 507/503 (:func:`refusal`) and the agent nothing. ``key``: the request's idempotency
+    key, committed with it."""
     try:
-        await bus.publish_committed(session_id, event_type, data)
+        await bus.publish_committed(session_id, event_type, data, key)
     except Exception as exc:
         if not is_storage_fault(exc):
             raise

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import orjson
 
+from hopline.store.idempotency import FoundKey, KeyRecord
+
 
 @dataclasses.dataclass(frozen=True)
 class SessionRecord:
@@ -57,6 +59,11 @@ class EventJournal(Protocol):
     staged after them, else they stay a gap (ids never go back: always increasing, not always
     consecutive).
 
+    **Idempotency keys** (:mod:`hopline.store.idempotency`): a keyed write hands its
+    :class:`KeyRecord` to the write that stores what it creates (:meth:`create_session`,
+    :meth:`open_prompt`, :meth:`commit`), and both are durable in one transaction; a key is gone
+    with its session, or once expired and purged.
+
     **Close.** :meth:`close` commits what is staged, waits for every queued write, then releases
     the storage; nothing may be called after it.
 
@@ -66,9 +73,11 @@ class EventJournal(Protocol):
 
     # --- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+    async def create_session(self, session_id: str, options: dict[str, Any],
+                             key: KeyRecord | None = None) -> None:
         """Store a new session (no agent session id yet); it is open, its last id is 0.
-        Raises when the id exists."""
+        Raises when the id exists; with ``key``, :class:`~hopline.store.idempotency.KeyTaken` (and
+        nothing stored) when the key is live already."""
         ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -80,7 +89,7 @@ class EventJournal(Protocol):
         ...
 
     async def delete_session(self, session_id: str) -> None:
-        """Remove the session, its events and its prompts in one transaction; what was staged
+        """Remove the session, its events, its prompts and its keys in one transaction; what was staged
         for it and not committed is dropped. The session is no longer open."""
         ...
 
@@ -90,9 +99,10 @@ class EventJournal(Protocol):
 
     # --- prompts: accepted and not yet ended (a restart ends them, D-8) -------------------------
 
-    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+    async def open_prompt(self, session_id: str, prompt_id: str, key: KeyRecord | None = None) -> None:
         """Record an accepted prompt, after the session's events committed so far, until
-        :meth:`close_prompt`. Durable when the call returns (the daemon answers 202 after it)."""
+        :meth:`close_prompt`. Durable when the call returns (the daemon answers 202 after it). With
+        ``key``, as :meth:`create_session`."""
         ...
 
     async def close_prompt(self, session_id: str, prompt_id: str) -> None:
@@ -121,10 +131,11 @@ class EventJournal(Protocol):
         :meth:`commit`; touches no storage. ``data`` is the event's JSON, stored as given."""
         ...
 
-    def commit(self) -> asyncio.Future[None]:
+    def commit(self, key: KeyRecord | None = None) -> asyncio.Future[None]:
         """Hand every staged event to the writer; the future resolves once all of them are durable
         (with nothing staged: once every earlier commit has resolved), or fails with the error of
-        their transaction. Call it on the event loop; the future belongs to that loop."""
+        their transaction. Call it on the event loop; the future belongs to that loop. ``key`` is
+        stored in the same transaction (not when that key is live already: the events are)."""
         ...
 
     async def append_many(self, session_id: str, events: Sequence[tuple[str, bytes]]) -> list[int]:
@@ -155,6 +166,17 @@ class EventJournal(Protocol):
         """The known gaps that reach into ``after < id <= upto``, as (first id, last id), in id
         order: ids a client may have been given whose events the store lost (SPEC T-10; a gap is
         reported, never hidden). Ids continue past them; :meth:`last_id` counts them."""
+        ...
+
+    # --- idempotency keys -----------------------------------------------------------------------
+
+    async def find_key(self, key: str, now: float) -> FoundKey:
+        """The live (unexpired at ``now``) row of ``key``, and how many keys are stored; raises
+        :class:`~hopline.store.idempotency.KeyRecordDamaged` when the row fails its checksum."""
+        ...
+
+    async def purge_keys(self, now: float) -> int:
+        """Delete the keys expired at ``now``; how many."""
         ...
 
     async def open(self) -> EventJournal:

@@ -31,8 +31,10 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget, HoplineError
+from hopline.store import idempotency as keys
 from hopline.store.bounded import is_broken, session_options
 from hopline.store.event_groups import ENTRY_BYTES, GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
+from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.journal import (
     EventJournal,
     JournalRow,
@@ -100,12 +102,13 @@ class LeaseLost(HoplineError):
 
 @dataclasses.dataclass
 class _Write:
-    """One queued write: ``rows`` for a commit, else ``apply`` (a statement on the writer's
-    connection); ``future`` resolves when it is durable."""
+    """One queued write: ``rows`` for a commit (and its idempotency ``key``), else ``apply`` (a
+    statement on the writer's connection); ``future`` resolves when it is durable."""
 
     future: asyncio.Future[Any]
     rows: list[StagedRow] | None = None
     apply: Callable[[Any], Any] | None = None
+    key: KeyRecord | None = None
 
 
 class PgJournal(StagedIds, EventJournal):
@@ -269,6 +272,9 @@ class PgJournal(StagedIds, EventJournal):
                     answer = await cursor.fetchone()
                     fenced = set(sessions) - set(answer[0] if answer is not None else ())
             kept_ids = {id(w) for w in group if not fenced.intersection(row[0] for row in w.rows or ())}
+            for write in group:  # a write's key with its events, not when they were fenced
+                if write.key is not None and id(write) in kept_ids:
+                    await keys.astore(self._conn, write.key, strict=False)
         for write in group:
             if id(write) in kept_ids:
                 for session_id, seq, _, _ in write.rows or ():
@@ -302,10 +308,13 @@ class PgJournal(StagedIds, EventJournal):
 
     # --- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+    async def create_session(self, session_id: str, options: dict[str, Any],
+                             key: KeyRecord | None = None) -> None:
         async def apply(conn: Any) -> None:
             await conn.execute("INSERT INTO sessions (id, agent_session_id, options, created) "
                                "VALUES (%s, NULL, %s, %s)", (session_id, orjson.dumps(options), time.time()))
+            if key is not None:
+                await keys.astore(conn, key, strict=True)
 
         await self._statement(apply)
         self._open[session_id] = 0
@@ -340,6 +349,7 @@ class PgJournal(StagedIds, EventJournal):
             for table, column in (("events", "session_id"), ("prompts", "session_id"),
                                   ("leases", "session_id"), ("sessions", "id")):
                 await conn.execute(f"DELETE FROM {table} WHERE {column} = %s", (session_id,))
+            await keys.aforget_session(conn, session_id)
 
         await self._statement(apply)
 
@@ -352,7 +362,7 @@ class PgJournal(StagedIds, EventJournal):
 
     # --- prompts --------------------------------------------------------------------------------
 
-    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+    async def open_prompt(self, session_id: str, prompt_id: str, key: KeyRecord | None = None) -> None:
         """With several daemons the prompt opens only in a transaction that finds this daemon's
         lease live at the epoch it took it (compare-and-set on the fencing token; the row is read
         ``FOR SHARE``, so no adoption lands in between): else :class:`LeaseLost` and no row."""
@@ -369,6 +379,8 @@ class PgJournal(StagedIds, EventJournal):
                 "SELECT %s, %s, COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s "
                 "ON CONFLICT (session_id, prompt_id) DO UPDATE SET after_seq = excluded.after_seq",
                 (session_id, prompt_id, session_id))
+            if key is not None:
+                await keys.astore(conn, key, strict=True)
 
         await self._statement(apply)
 
@@ -407,10 +419,10 @@ class PgJournal(StagedIds, EventJournal):
             raise LookupError("not an open session of this journal")
         return self._allocated.get(session_id, self._open[session_id])
 
-    def commit(self) -> asyncio.Future[None]:
+    def commit(self, key: KeyRecord | None = None) -> asyncio.Future[None]:
         rows, self._staged = self._staged, []
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        return self._queue(_Write(future, rows=rows))
+        return self._queue(_Write(future, rows=rows, key=key))
 
     async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
                         max_bytes: int) -> list[JournalRow]:
@@ -452,6 +464,13 @@ class PgJournal(StagedIds, EventJournal):
 
     async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
         return []  # its rows are the journal: nothing is committed past them to recover or lose
+
+    async def find_key(self, key: str, now: float) -> FoundKey:
+        async with self._pool.connection() as conn:
+            return await keys.afind(conn, key, now)
+
+    async def purge_keys(self, now: float) -> int:
+        return int(await self._statement(lambda conn: keys.apurge(conn, now)))
 
     async def close(self) -> None:
         if self._closed:

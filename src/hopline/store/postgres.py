@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from hopline.budget import HoplineError
+from hopline.store.idempotency import PG_MIGRATION as IDEMPOTENCY_KEYS
 
 log = logging.getLogger("hopline.store")
 
@@ -99,6 +100,8 @@ DO $$ BEGIN
 EXCEPTION WHEN feature_not_supported THEN NULL;
 END $$;
 """),
+    # SPEC T-12: a keyed write's key, stored with what it created (store/idempotency.py).
+    (5, "idempotency keys", IDEMPOTENCY_KEYS),
     # Issue 49: a sidecar expires from its session's last activity on the store's clock, never while
     # the session lives (sidecars/expiry.py); the sidecar rows' expires_at no longer decides it.
     (7, "sidecar sessions' last activity", """

@@ -34,7 +34,9 @@ from typing import Any, TypeVar
 import orjson
 
 from hopline.store import event_groups as groups
+from hopline.store import idempotency as keys
 from hopline.store import records
+from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.integrity import ROW_UNREADABLE, checksum
 from hopline.store.journal import (
     EventJournal,
@@ -93,7 +95,7 @@ CREATE TABLE IF NOT EXISTS prompts (
     after_seq INTEGER NOT NULL,
     PRIMARY KEY (session_id, prompt_id)
 ) WITHOUT ROWID;
-""" + LOST_EVENTS_SCHEMA
+""" + LOST_EVENTS_SCHEMA + keys.SQLITE_SCHEMA
 
 JOURNAL_SCHEMA = _SCHEMA  # what `hopline store check --repair` makes a new journal with
 _INSERT_EVENTS = "INSERT INTO events (session_id, seq, type, data, ext_offset, ext_bytes, crc) VALUES "
@@ -162,11 +164,12 @@ class SqliteJournal(StagedIds, EventJournal):
 
     # --- sessions -------------------------------------------------------------------------------
 
-    async def create_session(self, session_id: str, options: dict[str, Any]) -> None:
+    async def create_session(self, session_id: str, options: dict[str, Any],
+                             key: KeyRecord | None = None) -> None:
         row = (session_id, orjson.dumps(options), time.time())
-        await self.submit_write(lambda db: db.execute(
+        await self.submit_write(lambda db: _keyed(db, key, db.execute(
             "INSERT INTO sessions (id, agent_session_id, options, created, segment_end) "
-            "VALUES (?, NULL, ?, ?, 0)", row))
+            "VALUES (?, NULL, ?, ?, 0)", row)))
         self._last[session_id] = 0
         self._allocated.setdefault(session_id, 0)
 
@@ -200,6 +203,7 @@ class SqliteJournal(StagedIds, EventJournal):
             db.execute("DELETE FROM prompts WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM lost_events WHERE session_id = ?", (session_id,))
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            keys.forget_session(db, session_id)
             self._writer.unlink_after_commit(session_id)
         await self.submit_write(delete)
 
@@ -210,7 +214,7 @@ class SqliteJournal(StagedIds, EventJournal):
 
     # --- prompts --------------------------------------------------------------------------------
 
-    async def open_prompt(self, session_id: str, prompt_id: str) -> None:
+    async def open_prompt(self, session_id: str, prompt_id: str, key: KeyRecord | None = None) -> None:
         def open_it(db: sqlite3.Connection) -> None:
             (after,) = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = ?",
                                   (session_id,)).fetchone()
@@ -218,6 +222,7 @@ class SqliteJournal(StagedIds, EventJournal):
                        (session_id, prompt_id, after))
             opened = records.prompt_record(records.PROMPT_OPEN, prompt_id, after)
             self._append_record(db, session_id, [opened])
+            _keyed(db, key, None)
         await self.submit_write(open_it)
 
     async def close_prompt(self, session_id: str, prompt_id: str) -> None:
@@ -272,13 +277,14 @@ class SqliteJournal(StagedIds, EventJournal):
             raise LookupError("the session is not open in this journal (create_session or get_session)")
         return allocated
 
-    def commit(self) -> asyncio.Future[None]:
+    def commit(self, key: KeyRecord | None = None) -> asyncio.Future[None]:
         rows, self._staged = self._staged, []
         if not rows:
-            return self.submit_write(lambda db: None)
+            return self.submit_write(lambda db: _keyed(db, key, None, strict=False))
 
         def insert(db: sqlite3.Connection) -> None:
             self._insert_events(db, rows)
+            _keyed(db, key, None, strict=False)
 
         def settled(error: BaseException | None) -> None:
             self._settle_ids(rows, error)
@@ -388,6 +394,12 @@ class SqliteJournal(StagedIds, EventJournal):
             (session_id, event_type)).fetchone())
         return int(found or 0)
 
+    async def find_key(self, key: str, now: float) -> FoundKey:
+        return await self._read(lambda db: keys.find(db, key, now))
+
+    async def purge_keys(self, now: float) -> int:
+        return await self.submit_write(lambda db: keys.purge(db, now))
+
     async def open(self) -> SqliteJournal:
         return self  # opened by the constructor (the writer thread, the reader connection)
 
@@ -410,6 +422,12 @@ class SqliteJournal(StagedIds, EventJournal):
         if self._reader_db is not None:
             self._reader_db.close()
             self._reader_db = None
+
+
+def _keyed(db: sqlite3.Connection, key: KeyRecord | None, _: object, *, strict: bool = True) -> None:
+    """In the writer, after the statement that is the write: its key, in its transaction."""
+    if key is not None:
+        keys.store(db, key, strict=strict)
 
 
 @functools.lru_cache(maxsize=ROWS_PER_INSERT)

@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable
 
 from hopline.daemon.bus.events import BusEvent
+from hopline.store.idempotency import KeyRecord
 from hopline.store.journal import EventJournal
 
 Deliver = Callable[[str, BusEvent], bool]  # (session, event) -> a half-full subscriber is about to run
@@ -84,7 +85,8 @@ class CommitQueue:
             self._room = asyncio.get_running_loop().create_future()
         return self._room
 
-    def hand_over(self, events: list[tuple[str, BusEvent]]) -> None:
+    def hand_over(self, events: list[tuple[str, BusEvent]], key: KeyRecord | None = None) -> None:
+        """``key``: an idempotency key stored in the same transaction as these events."""
         if not events:
             return
         shares: dict[str, list[int]] = {}
@@ -99,7 +101,7 @@ class CommitQueue:
             for session_id, event in events:  # nothing before them: out at once
                 self._deliver(session_id, event)
             return
-        commit = Commit(events, self.journal.commit() if shares else None,
+        commit = Commit(events, self.journal.commit(key) if shares else None,
                         sessions=frozenset([session_id for session_id, _ in events]), shares=shares)
         queued_by = self.queued_by
         for session_id, (count, nbytes) in shares.items():

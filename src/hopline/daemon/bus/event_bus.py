@@ -18,6 +18,7 @@ from hopline.daemon.bus.commits import CommitQueue
 from hopline.daemon.bus.events import BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError
+from hopline.store.idempotency import KeyRecord
 from hopline.store.integrity import CorruptCount, corrupt_json
 from hopline.store.journal import EventJournal, JournalRow
 from hopline.vocabulary import DATA_CORRUPT, FRAME_DROPPED
@@ -194,9 +195,10 @@ class EventBus:
         instead, and None is returned."""
         return self.publish_encoded(session_id, event_type, exact_bytes(orjson.dumps(data)))
 
-    def publish_encoded(self, session_id: str, event_type: str, payload: bytes) -> BusEvent | None:
+    def publish_encoded(self, session_id: str, event_type: str, payload: bytes,
+                        key: KeyRecord | None = None) -> BusEvent | None:
         """:meth:`publish` for data already encoded: ``payload`` is the JSON of the event's data,
-        journaled and sent as given."""
+        journaled and sent as given; ``key`` (outside a batch) goes in the event's transaction."""
         limit = self.budget.sse_max_event_bytes
         event = BusEvent(self.journal.next_id(session_id), event_type, payload)  # sized with its id
         if event.size > limit:
@@ -213,15 +215,17 @@ class EventBus:
         if self._batch is not None:
             self._batch.append((session_id, event))
         else:
-            self._queue.hand_over([(session_id, event)])
+            self._queue.hand_over([(session_id, event)], key)
         return event
 
-    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any]) -> BusEvent:
+    async def publish_committed(self, session_id: str, event_type: str, data: dict[str, Any],
+                                key: KeyRecord | None = None) -> BusEvent:
         """:meth:`publish` outside any batch, returning once the event is durable; raises the
-        commit's error when it is not (T-1: the caller answers 2xx, or acts, only after this)."""
+        commit's error when it is not (T-1: the caller answers 2xx, or acts, only after this).
+        ``key``: the request's idempotency key, durable with the event."""
         if self._batch is not None:
             raise RuntimeError("publish_committed inside a batch")
-        event = self.publish(session_id, event_type, data)
+        event = self.publish_encoded(session_id, event_type, exact_bytes(orjson.dumps(data)), key)
         if event is None:
             raise RuntimeError("a control event over the SSE event limit")
         commit = self._queue.last()

@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from hopline.budget import CEILINGS_BY_KEY, HOP_CLUSTER, Budget
 from hopline.daemon.cluster.leases import Owner
 from hopline.gateway.errors import error_response
-from hopline.vocabulary import FORWARDED_BY_HEADER
+from hopline.vocabulary import FORWARDED_BY_HEADER, IDEMPOTENCY_HEADER, REPLAYED_HEADER
 
 
 class Forwarder:
@@ -44,6 +44,8 @@ class Forwarder:
         url = owner.url + request.url.path + (f"?{request.url.query}" if request.url.query else "")
         headers = {"authorization": f"Bearer {self._token}", FORWARDED_BY_HEADER: self.daemon_id,
                    "content-type": request.headers.get("content-type", "application/json")}
+        if IDEMPOTENCY_HEADER in request.headers:  # the owner stores it, and answers a retry from it
+            headers[IDEMPOTENCY_HEADER] = request.headers[IDEMPOTENCY_HEADER]
         body = await request.body()
         self.forwarded += 1
         sent = asyncio.ensure_future(self._http.request(request.method, url, content=body, headers=headers))
@@ -73,7 +75,8 @@ class Forwarder:
         finally:
             if not sent.done():
                 sent.cancel()
-        kept = {name: answer.headers[name] for name in ("retry-after",) if name in answer.headers}
+        kept = {name: answer.headers[name] for name in ("retry-after", REPLAYED_HEADER.lower())
+                if name in answer.headers}
         return Response(answer.content, status_code=answer.status_code,
                         media_type=answer.headers.get("content-type"), headers=kept)
 

@@ -17,15 +17,20 @@ from hopline.daemon.errors import SessionError
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.routes.owner import OwnerWrites
 from hopline.daemon.routes.sse import open_event_stream
+from hopline.daemon.sessions.keys import request_shape
 from hopline.daemon.sessions.state import DaemonSession
 from hopline.daemon.transcript import transcript_page
 from hopline.harness.scripted import scripted_hints
+from hopline.store.idempotency import KeyRecord
+from hopline.vocabulary import IDEMPOTENCY_HEADER
 from hopline.wire.input import parse_decimal_id
 
 # The most sessions one GET /session lists (the newest first; ``total`` says how many there are).
 SESSIONS_LISTED_MAX = 1000
 # The error statuses every session route may answer (the OpenAPI document lists them).
 ERRORS: dict[int | str, dict[str, Any]] = {400: {}, 401: {}, 404: {}, 408: {}, 409: {}, 413: {}, 422: {}}
+# A write's idempotency key (SPEC T-12, daemon/sessions/keys.py): a retry with it runs nothing twice.
+IdempotencyKey = Annotated[str | None, Header(alias=IDEMPOTENCY_HEADER)]
 
 
 class _Body(BaseModel):
@@ -72,7 +77,7 @@ class PromptAccepted(BaseModel):
 
 
 def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
-    budget, manager, gates = parts.budget, parts.manager, parts.gates
+    budget, manager, gates, keys = parts.budget, parts.manager, parts.gates, parts.manager.keys
     owner = OwnerWrites(manager, parts.cluster)
     router = APIRouter(route_class=route_class)
 
@@ -82,30 +87,44 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         return await manager.get(session_id)
 
     @router.post("/session", response_model=SessionCreated, responses={**ERRORS, 502: {}, 503: {}, 504: {}})
-    async def create_session(body: CreateSessionBody) -> Any:
+    async def create_session(body: CreateSessionBody, request: Request,
+                             idempotency_key: IdempotencyKey = None) -> Any:
         cwd = body.cwd if body.cwd is not None else str(Path.cwd())
         if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
             raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
         if body.scripted is not None:
             scripted_hints(body.scripted, budget, unknown=True)
-        session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
-                                       scripted=body.scripted)
-        return {"sessionId": session.id}
+
+        async def created(record: KeyRecord) -> None:
+            # Answered by the session's owner (forwarded, with the key): the first create may still be
+            # starting the agent there, and the retry's answer waits for it; a dead owner's is adopted.
+            await owner.here(request, await manager.get(record.session_id))
+
+        shape = request_shape("POST /session", (), body)
+        async with keys.claim(idempotency_key, shape, on_replay=created) as claim:
+            session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
+                                           scripted=body.scripted, key=claim)
+            return {"sessionId": session.id}
 
     @router.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
                  responses={**ERRORS, 429: {}})
-    async def prompt(session_id: str, body: PromptBody, request: Request) -> Any:
-        session = await session_of(session_id)
-        gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
-        await owner.here(request, session)
-        blocks = prompt_blocks(body.text, body.prompt, budget)
-        return {"promptId": await manager.prompt(session, blocks)}
+    async def prompt(session_id: str, body: PromptBody, request: Request,
+                     idempotency_key: IdempotencyKey = None) -> Any:
+        shape = request_shape("POST /session/{id}/prompt", (session_id,), body)
+        async with keys.claim(idempotency_key, shape) as claim:
+            session = await session_of(session_id)
+            gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
+            await owner.here(request, session)
+            blocks = prompt_blocks(body.text, body.prompt, budget)
+            return {"promptId": await manager.prompt(session, blocks, claim)}
 
     @router.post("/session/{session_id}/cancel", responses=ERRORS)
-    async def cancel(session_id: str, request: Request) -> Any:
-        session = await session_of(session_id)
-        await owner.here(request, session)
-        return {"cancelled": await manager.cancel(session)}
+    async def cancel(session_id: str, request: Request, idempotency_key: IdempotencyKey = None) -> Any:
+        async with keys.claim(idempotency_key, request_shape("POST /session/{id}/cancel", (session_id,),
+                                                             None)) as claim:
+            session = await session_of(session_id)
+            await owner.here(request, session)
+            return {"cancelled": await manager.cancel(session, claim)}
 
     @router.post("/session/{session_id}/load", responses={**ERRORS, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str, request: Request) -> Any:
@@ -114,12 +133,16 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         return await manager.load(session)
 
     @router.post("/session/{session_id}/permission/{request_id}", responses=ERRORS)
-    async def permission(session_id: str, request_id: str, body: PermissionBody, request: Request) -> Any:
-        session = await session_of(session_id)
-        await owner.here(request, session)
-        outcome = await manager.answer_permission(session, request_id[:budget.path_id_max_chars],
-                                                  option_id=body.optionId, reject=body.outcome == "reject")
-        return {"requestId": request_id, "outcome": outcome}
+    async def permission(session_id: str, request_id: str, body: PermissionBody, request: Request,
+                         idempotency_key: IdempotencyKey = None) -> Any:
+        request_id = request_id[:budget.path_id_max_chars]
+        shape = request_shape("POST /session/{id}/permission/{requestId}", (session_id, request_id), body)
+        async with keys.claim(idempotency_key, shape) as claim:
+            session = await session_of(session_id)
+            await owner.here(request, session)
+            outcome = await manager.answer_permission(session, request_id, option_id=body.optionId,
+                                                      reject=body.outcome == "reject", key=claim)
+            return {"requestId": request_id, "outcome": outcome}
 
     @router.delete("/session/{session_id}", responses=ERRORS)
     async def delete_session(session_id: str, request: Request) -> Any:

@@ -27,6 +27,7 @@ from hopline.daemon.errors import SessionError, agent_failure
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions.agents import AgentChildren
+from hopline.daemon.sessions.keys import IdempotentWrites, KeyClaim
 from hopline.daemon.sessions.load import SessionLoader
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_permission
@@ -70,6 +71,7 @@ class SessionManager:
                                     agent_cmd=agent_cmd, data_dir=data_dir, child_env=child_env,
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
         self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership, sidecars)
+        self.keys = IdempotentWrites(budget, journal)
         bus.on_journal_failed = self._journal_failed
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
@@ -132,16 +134,18 @@ class SessionManager:
     # --- create / delete ------------------------------------------------------------------------
 
     async def create(self, *, cwd: str, profile: str | None, permission_mode: str | None,
-                     scripted: dict[str, Any] | None,
-                     extra_meta: Mapping[str, Any] | None = None) -> DaemonSession:
+                     scripted: dict[str, Any] | None, extra_meta: Mapping[str, Any] | None = None,
+                     key: KeyClaim | None = None) -> DaemonSession:
         """A new session with its own child; ``extra_meta`` adds ``session/new`` ``_meta`` keys (the
-        gate run's ``hopline.review``)."""
+        gate run's ``hopline.review``); ``key``: the request's idempotency key, stored with the
+        session's row (and gone with it when the create fails)."""
         self.check_live_capacity()
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted,
                    "extraMeta": dict(extra_meta) if extra_meta else None}  # kept for a load or an adoption
+        record = key.record(session_id, 200, {"sessionId": session_id}) if key is not None else None
         try:
-            await self.journal.create_session(session_id, options)
+            await self.journal.create_session(session_id, options, record)
         except Exception as exc:
             if not is_storage_fault(exc):
                 raise
@@ -224,15 +228,17 @@ class SessionManager:
 
     # --- prompts, permissions, load -----------------------------------------------------------------
 
-    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
-        return await self.prompts.prompt(session, blocks)
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]],
+                     key: KeyClaim | None = None) -> str:
+        return await self.prompts.prompt(session, blocks, key)
 
-    async def cancel(self, session: DaemonSession) -> bool:
-        return await self.prompts.cancel(session)
+    async def cancel(self, session: DaemonSession, key: KeyClaim | None = None) -> bool:
+        return await self.prompts.cancel(session, key)
 
-    async def answer_permission(self, session: DaemonSession, request_id: str, *,
-                                option_id: str | None, reject: bool) -> dict[str, Any]:
-        return await answer_permission(self.bus, session, request_id, option_id=option_id, reject=reject)
+    async def answer_permission(self, session: DaemonSession, request_id: str, *, option_id: str | None,
+                                reject: bool, key: KeyClaim | None = None) -> dict[str, Any]:
+        return await answer_permission(self.bus, session, request_id, option_id=option_id, reject=reject,
+                                       key=key)
 
     def _journal_failed(self, session_id: str) -> None:
         """The bus could not store an event of the session: its turn in flight is cut (T-1)."""

@@ -30,6 +30,7 @@ from hopline.daemon.bus import EventBus
 from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
 from hopline.daemon.errors import SessionError
 from hopline.daemon.projection import InboundProjector, losses
+from hopline.daemon.sessions.keys import KeyClaim
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission
 from hopline.daemon.storage_faults import commit_first
 from hopline.vocabulary import (
@@ -185,10 +186,11 @@ async def answer_cancelled(pending: list[PendingPermission]) -> None:
                                        result={"outcome": {"outcome": "cancelled"}})
 
 
-async def answer_permission(bus: EventBus, session: DaemonSession, request_id: str, *,
-                            option_id: str | None, reject: bool) -> dict[str, Any]:
+async def answer_permission(bus: EventBus, session: DaemonSession, request_id: str, *, option_id: str | None,
+                            reject: bool, key: KeyClaim | None = None) -> dict[str, Any]:
     """The client's answer: taken out (a second answer finds nothing), its ``permission_resolved``
-    committed to the journal before the agent hears it (T-1); a refused commit puts it back."""
+    committed to the journal before the agent hears it (T-1), with the request's idempotency
+    ``key``; a refused commit puts it back."""
     pending = session.permissions.get(request_id)
     if pending is None:
         raise SessionError(404, "unknown_permission_request", "no pending permission request with this id")
@@ -205,10 +207,11 @@ async def answer_permission(bus: EventBus, session: DaemonSession, request_id: s
                                options=[i for i in ids if isinstance(i, str)])
         outcome = {"outcome": "selected", "optionId": option_id}
     release(session, request_id)
+    record = key.record(session.id, 200, {"requestId": request_id, "outcome": outcome}) if key else None
     try:
         await commit_first(bus, session.id, PERMISSION_RESOLVED,
                            _resolution(request_id, pending, outcome, RESOLVED_BY_CLIENT),
-                           "the permission answer")
+                           "the permission answer", record)
     except BaseException:
         session.permissions[request_id] = pending  # not answered: still open, for a retry
         session.permission_bytes += pending.bytes

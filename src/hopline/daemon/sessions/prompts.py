@@ -17,6 +17,7 @@ from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.durable_end import end_turn_durably
+from hopline.daemon.sessions.keys import KeyClaim
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
@@ -25,6 +26,7 @@ from hopline.daemon.storage_faults import STORAGE_UNAVAILABLE, commit_first, is_
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.store_projection import StoreSink
+from hopline.store.idempotency import KeyRecord
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import LeaseLost
 from hopline.store.postgres import StoreUnavailable
@@ -70,9 +72,11 @@ class Prompts:
         self.tasks = tasks
         self.ownership = ownership if ownership is not None else Ownership(None)
 
-    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]]) -> str:
+    async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]],
+                     key: KeyClaim | None = None) -> str:
         """Accept a prompt of ACP content blocks (checked by :mod:`hopline.daemon.content` against the
-        budget and the agent's promptCapabilities first); its turn runs after the turns before it."""
+        budget and the agent's promptCapabilities first); its turn runs after the turns before it.
+        ``key``: the request's idempotency key, stored with the open prompt."""
         child = require_ready(session)
         check_capabilities(blocks, child.initialized)
         pending, limit = session.pending_prompts, self.budget.max_pending_prompts
@@ -90,8 +94,9 @@ class Prompts:
         task = asyncio.create_task(self._run(session, prompt_id, blocks, accepted))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.forget_prompt(prompt_id))
+        record = key.record(session.id, 202, {"promptId": prompt_id}) if key is not None else None
         try:
-            await self._open(session, prompt_id)  # before the 202: a restart ends it (D-8)
+            await self._open(session, prompt_id, record)  # before the 202: a restart ends it (D-8)
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
             task.cancel()
             raise await self.ownership.stale_write(session.id) from None
@@ -105,15 +110,15 @@ class Prompts:
         accepted.set_result(None)
         return prompt_id
 
-    async def _open(self, session: DaemonSession, prompt_id: str) -> None:
-        """open_prompt under the lease; a lease that only expired (the store was away longer than
-        it, and nobody took it) is renewed and the open tried once more."""
+    async def _open(self, session: DaemonSession, prompt_id: str, key: KeyRecord | None) -> None:
+        """open_prompt (with its key) under the lease; a lease that only expired (the store was away
+        longer than it, and nobody took it) is renewed and the open tried once more."""
         try:
-            await self.journal.open_prompt(session.id, prompt_id)
+            await self.journal.open_prompt(session.id, prompt_id, key)
         except LeaseLost:
             if not await self.ownership.renew_own(session.id):
                 raise
-            await self.journal.open_prompt(session.id, prompt_id)
+            await self.journal.open_prompt(session.id, prompt_id, key)
 
     def _sink(self, session: DaemonSession) -> StoreSink | None:
         return StoreSink(self.sidecars, session.id) if self.sidecars is not None else None
@@ -196,16 +201,17 @@ class Prompts:
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
 
-    async def cancel(self, session: DaemonSession) -> bool:
+    async def cancel(self, session: DaemonSession, key: KeyClaim | None = None) -> bool:
         """Answered at once: the writes (the pending permissions' answers, ``session/cancel``) go in
         the background, so a cancel never waits behind a write the child does not read (each has
-        the write deadline)."""
+        the write deadline). ``key``: the request's idempotency key, stored with the cancel."""
         child = require_ready(session)
         running = session.current_prompt is not None
         # Write-ahead (T-1): the cancel is journaled before it is answered; the writes to the child
         # then go in the background.
+        record = key.record(session.id, 200, {"cancelled": running}) if key is not None else None
         await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
-                           "the cancel")
+                           "the cancel", record)
         self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
         return running
 
