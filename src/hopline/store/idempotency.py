@@ -120,9 +120,15 @@ def _found(row: tuple[Any, ...] | None) -> FoundKey:
     stored = int(row[7] or 0)
     if row[0] is None:
         return FoundKey(None, stored)
-    record = KeyRecord(str(row[0]), bytes(row[1]), str(row[2]), int(row[3]), bytes(row[4]), 0.0,
-                       float(row[5]))
-    if record.crc() != int(row[6]):
+    try:
+        if not all(isinstance(row[i], bytes | memoryview) for i in (1, 4)):
+            raise TypeError("a blob column holds another type")
+        record = KeyRecord(str(row[0]), bytes(row[1]), str(row[2]), int(row[3]), bytes(row[4]), 0.0,
+                           float(row[5]))
+        whole = record.crc() == int(row[6])
+    except (TypeError, ValueError):
+        whole = False
+    if not whole:
         raise KeyRecordDamaged()
     return FoundKey(record, stored)
 
