@@ -147,6 +147,14 @@ CEILINGS: tuple[Ceiling, ...] = (
             minimum=0),
     Ceiling("client_http_timeout_seconds", HOP_DAEMON_API, Unit.SECONDS, 30.0,
             "HOPLINE_CLIENT_HTTP_TIMEOUT", "one non-streaming daemon API call, client side", minimum=0.01),
+    Ceiling("client_write_retry_attempts", HOP_DAEMON_API, Unit.COUNT, 4,
+            "HOPLINE_CLIENT_WRITE_RETRY_ATTEMPTS",
+            "retries of a write whose answer was lost or that was refused before it ran (the SDK, the CLI; "
+            "with the write's Idempotency-Key, so none runs twice)", minimum=0, maximum=100),
+    Ceiling("client_write_retry_backoff_seconds", HOP_DAEMON_API, Unit.SECONDS, 0.25,
+            "HOPLINE_CLIENT_WRITE_RETRY_BACKOFF",
+            "first wait before such a retry (doubles; a longer Retry-After is waited instead, up to the "
+            "client HTTP timeout)", minimum=0),
     Ceiling("agent_handshake_timeout_seconds", HOP_PIPE, Unit.SECONDS, 60.0,
             "HOPLINE_AGENT_HANDSHAKE_TIMEOUT", "a child's answer to initialize, session/new, load",
             minimum=0.01),

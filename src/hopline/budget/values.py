@@ -69,6 +69,8 @@ class Budget:
     client_sse_reconnect_attempts: int
     client_sse_reconnect_backoff_seconds: float
     client_http_timeout_seconds: float
+    client_write_retry_attempts: int
+    client_write_retry_backoff_seconds: float
     agent_handshake_timeout_seconds: float
     sse_queue_max_events: int
     sse_queue_max_bytes: int

@@ -2,7 +2,9 @@
 
 The event iterator reads SSE with the bounded :class:`~hopline.wire.sse.SseParser` over
 ``response.aiter_bytes()`` and resumes a dropped stream with ``Last-Event-ID``; events are
-deduplicated by id, so a resume neither loses nor repeats one.
+deduplicated by id, so a resume neither loses nor repeats one. Writes go with an
+``Idempotency-Key`` and are retried when their answer is lost (:mod:`hopline.client.retry`): none
+runs twice.
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from hopline.budget import (
     HoplineError,
     LimitExceeded,
 )
+from hopline.client import retry
 from hopline.client.events import Event, SidecarRef
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
+from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
 from hopline.wire.sse import SseMessage, SseParser
 
 log = logging.getLogger("hopline.client")
@@ -39,6 +42,7 @@ class DaemonError(HoplineError):
     def __init__(self, status: int, body: Any, method: str, route: str) -> None:
         self.status = status
         self.body = body
+        self.retry_after: float | None = None  # the answer's Retry-After, in seconds
         # The daemon answers {"error": {"type", "hop", "message", ...}}; a limit passed adds
         # "setting", "limit", "observed", "unit" (hopline.errors.LimitExceeded).
         error = body.get("error") if isinstance(body, dict) else None
@@ -147,6 +151,7 @@ class DaemonClient:
         # Counters of the last event stream (read by tests and the CLI).
         self.reconnects = 0
         self.max_buffered = 0
+        self.write_retries = 0  # writes sent again, with their key (a lost answer, a refusal to retry)
 
     async def __aenter__(self) -> DaemonClient:
         return self
@@ -177,10 +182,11 @@ class DaemonClient:
                               method, _route_shape(route)) from exc
 
     async def _call(self, method: str, route: str, *, json: Any = None,
-                    params: dict[str, Any] | None = None, expect: tuple[int, ...] = (200,)) -> Any:
+                    params: dict[str, Any] | None = None, expect: tuple[int, ...] = (200,),
+                    headers: dict[str, str] | None = None) -> Any:
         shape = _route_shape(route)
         content: bytes | None = None
-        headers = self._headers
+        headers = dict(self._headers, **headers) if headers else self._headers
         if json is not None:
             # Sized before sending: a body over the daemon's limit is refused here, by name, instead
             # of being cut off mid-upload by the daemon (which then closes the connection).
@@ -188,7 +194,7 @@ class DaemonClient:
             limit = self.budget.daemon_json_body_limit
             if len(content) > limit:
                 raise RequestTooLarge(method, shape, limit, len(content))
-            headers = dict(self._headers, **{"content-type": "application/json"})
+            headers = dict(headers, **{"content-type": "application/json"})
         response = await self._send(method, route, content=content, params=params, headers=headers)
         body: Any
         try:
@@ -196,8 +202,33 @@ class DaemonClient:
         except ValueError:
             body = response.text[:512]
         if response.status_code not in expect:
-            raise DaemonError(response.status_code, body, method, shape)
+            error = DaemonError(response.status_code, body, method, shape)
+            after = response.headers.get("retry-after", "")
+            error.retry_after = float(after) if after.isdigit() else None
+            raise error
         return body
+
+    async def _write(self, method: str, route: str, *, json: Any = None, expect: tuple[int, ...],
+                     keyed: bool = True, gone_is_done: bool = False) -> Any:
+        """A write, sent again with the same Idempotency-Key (``keyed``) while its answer is lost or
+        the daemon says it did not run it (:mod:`hopline.client.retry`). ``gone_is_done``: a 404 to a
+        retry means the lost first attempt did it (a delete)."""
+        headers = {IDEMPOTENCY_HEADER: retry.new_key()} if keyed else None
+        attempt = 0
+        while True:
+            try:
+                return await self._call(method, route, json=json, expect=expect, headers=headers)
+            except DaemonError as error:
+                if attempt and gone_is_done and error.status == 404:
+                    return None
+                if attempt >= self.budget.client_write_retry_attempts or not retry.retried(error.status,
+                                                                                          error.type):
+                    raise
+                attempt += 1
+                self.write_retries += 1
+                log.info("write retried", extra={"hop": HOP_DAEMON_API, "attempt": attempt,
+                                                 "status": error.status, "error": error.type})
+                await asyncio.sleep(retry.pause(self.budget, attempt, error.retry_after))
 
     async def health(self) -> dict[str, Any]:
         result: dict[str, Any] = await self._call("GET", "/health")
@@ -215,7 +246,7 @@ class DaemonClient:
             body["permissionMode"] = permission_mode
         if scripted is not None:
             body["scripted"] = scripted
-        result = await self._call("POST", "/session", json=body, expect=(200, 201))
+        result = await self._write("POST", "/session", json=body, expect=(200, 201))
         return str(result["sessionId"])
 
     async def prompt(self, session_id: str, text: str, *,
@@ -223,12 +254,11 @@ class DaemonClient:
         """Send a prompt: ``text``, or with ``blocks`` (ACP content blocks, e.g. from
         :func:`hopline.client.content.prompt_with_attachments`) those blocks, ``text`` unused."""
         body: dict[str, Any] = {"prompt": blocks} if blocks is not None else {"text": text}
-        result = await self._call("POST", f"/session/{session_id}/prompt", json=body,
-                                  expect=(200, 202))
+        result = await self._write("POST", f"/session/{session_id}/prompt", json=body, expect=(200, 202))
         return str(result["promptId"])
 
     async def cancel(self, session_id: str) -> Any:
-        return await self._call("POST", f"/session/{session_id}/cancel", expect=(200, 202, 204))
+        return await self._write("POST", f"/session/{session_id}/cancel", expect=(200, 202, 204))
 
     async def load(self, session_id: str) -> Any:
         return await self._call("POST", f"/session/{session_id}/load", expect=(200, 202))
@@ -239,11 +269,12 @@ class DaemonClient:
         return TranscriptPage(list(result.get("events") or []), result.get("nextCursor"))
 
     async def answer_permission(self, session_id: str, request_id: str, option_id: str) -> Any:
-        return await self._call("POST", f"/session/{session_id}/permission/{request_id}",
-                                json={"optionId": option_id}, expect=(200, 202, 204))
+        return await self._write("POST", f"/session/{session_id}/permission/{request_id}",
+                                 json={"optionId": option_id}, expect=(200, 202, 204))
 
     async def delete_session(self, session_id: str) -> None:
-        await self._call("DELETE", f"/session/{session_id}", expect=(200, 202, 204))
+        await self._write("DELETE", f"/session/{session_id}", expect=(200, 202, 204), keyed=False,
+                          gone_is_done=True)
 
     async def sessions(self, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
         """``GET /session``: the newest sessions (what each is doing), and how many there are."""
