@@ -15,6 +15,8 @@ import re
 import threading
 from typing import Any
 
+_REQUEST_LINE = re.compile(rb"^(?:GET|POST|PUT|PATCH|DELETE) \S+", re.MULTILINE)
+
 
 class AnswerDroppingProxy:
     def __init__(self, target_port: int) -> None:
@@ -22,7 +24,7 @@ class AnswerDroppingProxy:
         self.pattern: re.Pattern[bytes] | None = None  # the next request to lose the answer of
         self.port = 0
         self.dropped = 0  # answers lost (the request went through, the answer did not)
-        self.matched: list[bytes] = []  # the request lines that matched, dropped or not
+        self.requests: list[bytes] = []  # every request line forwarded (method and path), in order
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -56,9 +58,8 @@ class AnswerDroppingProxy:
             async def requests() -> None:
                 assert up_writer is not None
                 while data := await client_reader.read(65536):
-                    found = self.pattern.search(data) if self.pattern is not None else None
-                    if found is not None:
-                        self.matched.append(found.group(0))
+                    self.requests += _REQUEST_LINE.findall(data)
+                    if self.pattern is not None and self.pattern.search(data) is not None:
                         self.pattern = None  # one answer lost: the retry goes through
                         doomed[0] = True
                     up_writer.write(data)
