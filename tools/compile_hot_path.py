@@ -49,6 +49,7 @@ HOT_MODULES = (
     "hopline/daemon/bus/events.py",
     "hopline/daemon/bus/subscriber.py",
     "hopline/daemon/bus/commits.py",
+    "hopline/daemon/bus/ring.py",
     "hopline/daemon/bus/event_bus.py",
     "hopline/daemon/routes/sse.py",
     "hopline/store/event_groups.py",

@@ -4,11 +4,10 @@ and another daemon's events read from the journal. The package's docstring tells
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import itertools
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import orjson
@@ -16,6 +15,7 @@ import orjson
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
 from hopline.daemon.bus.commits import CommitQueue
 from hopline.daemon.bus.events import BusEvent, exact_bytes, missing_ids, synthetic
+from hopline.daemon.bus.ring import Ring
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError
 from hopline.store.idempotency import KeyRecord
@@ -32,35 +32,6 @@ class JournalReadFailed(HoplineError):
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"reading the journal failed ({type(cause).__name__})")
         self.exception = type(cause).__name__
-
-
-class _Ring:
-    """A session's last events (``ring_max_events``, ``ring_max_bytes``): a reconnecting client's
-    replay is served from it when it holds them all."""
-
-    def __init__(self, max_events: int, max_bytes: int) -> None:
-        self.events: collections.deque[BusEvent] = collections.deque()
-        self.bytes = 0
-        self.max_events = max_events
-        self.max_bytes = max_bytes
-
-    def append(self, event: BusEvent) -> None:
-        self.extend((event,))
-
-    def extend(self, events: Sequence[BusEvent]) -> None:
-        """Append ``events``, then drop the oldest past either bound (the newest is always kept)."""
-        self.events.extend(events)
-        self.bytes += sum(event.size for event in events)
-        while len(self.events) > 1 and (len(self.events) > self.max_events or self.bytes > self.max_bytes):
-            self.bytes -= self.events.popleft().size
-
-    def covers(self, after: int, upto: int) -> bool:
-        """True when the ring holds every event ``after < id <= upto`` (an event committed and not
-        yet delivered is not in it yet: the journal has it)."""
-        if not self.events:
-            return False
-        first, last = self.events[0].id, self.events[-1].id
-        return first is not None and last is not None and first <= after + 1 and last >= upto
 
 
 class ReplayPages:
@@ -94,8 +65,7 @@ class ReplayPages:
                 ring = bus._ring(session_id)
                 if ring.covers(after, upto):
                     self.cursor = upto
-                    return self._with_gaps([e for e in list(ring.events)
-                                            if e.id is not None and after < e.id <= upto])
+                    return self._with_gaps(ring.between(after, upto))
             rows = await bus.journal.read_page(session_id, after, upto=upto,
                                                max_bytes=bus.budget.sse_queue_max_bytes)
         except Exception as exc:
@@ -136,7 +106,7 @@ class EventBus:
     def __init__(self, budget: Budget, journal: EventJournal) -> None:
         self.budget = budget
         self.journal = journal
-        self._rings: dict[str, _Ring] = {}
+        self._rings: dict[str, Ring] = {}
         self._subscribers: dict[str, set[Subscriber]] = {}
         self.evictions = 0
         self.oversize_dropped = 0
@@ -165,11 +135,16 @@ class EventBus:
     def queued_bytes(self) -> int:
         return self._queue.queued_bytes
 
-    def _ring(self, session_id: str) -> _Ring:
+    def _ring(self, session_id: str) -> Ring:
         ring = self._rings.get(session_id)
         if ring is None:
-            ring = self._rings[session_id] = _Ring(self.budget.ring_max_events, self.budget.ring_max_bytes)
+            ring = self._rings[session_id] = Ring(self.budget.ring_max_events, self.budget.ring_max_bytes)
         return ring
+
+    def _drop_ring(self, session_id: str) -> None:
+        ring = self._rings.pop(session_id, None)
+        if ring is not None:
+            ring.close()
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -418,7 +393,7 @@ class EventBus:
             return  # written here (delivered after its commit), or already read
         if not self._subscribers.get(session_id):
             # Nobody here reads it: no catch-up, and the ring would have a hole, so it goes.
-            self._rings.pop(session_id, None)
+            self._drop_ring(session_id)
             self._delivered.pop(session_id, None)
             return
         self._remote_last[session_id] = max(last_id, self._remote_last.get(session_id, 0))
@@ -465,8 +440,9 @@ class EventBus:
     def close_session(self, session_id: str) -> None:
         for subscriber in list(self._subscribers.pop(session_id, ())):
             subscriber.close()
-        self._rings.pop(session_id, None)
+        self._drop_ring(session_id)
         self._delivered.pop(session_id, None)
+        self._remote_last.pop(session_id, None)
 
     def close_all(self) -> None:
         for session_id in list(self._subscribers):
