@@ -86,25 +86,7 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             raise SessionError(404, "unknown_session", "no such session")
         return await manager.get(session_id)
 
-    @router.post("/session", response_model=SessionCreated, responses={**ERRORS, 502: {}, 503: {}, 504: {}})
-    async def create_session(body: CreateSessionBody, request: Request,
-                             idempotency_key: IdempotencyKey = None) -> Any:
-        cwd = body.cwd if body.cwd is not None else str(Path.cwd())
-        if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
-            raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
-        if body.scripted is not None:
-            scripted_hints(body.scripted, budget, unknown=True)
-
-        async def created(record: KeyRecord) -> None:
-            # Answered by the session's owner (forwarded, with the key): the first create may still be
-            # starting the agent there, and the retry's answer waits for it; a dead owner's is adopted.
-            await owner.here(request, await manager.get(record.session_id))
-
-        shape = request_shape("POST /session", (), body)
-        async with keys.claim(idempotency_key, shape, on_replay=created) as claim:
-            session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
-                                           scripted=body.scripted, key=claim)
-            return {"sessionId": session.id}
+    _create_route(router, parts, owner)
 
     @router.post("/session/{session_id}/prompt", status_code=202, response_model=PromptAccepted,
                  responses={**ERRORS, 429: {}})
@@ -160,6 +142,31 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         router.include_router(sidecar_router(parts.store, authorize=sidecar_session))
     _reading_routes(router, parts, session_of)
     return router
+
+
+def _create_route(router: APIRouter, parts: DaemonParts, owner: OwnerWrites) -> None:
+    """``POST /session``."""
+    budget, manager = parts.budget, parts.manager
+
+    @router.post("/session", response_model=SessionCreated, responses={**ERRORS, 502: {}, 503: {}, 504: {}})
+    async def create_session(body: CreateSessionBody, request: Request,
+                             idempotency_key: IdempotencyKey = None) -> Any:
+        cwd = body.cwd if body.cwd is not None else str(Path.cwd())
+        if not Path(cwd).is_absolute() or not Path(cwd).is_dir():
+            raise SessionError(422, "invalid_cwd", "cwd must be an absolute path to an existing directory")
+        if body.scripted is not None:
+            scripted_hints(body.scripted, budget, unknown=True)
+
+        async def created(record: KeyRecord) -> None:
+            # Answered by the session's owner (forwarded, with the key): the first create may still be
+            # starting the agent there, and the retry's answer waits for it; a dead owner's is adopted.
+            await owner.here(request, await manager.get(record.session_id))
+
+        shape = request_shape("POST /session", (), body)
+        async with manager.keys.claim(idempotency_key, shape, on_replay=created) as claim:
+            session = await manager.create(cwd=cwd, profile=body.profile, permission_mode=body.permissionMode,
+                                           scripted=body.scripted, key=claim)
+            return {"sessionId": session.id}
 
 
 def _reading_routes(router: APIRouter, parts: DaemonParts,
