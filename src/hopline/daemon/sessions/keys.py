@@ -58,6 +58,12 @@ class KeyClaim:
                          now + self.ttl_seconds)
 
 
+def record_of(claim: KeyClaim | None, session_id: str, status: int,
+              answer: dict[str, Any]) -> KeyRecord | None:
+    """The row a keyed write stores with what it creates (None: the write has no key)."""
+    return claim.record(session_id, status, answer) if claim is not None else None
+
+
 class Replayed(HoplineError):
     """Not an error: the first answer to this key, given again (the app sends ``response``)."""
 

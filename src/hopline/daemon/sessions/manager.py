@@ -27,7 +27,7 @@ from hopline.daemon.errors import SessionError, agent_failure
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.projection import InboundProjector, oversize_replacement
 from hopline.daemon.sessions.agents import AgentChildren
-from hopline.daemon.sessions.keys import IdempotentWrites, KeyClaim
+from hopline.daemon.sessions.keys import IdempotentWrites, KeyClaim, record_of
 from hopline.daemon.sessions.load import SessionLoader
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_permission
@@ -143,7 +143,7 @@ class SessionManager:
         session_id = secrets.token_hex(16)
         options = {"cwd": cwd, "profile": profile, "permissionMode": permission_mode, "scripted": scripted,
                    "extraMeta": dict(extra_meta) if extra_meta else None}  # kept for a load or an adoption
-        record = key.record(session_id, 200, {"sessionId": session_id}) if key is not None else None
+        record = record_of(key, session_id, 200, {"sessionId": session_id})
         try:
             await self.journal.create_session(session_id, options, record)
         except Exception as exc:

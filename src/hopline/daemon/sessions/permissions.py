@@ -30,7 +30,7 @@ from hopline.daemon.bus import EventBus
 from hopline.daemon.child import JSONRPC_METHOD_NOT_FOUND, AcpChild
 from hopline.daemon.errors import SessionError
 from hopline.daemon.projection import InboundProjector, losses
-from hopline.daemon.sessions.keys import KeyClaim
+from hopline.daemon.sessions.keys import KeyClaim, record_of
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission
 from hopline.daemon.storage_faults import commit_first
 from hopline.vocabulary import (
@@ -207,7 +207,7 @@ async def answer_permission(bus: EventBus, session: DaemonSession, request_id: s
                                options=[i for i in ids if isinstance(i, str)])
         outcome = {"outcome": "selected", "optionId": option_id}
     release(session, request_id)
-    record = key.record(session.id, 200, {"requestId": request_id, "outcome": outcome}) if key else None
+    record = record_of(key, session.id, 200, {"requestId": request_id, "outcome": outcome})
     try:
         await commit_first(bus, session.id, PERMISSION_RESOLVED,
                            _resolution(request_id, pending, outcome, RESOLVED_BY_CLIENT),

@@ -17,7 +17,7 @@ from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
 from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.durable_end import end_turn_durably
-from hopline.daemon.sessions.keys import KeyClaim
+from hopline.daemon.sessions.keys import KeyClaim, record_of
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.sessions.permissions import answer_cancelled, cancel_all
 from hopline.daemon.sessions.state import DaemonSession, PendingPermission, SessionState
@@ -94,7 +94,7 @@ class Prompts:
         task = asyncio.create_task(self._run(session, prompt_id, blocks, accepted))
         session.prompts[prompt_id] = task
         task.add_done_callback(lambda _t: session.forget_prompt(prompt_id))
-        record = key.record(session.id, 202, {"promptId": prompt_id}) if key is not None else None
+        record = record_of(key, session.id, 202, {"promptId": prompt_id})
         try:
             await self._open(session, prompt_id, record)  # before the 202: a restart ends it (D-8)
         except LeaseLost:  # the lease this write came under is gone (this daemon was frozen): not run
@@ -209,7 +209,7 @@ class Prompts:
         running = session.current_prompt is not None
         # Write-ahead (T-1): the cancel is journaled before it is answered; the writes to the child
         # then go in the background.
-        record = key.record(session.id, 200, {"cancelled": running}) if key is not None else None
+        record = record_of(key, session.id, 200, {"cancelled": running})
         await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
                            "the cancel", record)
         self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
