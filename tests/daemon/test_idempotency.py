@@ -136,9 +136,8 @@ async def test_a_key_holds_across_a_restart(tmp_path: Path) -> None:
     assert prompts_seen(tmp_path) == ["before"]
 
 
-async def test_the_keys_length_and_count_are_bounded_and_expired_keys_are_purged(tmp_path: Path) -> None:
-    env = agent_env(tmp_path, HOPLINE_IDEMPOTENCY_MAX_KEYS="2", HOPLINE_IDEMPOTENCY_TTL_SECONDS="1")
-    with running_daemon(tmp_path, env=env) as daemon:
+async def test_the_keys_length_and_the_keys_stored_are_bounded(tmp_path: Path) -> None:
+    with running_daemon(tmp_path, env=agent_env(tmp_path, HOPLINE_IDEMPOTENCY_MAX_KEYS="2")) as daemon:
         async with daemon.client() as client:
             session_id = (await client.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
             route = f"/session/{session_id}/cancel"
@@ -150,31 +149,43 @@ async def test_the_keys_length_and_count_are_bounded_and_expired_keys_are_purged
             for bad in (b"a key", "été".encode("latin-1"), b"a\tb", b""):
                 error_of(await client.post(route, headers={KEY: bad}), 400, "invalid_idempotency_key")
 
-            assert (await client.post(route, headers={KEY: "second"})).status_code == 200
+            assert (await client.post(route, headers={KEY: "second"})).status_code == 200  # at the limit
             full = error_of(await client.post(route, headers={KEY: "third"}), 503, "idempotency_keys_full")
             assert (full["setting"], full["limit"], full["observed"]) == (
                 "HOPLINE_IDEMPOTENCY_MAX_KEYS", 2, 3)
             assert (await client.post(route)).status_code == 200  # a write without a key is not refused
-            # The keys expire after a second; the purger (every half TTL) deletes them from the store.
-            deadline = time.monotonic() + 3 * 1.5
+            replayed = await client.post(route, headers={KEY: "second"})  # a stored key still answers
+            assert replayed.status_code == 200 and replayed.headers["idempotent-replayed"] == "true"
+            page = (await client.get(f"/session/{session_id}/transcript")).json()["events"]
+            assert [e["type"] for e in page].count("cancel_requested") == 3  # 255 chars, second, unkeyed
+            assert stored_keys(daemon) == 2
+
+
+async def test_expired_keys_are_purged_and_a_write_with_one_runs_again(tmp_path: Path) -> None:
+    ttl = 1.0
+    env = agent_env(tmp_path, HOPLINE_IDEMPOTENCY_TTL_SECONDS=str(ttl))
+    with running_daemon(tmp_path, env=env) as daemon:
+        async with daemon.client() as client:
+            session_id = (await client.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
+            prompts = f"/session/{session_id}/prompt"
+            first = await client.post(prompts, json={"text": "a"}, headers={KEY: "p"})
+            assert first.status_code == 202, first.text
+            await turn_done(client, session_id, first.json()["promptId"])
+            # expired after the TTL; the purger (every half TTL) deletes it from the store
+            deadline = time.monotonic() + 3 * ttl * 1.5
             while stored_keys(daemon) and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
             assert stored_keys(daemon) == 0
-            assert (await client.post(route, headers={KEY: "third"})).status_code == 200
-            # an expired key is a new key: the write runs again, a new prompt
-            prompts = f"/session/{session_id}/prompt"
-            first = await client.post(prompts, json={"text": "a"}, headers={KEY: "p"})
-            await turn_done(client, session_id, first.json()["promptId"])
-            await asyncio.sleep(1.2)
-            second = await client.post(prompts, json={"text": "a"}, headers={KEY: "p"})
+            second = await client.post(prompts, json={"text": "a"}, headers={KEY: "p"})  # a new key now
             assert second.status_code == 202 and second.json() != first.json()
+            assert "idempotent-replayed" not in second.headers
             await turn_done(client, session_id, second.json()["promptId"])
     assert prompts_seen(tmp_path) == ["a", "a"]
 
 
 async def test_a_failed_create_leaves_no_key(tmp_path: Path) -> None:
     """A create refused after its row was stored (the agent did not start) takes its key with the
-    row: the retry runs again, and succeeds once the agent does."""
+    row: its retry runs again (and is refused again), never answered from the key."""
     broken = tmp_path / "agent.sh"
     broken.write_text("#!/bin/sh\nexit 3\n")
     broken.chmod(0o755)
