@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "scaling": "bench.scaling",
     "scaleout": "bench.scaleout",
     "durability": "bench.durability",
+    "memory": "bench.memory",
 }
 RESULTS = BENCH_DIR / "results.json"
 

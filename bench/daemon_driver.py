@@ -58,7 +58,7 @@ class Daemon:
 @contextlib.contextmanager
 def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", observer: bool = True,
            sidecars: bool | None = None, journal: bool = True, histogram: bool = True,
-           env: dict[str, str] | None = None,
+           env: dict[str, str] | None = None, extra_args: tuple[str, ...] = (),
            name: str = "daemon") -> Iterator[Daemon]:
     import os
 
@@ -69,7 +69,7 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
     stderr = settings.workdir / f"{name}-{port}.stderr"
     child_env = {**os.environ, SERVER_TOKEN_ENV: token, **(env or {})}
     if launch == "serve":
-        if not observer or sidecars is not None or not journal or not histogram:
+        if not observer or sidecars is not None or not journal or not histogram or extra_args:
             raise ValueError("hopline serve has no observer/sidecar switch; use launch='bench'")
         args = [PYTHON, "-m", "hopline", "serve", "--port", str(port), "--data-dir", str(data_dir),
                 "--agent-cmd", shlex.join(agent)]
@@ -83,7 +83,7 @@ def daemon(settings: Settings, agent: list[str], *, launch: str = "serve", obser
             args += ["--sidecars", "on" if sidecars else "off"]
         if not journal:
             args.append("--journal-off")
-        args += ["--", *agent]
+        args += [*extra_args, "--", *agent]
     try:
         with started(args, env=child_env, port=port, stderr_path=stderr, startup_timeout=60) as proc:
             yield Daemon(port, token, proc.pid, data_dir, stderr)

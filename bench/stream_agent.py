@@ -9,6 +9,7 @@ benchmark measures the relay, not the agent.
     python bench/stream_agent.py STREAM_FILE [SESSION_ID]
 
 A prompt whose text is ``stream PATH`` streams ``PATH`` instead of ``STREAM_FILE``.
+A prompt ``echo TEXT`` answers one ``agent_message_chunk`` of ``TEXT`` (the memory benchmark).
 A prompt ``paced COUNT MS`` emits, after half a second (every reader subscribed), ``COUNT``
 ``agent_message_chunk`` frames ``MS`` apart, each text ``t=<wall time ns>`` (the delivery-lag
 benchmark, ``bench/delivery_lag.py``).
@@ -71,6 +72,10 @@ def main() -> int:
             # A prompt "stream PATH" names another pre-generated file (one daemon, many streams).
             blocks = (message.get("params") or {}).get("prompt") or [{}]
             text = blocks[0].get("text", "") if isinstance(blocks[0], dict) else ""
+            if text.startswith("echo "):  # one chunk saying the text back (the memory benchmark)
+                send(message_chunk(text[len("echo "):], session_id))
+                send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "end_turn"}})
+                continue
             if text.startswith("paced "):
                 _paced(send, session_id, *text.split()[1:3])
                 send({"jsonrpc": "2.0", "id": msg_id, "result": {"stopReason": "end_turn"}})
