@@ -29,10 +29,10 @@ from hopline.budget import (
     LimitExceeded,
 )
 from hopline.client import retry
-from hopline.client.events import Event, SidecarRef
+from hopline.client.events import Event, SidecarRef, to_event
 from hopline.sidecars.projection import restore_update
 from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
-from hopline.wire.sse import SseMessage, SseParser
+from hopline.wire.sse import SseParser
 
 log = logging.getLogger("hopline.client")
 
@@ -100,22 +100,6 @@ _DROPS: tuple[type[Exception], ...] = (
     httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.ConnectError,
     httpx.ConnectTimeout, httpx.WriteError, httpx.PoolTimeout, _StreamEnded,
 )
-
-
-def to_event(message: SseMessage) -> Event:
-    """An SSE message as a typed event; an undecodable one becomes ``invalid_event`` (no payload)."""
-    event_id: int | None = None
-    if message.id is not None and message.id.strip().isdigit():
-        event_id = int(message.id)
-    try:
-        data = orjson.loads(message.data)
-    except orjson.JSONDecodeError:
-        return Event(event_id, "invalid_event",
-                     {"hop": HOP_CLIENT_SSE, "event": message.event[:128], "bytes": message.size,
-                      "error": "data is not JSON"}, message.size)
-    if not isinstance(data, dict):
-        data = {"value": data}
-    return Event(event_id, message.event, data, message.size)
 
 
 class TranscriptPage:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
+
+from hopline.budget import HOP_CLIENT_SSE
 from hopline.vocabulary import (
     META_SIDECAR,
     SESSION_UPDATE,
     TURN_END_TYPES,
 )
+from hopline.wire.sse import SseMessage
 
 # Event types the daemon emits with an id (journaled) and without one (synthetic, SPEC D-3).
 
@@ -128,3 +132,19 @@ def content_text(content: Any) -> str:
         if content.get("type") == "content":  # tool-call content wraps a content block
             return content_text(content.get("content"))
     return ""
+
+
+def to_event(message: SseMessage) -> Event:
+    """An SSE message as a typed event; an undecodable one becomes ``invalid_event`` (no payload)."""
+    event_id: int | None = None
+    if message.id is not None and message.id.strip().isdigit():
+        event_id = int(message.id)
+    try:
+        data = orjson.loads(message.data)
+    except orjson.JSONDecodeError:
+        return Event(event_id, "invalid_event",
+                     {"hop": HOP_CLIENT_SSE, "event": message.event[:128], "bytes": message.size,
+                      "error": "data is not JSON"}, message.size)
+    if not isinstance(data, dict):
+        data = {"value": data}
+    return Event(event_id, message.event, data, message.size)
