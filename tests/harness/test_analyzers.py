@@ -78,6 +78,11 @@ def test_the_severity_table_grades_every_rule_once() -> None:
     assert severity_of("detect-secrets/Base64HighEntropyString", tests=False) == "warning"
     assert severity_of("ruff/S602", tests=True) == "error"  # only credentials are lowered in tests
     assert severity_of("bandit/B602", tests=False, said="LOW") == "warning"
+    # bandit's check of ruff's S108 (a hard-coded temporary path) is lowered in tests as ruff's is
+    assert severity_of("bandit/B108", tests=True, said="MEDIUM") == "note"
+    assert severity_of("ruff/S108", tests=True) == "note"
+    assert severity_of("bandit/B108", tests=False, said="MEDIUM") == "error"
+    assert severity_of("bandit/B602", tests=True, said="HIGH") == "error"
     assert severity_of("semgrep/x.y", tests=False, said="INFO") == "note"
     assert rule_of("ruff/S307").agent == rule_of("bandit/B307").agent == "qa_performance_security"
     assert rule_of("ruff/S602").agent == rule_of("bandit/B602").agent == "appsec"

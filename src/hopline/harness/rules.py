@@ -139,7 +139,8 @@ _FALLBACK = Rule("", "appsec", "warning", "a finding of a rule the gate's table 
 def rule_of(rule_id: str) -> Rule:
     """The row of ``rule_id``: its own, else the longest prefix's, else a warning (appsec's). A
     check of bandit's is in the domain of the same check of ruff's (bandit's ``B307`` is ruff's
-    ``S307``: qa_performance_security's eval), with bandit's row's severity."""
+    ``S307``: qa_performance_security's eval), with bandit's row's severity and ruff's severity in
+    tests (a temporary path in a test is a note under either linter)."""
     for end in range(len(rule_id), 0, -1):
         found = _BY_ID.get(rule_id[:end])
         if found is not None:
@@ -147,7 +148,8 @@ def rule_of(rule_id: str) -> Rule:
     else:
         return _FALLBACK
     if (check := _BANDIT_CHECK.match(rule_id)) is not None and rule_id.startswith("bandit/"):
-        return dataclasses.replace(found, agent=rule_of(f"ruff/S{check.group(1)}").agent)
+        same = rule_of(f"ruff/S{check.group(1)}")
+        return dataclasses.replace(found, agent=same.agent, in_tests=same.in_tests or found.in_tests)
     return found
 
 
