@@ -14,6 +14,7 @@ from hopline.cli.demo import (
     DEMO_TOOLS_PER_ITERATION,
     gateway_statuses,
     print_summary,
+    stack_env,
 )
 from hopline.harness.scripted import ScriptedModel
 from strict_openai import StrictOpenAI
@@ -27,6 +28,16 @@ hopline_gateway_requests_total{status="413"} 2.0
 """
 FIXED = [("idle", "awaiting_gate"), ("awaiting_gate", "working"), ("working", "awaiting_gate"),
          ("awaiting_gate", "idle")]
+
+
+def test_the_demo_stack_runs_its_four_gates_at_once_unless_the_caller_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HOPLINE_GATE_CONCURRENCY", raising=False)
+    assert stack_env(False) == {"HOPLINE_GATE_CONCURRENCY": "4"}
+    naive = stack_env(True)
+    assert naive["HOPLINE_GATE_CONCURRENCY"] == "4" and naive["API_JSON_BODY_LIMIT"] == "100kb"
+    monkeypatch.setenv("HOPLINE_GATE_CONCURRENCY", "1")  # the caller's setting holds
+    assert "HOPLINE_GATE_CONCURRENCY" not in stack_env(False)
 
 
 def test_gateway_statuses_read_from_prometheus_text() -> None:

@@ -2,7 +2,7 @@
 
 Builds the sample pull request (:mod:`hopline.gate.sample`: large test logs, one planted issue per
 gate domain but QA automation's), starts the embedded stack (daemon, gateway, offline scripted model)
-and runs ``hopline gate --fix`` on it: the four gate agents review ``main..feature`` (two at a time)
+and runs ``hopline gate --fix`` on it: the four gate agents review ``main..feature`` (all four at once)
 while the dev session waits in ``awaiting_gate``; the dev agent fixes the findings of the failing
 gates and the gate runs again. The live view has one row per gate; the summary shows every gate's
 verdict within the ceiling, the largest llm-turn body against the engine ceiling and the gateway
@@ -18,6 +18,7 @@ or when the stack did not start).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -34,16 +35,25 @@ if TYPE_CHECKING:
     from hopline.budget import Budget
 
 DEMO_TOOLS_PER_ITERATION = 3
-# The iterations a demo gate agent explores the change for: with reading its diff and answering, each
-# gate runs 29 of its 60 (ADR 0098's gate agents), its bodies grow past the compaction trigger four
-# times or more, and the whole run (8 gate sessions and a dev session, each an agent process) stays
-# within half a minute on two cores.
-DEMO_EXPLORE_ITERATIONS = 28
+GATE_CONCURRENCY_ENV = "HOPLINE_GATE_CONCURRENCY"
+# The iterations a demo gate agent explores the change for: with its checks and answering, each gate
+# runs 15 to 18 iterations and its bodies pass the compaction trigger twice, before any ceiling; more
+# would show the same thing again at the price of every turn's bytes through each hop.
+DEMO_EXPLORE_ITERATIONS = 12
 
 
 def naive_env() -> dict[str, str]:
     # The naive rules reach the stack through the daemon's environment, inherited by its agents.
     return {"API_JSON_BODY_LIMIT": NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
+
+
+def stack_env(naive: bool) -> dict[str, str]:
+    """The demo stack's environment: its one gate run's four agents review at once (unless the
+    caller set ``HOPLINE_GATE_CONCURRENCY``), and the naive rules with ``--naive``."""
+    env = naive_env() if naive else {}
+    if GATE_CONCURRENCY_ENV not in os.environ:
+        env[GATE_CONCURRENCY_ENV] = str(len(GATE_AGENTS))
+    return env
 
 
 def demo_hints() -> dict[str, Any]:
@@ -246,7 +256,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool) -> tuple[int, 
         mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate --fix"
         console.print(f"[bold]hopline demo[/] — {mode}; a sample pull request ({base[:8]}..{head[:8]}) whose "
                       "test logs make large tool outputs; starting the embedded stack…")
-        async with embedded_stack(env=naive_env() if naive else None) as stack, \
+        async with embedded_stack(env=stack_env(naive)) as stack, \
                 DaemonClient(stack.url, stack.token, budget=budget) as client:
             gate_id = await client.start_gate(str(repo), base=base, head=head, fix=True,
                                               scripted=demo_hints())
