@@ -13,7 +13,7 @@ import pytest
 from hopline.budget import Budget
 from hopline.gate.git import Checkout
 from hopline.gate.sample import git
-from hopline.harness.sandbox import detect_sandbox
+from hopline.harness.sandbox import Limits, detect_sandbox
 from hopline.harness.sandbox_pids import pids_cgroup_root
 from hopline.harness.tools import ReviewRange, Workspace
 
@@ -127,6 +127,32 @@ def test_the_sandbox_holds_read_only_tree_tmpfs_no_network_rlimits(tmp_path: Pat
     finally:
         tools.close()
     assert worktrees(repo) == [str(repo)]  # the base checkout went with the session
+
+
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_an_analyzer_runs_hopline_s_module_not_the_checkout_s(tmp_path: Path, kind: str) -> None:
+    """A pull request that adds a package named like an analyzer's module does not replace the
+    analyzer (``python -m`` would put the checkout first on ``sys.path``); its report is the real one.
+    The analyzer reads its interpreter's bytecode (no pycache prefix), the PR's code keeps the prefix."""
+    fake = "print('HIJACKED')\n"
+    repo, base, head = make_repo(tmp_path / "repo", {"a.txt": "one\n"},
+                                 {"a.txt": 'password = "correct-horse-battery-staple"\n',
+                                  "detect_secrets/__init__.py": "", "detect_secrets/__main__.py": fake})
+    tools = Workspace(repo, BUDGET, review=ReviewRange(base, head, sandbox=kind))
+    try:
+        output, command = _run(tools, "python -m detect_secrets scan a.txt")
+        assert command["exitCode"] == 0 and command["sandbox"] == kind, output
+        assert "HIJACKED" not in output and '"Secret Keyword"' in output, output
+        commands = tools.commands
+        assert commands is not None
+        private, limits = tmp_path / "private", Limits.of(BUDGET)
+        analyzer = commands.environment([commands.python, "-m", "bandit", "x.py"], repo, private, limits)
+        assert "PYTHONPYCACHEPREFIX" not in analyzer and analyzer["PYTHONSAFEPATH"] == "1"
+        for argv in ([commands.python, "-m", "py_compile", "x.py"], [commands.python, "-m", "pytest"]):
+            tests = commands.environment(argv, repo, private, limits)
+            assert "PYTHONSAFEPATH" not in tests and tests["PYTHONPYCACHEPREFIX"].endswith("/pycache")
+    finally:
+        tools.close()
 
 
 def test_a_memory_hog_hits_its_rlimit(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from hopline.budget import Budget
 from hopline.harness import git, sandbox
+from hopline.harness.analyzers import ANALYZERS
 from hopline.harness.sandbox_mounts import COVERAGE_LIB, coverage_package, interpreter_dirs, share_tree
 from hopline.harness.sandbox_pids import pids_cap
 from hopline.harness.testruns import (
@@ -47,6 +48,7 @@ from hopline.harness.tools.results import ToolError, check_relative
 PYTHON_NAMES = frozenset({"python", "python3"})
 # Analyzers run as the programs installed beside the agent's interpreter (its venv), when they are
 ANALYZER_PROGRAMS = frozenset({"ruff", "detect-secrets", "bandit", "semgrep"})
+ANALYZER_MODULES = frozenset(a.module for a in ANALYZERS)
 PYTEST_NAMES = frozenset({"pytest", "py.test"})
 
 
@@ -175,6 +177,29 @@ class ReviewCommands:
             return [beside, *argv[1:]]
         return argv
 
+    def is_analyzer(self, argv: list[str]) -> bool:
+        """``argv`` (as run) is one of the gate's analyzers: its module under the interpreter, or its
+        program installed beside hopline's."""
+        module = len(argv) > 2 and argv[0] == self.python and argv[1] == "-m" and argv[2] in ANALYZER_MODULES
+        return module or (os.path.basename(argv[0]) in ANALYZER_PROGRAMS
+                          and os.path.dirname(argv[0]) == os.path.dirname(sys.executable))
+
+    def environment(self, argv: list[str], cwd: Path, private: Path,
+                    limits: sandbox.Limits) -> dict[str, str]:
+        """The sandboxed command's environment. An analyzer imports nothing of the checkout (the
+        working directory is not on its ``sys.path``: ``PYTHONSAFEPATH``), so it reads the compiled
+        bytecode of the interpreter's own modules where they are installed, instead of compiling each
+        again into the empty ``PYTHONPYCACHEPREFIX``; anything else (the PR's tests, ``py_compile``)
+        keeps the prefix, so no bytecode from the checkout is read and none is written into it."""
+        env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
+                                          limits)
+        # A shell line (the dev agent's, a make target) finds the project's interpreter first
+        env["PATH"] = os.pathsep.join([os.path.dirname(self.python), env["PATH"]])
+        if self.is_analyzer(argv):
+            del env["PYTHONPYCACHEPREFIX"]
+            env["PYTHONSAFEPATH"] = "1"
+        return env
+
     def _git(self, *args: str) -> str:
         try:
             return git.run_git(self.root, args, timeout=self.budget.command_timeout_seconds,
@@ -237,10 +262,7 @@ class ReviewCommands:
 
     async def _sandboxed(self, argv: list[str], cwd: Path, private: Path, limits: sandbox.Limits,
                          binds: list[tuple[str, str]], results: list[str]) -> CommandRun:
-        env = sandbox.sandbox_environment(tool_environment(os.environ), self.sandbox.kind, private, cwd,
-                                          limits)
-        # A shell line (the dev agent's, a make target) finds the project's interpreter first
-        env["PATH"] = os.pathsep.join([os.path.dirname(self.python), env["PATH"]])
+        env = self.environment(argv, cwd, private, limits)
         pipe = ResultsPipe(self.budget.command_output_max_bytes) if results else None
         wrapped = sandbox.wrap(self.sandbox.kind, argv, cwd, private, limits, writable=self.review.fix,
                                binds=binds, results=results)
