@@ -79,6 +79,7 @@ DEFAULT_ROUNDS = 2
 DEV_PROFILE = "dev"
 RUN_FILE = "run.json"  # in the run's work directory: what a restarted daemon needs to clean up
 CHECKOUT_DIR = "checkout"
+SECRETS_DIR = "secrets"  # detect-secrets' results per file, shared by the run's sessions (secrets_cache)
 NOTHING_TO_REVIEW = "nothing to review: base and head hold the same tree"
 
 
@@ -261,6 +262,7 @@ class GateRun:
             self.dev = DevStateMachine()
         self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the checkout's parent: 0700
         (self.work_dir / RUN_FILE).write_text(json.dumps({"repo": str(repo)}))
+        (self.work_dir / SECRETS_DIR).mkdir(mode=0o700, exist_ok=True)
         # Made in a thread that a cancel cannot stop: the cleanup waits for it, then removes it.
         self._creating = asyncio.ensure_future(asyncio.to_thread(
             Checkout.create, repo, self.work_dir / CHECKOUT_DIR, self.head, budget))
@@ -290,7 +292,8 @@ class GateRun:
         return self.sandbox.kind if self.sandbox is not None else "none"
 
     def review_meta(self, head: str) -> dict[str, Any]:
-        meta: dict[str, Any] = {"base": self.base, "head": head, "sandbox": self.sandbox_kind}
+        meta: dict[str, Any] = {"base": self.base, "head": head, "sandbox": self.sandbox_kind,
+                                "cache": str((self.work_dir / SECRETS_DIR).absolute())}
         if self.test_command is not None:
             meta["testCommand"] = list(self.test_command.argv)
         if self.interpreter.path is not None:

@@ -39,7 +39,7 @@ from hopline.harness.testruns import (
     removed_tests,
     runner_of,
 )
-from hopline.harness.tools import coverage_run
+from hopline.harness.tools import coverage_run, secrets_cache
 from hopline.harness.tools.commands import CommandRun, ResultsPipe, run_captured
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.policy import check_review_command
@@ -63,6 +63,7 @@ class ReviewRange:
     sandbox: str | None = None  # None: the best one that runs here
     fix: bool = False  # the dev agent's session of a --fix run (see the module docstring)
     python: str | None = None  # the project's interpreter (an absolute path); None: the agent's own
+    cache: str | None = None  # the gate run's directory of detect-secrets' results (secrets_cache)
 
     def __post_init__(self) -> None:
         git.check_commit(self.base, "base")
@@ -71,25 +72,27 @@ class ReviewRange:
             raise ValueError("sandbox must be bwrap, unshare or none")
         if self.python is not None and (not os.path.isabs(self.python) or len(self.python) > 4096):
             raise ValueError("python must be an absolute path")
+        if self.cache is not None and (not os.path.isabs(self.cache) or len(self.cache) > 4096):
+            raise ValueError("cache must be an absolute path")
 
     @classmethod
     def from_meta(cls, value: dict[str, Any]) -> ReviewRange:
         """From ``_meta["hopline.review"]``; ValueError saying what is wrong."""
-        extra = set(value) - {"base", "head", "testCommand", "sandbox", "fix", "python"}
+        extra = set(value) - {"base", "head", "testCommand", "sandbox", "fix", "python", "cache"}
         if extra or not {"base", "head"} <= set(value):
             raise ValueError("an object with base and head (and optionally testCommand, sandbox, fix, "
-                             "python)")
+                             "python, cache)")
         if not isinstance(value.get("fix", False), bool):
             raise ValueError("fix must be a boolean")
         command = value.get("testCommand")
         if command is not None and (not isinstance(command, list) or not command
                                     or not all(isinstance(a, str) and a for a in command)):
             raise ValueError("testCommand must be a non-empty list of strings")
-        python = value.get("python")
-        if python is not None and not isinstance(python, str):
-            raise ValueError("python must be a string")
+        python, cache = value.get("python"), value.get("cache")
+        if any(v is not None and not isinstance(v, str) for v in (python, cache)):
+            raise ValueError("python and cache must be strings")
         return cls(value["base"], value["head"], tuple(command) if command else None, value.get("sandbox"),
-                   value.get("fix", False), python)
+                   value.get("fix", False), python, cache)
 
     def to_meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {"base": self.base, "head": self.head}
@@ -101,6 +104,8 @@ class ReviewRange:
             out["fix"] = True
         if self.python is not None:
             out["python"] = self.python
+        if self.cache is not None:
+            out["cache"] = self.cache
         return out
 
 
@@ -257,8 +262,28 @@ class ReviewCommands:
                 argv = coverage_run.runner_argv([*argv, *(["-p", "no:cov"] if runner == "pytest" else [])],
                                                 COVERAGE_LIB, out, measured)
                 results.append(coverage_run.REPORT_FILE)
+        kept = Path(self.review.cache) if self.review.cache else None
+        scan = secrets_cache.scan_of(kept, argv, self.python, cwd)
+        if scan is not None:
+            return await self._scan_secrets(scan, argv, cwd, private, limits, binds)
         run = await self._sandboxed(argv, cwd, private, limits, binds, results)
         return self._read(argv, at, run, runner, measured if coverage else None)
+
+    async def _scan_secrets(self, scan: secrets_cache.SecretsScan, argv: list[str], cwd: Path, private: Path,
+                            limits: sandbox.Limits, binds: list[tuple[str, str]]) -> ReviewRun:
+        """detect-secrets over the files the gate run has not scanned yet, its report whole
+        (:mod:`.secrets_cache`); a scan that fails is said as it is."""
+        if scan.argv:
+            run = await self._sandboxed(scan.argv, cwd, private, limits, binds, [])
+            if run.exit_code != 0 or run.dropped_bytes:
+                return ReviewRun(scan.argv, run)
+            report = scan.report(run.text)
+        else:
+            run = CommandRun("", 0, 0, self.budget.gate_test_timeout_seconds)
+            report = scan.report(None)
+        if report is not None:
+            return ReviewRun(scan.argv, dataclasses.replace(run, text=report))  # [] when none ran
+        return ReviewRun(argv, await self._sandboxed(argv, cwd, private, limits, binds, []))
 
     async def _sandboxed(self, argv: list[str], cwd: Path, private: Path, limits: sandbox.Limits,
                          binds: list[tuple[str, str]], results: list[str]) -> CommandRun:
