@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from hopline.budget import Budget, KiB, MiB
+from hopline.gate.sample import make_sample_pull_request
 from hopline.harness.context import INTERRUPTED_TEXT, SUMMARY_MARKER, violations
 from hopline.harness.events import (
     AgentText,
@@ -22,6 +23,7 @@ from hopline.harness.loop import REJECTED_TEXT, ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Usage
 from hopline.harness.profiles import get_profile
 from hopline.harness.scripted import InProcessModel, ScriptedModel
+from hopline.harness.tools import ReviewRange
 
 DEFAULT = Budget.defaults()
 
@@ -399,3 +401,28 @@ def test_scripted_respond_is_pure_and_deterministic() -> None:
     summary = model.respond(LlmTurnRequest([{"role": "user", "content": "x" * 100_000}], purpose="summary",
                                            params={"maxBytes": 500}))
     assert 0 < len(summary.message["content"].encode()) <= 500
+
+
+@pytest.mark.parametrize("review", [True, False])
+async def test_a_gate_review_runs_the_calls_of_one_answer_at_once(tmp_path: Path, review: bool) -> None:
+    """A gate review's tools only read: the calls of one answer are all started, then run at once; a
+    session that may write runs each call after the one before. The results keep the calls' order."""
+    repo, base, head = make_sample_pull_request(tmp_path / "pr")
+    calls = [("read_file", '{"path": "src/sample/cache.py"}'), ("git_diff", '{"stat": true}'),
+             ("list_files", "not json"), ("read_file", '{"path": "src/sample/settings.py"}')]
+    recorder = Recorder()
+    profile = get_profile("appsec", DEFAULT)
+    loop = ToolLoop(OneShot(calls), profile, repo, DEFAULT, sink=recorder,
+                    review=ReviewRange(base, head) if review else None)
+    conversation: list[dict] = []
+    result = await loop.run(conversation, "go")
+    assert result.stop_reason == "end_turn"
+    kinds = [type(e).__name__ for e in recorder.events if isinstance(e, ToolCallStarted | ToolCallFinished)]
+    assert kinds == (["ToolCallStarted"] * 4 + ["ToolCallFinished"] * 4 if review
+                     else ["ToolCallStarted", "ToolCallFinished"] * 4)
+    results = [m for m in conversation if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["c0", "c1", "c2", "c3"]
+    assert "parse(text" in results[0]["content"] and "AWS_ACCESS_KEY_ID" in results[3]["content"]
+    assert "not valid JSON" in results[2]["content"]
+    assert ("src/sample/cache.py" in results[1]["content"]) is review  # git_diff is a review's tool
+    assert violations(conversation) == []

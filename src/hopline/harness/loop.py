@@ -366,60 +366,87 @@ class ToolLoop:
         return record
 
     async def _execute(self, calls: list[dict[str, Any]], conversation: list[Message]) -> None:
+        """Each call checked, started and permitted in order; run one after the other, or all at once
+        in a gate review (its tools only read); their results in the calls' order."""
+        ready: list[tuple[str, str, dict[str, Any], ToolOutcome | None]] = []
+        for index, call in enumerate(calls):
+            name, args, outcome = self._checked(index, call, len(calls))
+            info = self.tools.describe(name, args)
+            started = ToolCallStarted(call["id"], name, info.kind, info.title, args, info.locations)
+            await self._emit(started)
+            outcome = await self._permitted(started, outcome)
+            if self.tools.reads_only:
+                ready.append((call["id"], name, args, outcome))
+                continue
+            ran, crash = await self._run_tool(name, args, call["id"], outcome)  # it may need the last one's
+            await self._finish(call["id"], name, ran, crash, conversation)
+        if not ready:
+            return
+        runs = await asyncio.gather(*(self._run_tool(name, args, call_id, outcome)
+                                      for call_id, name, args, outcome in ready))
+        crashed = None
+        for (call_id, name, _, _), (ran, crash) in zip(ready, runs, strict=True):
+            try:
+                await self._finish(call_id, name, ran, crash, conversation)
+            except failures.TurnFailure as exc:
+                crashed = crashed or exc
+        if crashed is not None:
+            raise crashed
+
+    def _checked(self, index: int, call: dict[str, Any], count: int
+                 ) -> tuple[str, dict[str, Any], ToolOutcome | None]:
+        """The call's name and arguments, and the error outcome of a call that is not run."""
         budget = self.budget
         limit = budget.tool_calls_per_iteration_max
-        for index, call in enumerate(calls):
-            call_id: str = call["id"]
-            function = call["function"]
-            name: str = function["name"]
-            arguments: str = function["arguments"]
-            args: dict[str, Any] = {}
-            outcome: ToolOutcome | None = None
-            size = len(arguments.encode("utf-8"))
-            if index >= limit:
-                outcome = self.tools.error(
-                    f"not executed: the answer had {len(calls)} tool calls, over the limit of {limit} per "
-                    "iteration (HOPLINE_TOOL_CALLS_PER_ITERATION)")
-            elif size > budget.tool_arguments_max_bytes:
-                outcome = self.tools.error(
-                    f"not executed: arguments of {size} bytes are over the limit of "
-                    f"{budget.tool_arguments_max_bytes} bytes (HOPLINE_TOOL_ARGUMENTS_MAX_BYTES)")
-            elif name not in self.profile.tools:
-                outcome = self.tools.error(f"tool {name!r} is not available to this agent")
-            else:
-                try:
-                    parsed = orjson.loads(arguments or "{}")
-                except orjson.JSONDecodeError as exc:
-                    outcome = self.tools.error(f"arguments are not valid JSON: {exc}")
-                else:
-                    if isinstance(parsed, dict):
-                        args = parsed
-                    else:
-                        outcome = self.tools.error("arguments must be a JSON object")
-            info = self.tools.describe(name, args)
-            started = ToolCallStarted(call_id, name, info.kind, info.title, args, info.locations)
-            await self._emit(started)
-            if outcome is None and name in PERMISSION_TOOLS and self.permit is not None \
-                    and not await self.permit(started):
-                outcome = ToolOutcome(REJECTED_TEXT, REJECTED_TEXT, "failed")
-            crash: BaseException | None = None
-            if outcome is None:
-                try:
-                    outcome = await self.tools.run(name, args, call_id)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    crash = exc
-                    outcome = self.tools.error(f"tool {name} crashed: {type(exc).__name__}")
-            result_message: Message = {"role": "tool", "tool_call_id": call_id,
-                                       "content": outcome.model_output}
-            if outcome.meta:  # for programs that read results (the offline reviewer); no provider gets it
-                result_message[MESSAGE_META] = outcome.meta
-            conversation.append(result_message)
-            await self._emit(ToolCallFinished(call_id, outcome.status, outcome.output, outcome.model_output,
-                                              outcome.raw_output))
-            if crash is not None:
-                raise failures.tool_crash(name, crash) from crash
+        function = call["function"]
+        name: str = function["name"]
+        arguments: str = function["arguments"]
+        size = len(arguments.encode("utf-8"))
+        if index >= limit:
+            return name, {}, self.tools.error(
+                f"not executed: the answer had {count} tool calls, over the limit of {limit} per "
+                "iteration (HOPLINE_TOOL_CALLS_PER_ITERATION)")
+        if size > budget.tool_arguments_max_bytes:
+            return name, {}, self.tools.error(
+                f"not executed: arguments of {size} bytes are over the limit of "
+                f"{budget.tool_arguments_max_bytes} bytes (HOPLINE_TOOL_ARGUMENTS_MAX_BYTES)")
+        if name not in self.profile.tools:
+            return name, {}, self.tools.error(f"tool {name!r} is not available to this agent")
+        try:
+            parsed = orjson.loads(arguments or "{}")
+        except orjson.JSONDecodeError as exc:
+            return name, {}, self.tools.error(f"arguments are not valid JSON: {exc}")
+        if not isinstance(parsed, dict):
+            return name, {}, self.tools.error("arguments must be a JSON object")
+        return name, parsed, None
+
+    async def _permitted(self, started: ToolCallStarted, outcome: ToolOutcome | None) -> ToolOutcome | None:
+        if outcome is None and started.name in PERMISSION_TOOLS and self.permit is not None \
+                and not await self.permit(started):
+            return ToolOutcome(REJECTED_TEXT, REJECTED_TEXT, "failed")
+        return outcome
+
+    async def _run_tool(self, name: str, args: dict[str, Any], call_id: str, outcome: ToolOutcome | None
+                        ) -> tuple[ToolOutcome, BaseException | None]:
+        if outcome is not None:
+            return outcome, None
+        try:
+            return await self.tools.run(name, args, call_id), None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return self.tools.error(f"tool {name} crashed: {type(exc).__name__}"), exc
+
+    async def _finish(self, call_id: str, name: str, outcome: ToolOutcome, crash: BaseException | None,
+                      conversation: list[Message]) -> None:
+        result_message: Message = {"role": "tool", "tool_call_id": call_id, "content": outcome.model_output}
+        if outcome.meta:  # for programs that read results (the offline reviewer); no provider gets it
+            result_message[MESSAGE_META] = outcome.meta
+        conversation.append(result_message)
+        await self._emit(ToolCallFinished(call_id, outcome.status, outcome.output, outcome.model_output,
+                                          outcome.raw_output))
+        if crash is not None:
+            raise failures.tool_crash(name, crash) from crash
 
 
 @dataclasses.dataclass

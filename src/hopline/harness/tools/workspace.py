@@ -95,6 +95,12 @@ class Workspace:
         self._spill: tempfile.TemporaryDirectory[str] | None = None
         self._spill_count = 0
 
+    @property
+    def reads_only(self) -> bool:
+        """A gate review's tools: they read the checkout, and its commands run in the sandbox over it
+        read-only, so the calls of one answer may run at once."""
+        return self.review is not None and not self.allow_write
+
     def close(self) -> None:
         if self.commands is not None:
             self.commands.close()
