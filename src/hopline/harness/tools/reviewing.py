@@ -243,8 +243,8 @@ class ReviewCommands:
             raise ToolError("coverage is for the gate's test command at the head")
         argv = self._interpreted(argv)
         limits = sandbox.Limits.of(self.budget)
-        private = self._held() / f"tmp-{at}"
-        private.mkdir(exist_ok=True)
+        # one per command: the calls of one answer run at once (unsandboxed, it is their TMPDIR)
+        private = Path(tempfile.mkdtemp(prefix=f"tmp-{at}-", dir=self._held()))
         out = sandbox.results_dir(self.sandbox.kind, private)
         runner = runner_of(argv) if is_test else None
         results: list[str] = []
