@@ -27,6 +27,7 @@ import dataclasses
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -94,6 +95,7 @@ class Workspace:
         self.commands = ReviewCommands(self.root, budget, review) if review is not None else None
         self._spill: tempfile.TemporaryDirectory[str] | None = None
         self._spill_count = 0
+        self._spill_lock = threading.Lock()  # a review's calls keep their outputs from threads at once
 
     @property
     def reads_only(self) -> bool:
@@ -149,11 +151,13 @@ class Workspace:
         status: Literal["completed", "failed"] = "completed" if ok else "failed"
         if len(text.encode("utf-8")) <= limit:
             return ToolOutcome(text, text, status, meta=meta)
-        if self._spill is None:
-            self._spill = tempfile.TemporaryDirectory(prefix="hopline-tool-output-")
-        self._spill_count += 1
+        with self._spill_lock:
+            if self._spill is None:
+                self._spill = tempfile.TemporaryDirectory(prefix="hopline-tool-output-")
+            self._spill_count += 1
+            count = self._spill_count
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:64] or "call"
-        spill_name = f"{self._spill_count}-{safe}"
+        spill_name = f"{count}-{safe}"
         Path(self._spill.name, spill_name).write_text(text, encoding="utf-8")
         read_more = (f"The full output is kept: read_file path='{OUTPUT_PREFIX}{spill_name}' "
                      "offset={offset} limit={cut}.")
