@@ -113,7 +113,9 @@ def test_defaults_are_the_spec_table() -> None:
     assert b.bytes_per_token == 4
     assert b.tool_result_max_bytes == 32 * 1024
     assert b.gate_max_iterations == 60
-    assert b.pipe_max_frame_bytes == 64 * 1024 * 1024
+    # 32 MiB, the official TypeScript SDK's ndJsonStream limit: a stock client takes every frame
+    assert b.pipe_max_frame_bytes == b.agent_max_frame_bytes == 32 * 1024 * 1024
+    assert (b.agent_silence_seconds, b.cancel_grace_seconds) == (600.0, 5.0)
     assert b.large_frame_threshold_bytes == 256 * 1024
     assert (b.large_frame_log_quota, b.large_frame_log_window_seconds) == (50, 60.0)
     assert b.client_sse_max_event_bytes == 16 * 1024 * 1024
@@ -215,7 +217,7 @@ def test_summarization_fits_engine() -> None:
 
 
 def test_pipe_ends_agree() -> None:
-    assert check_pipe_ends_agree(Budget.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "64MiB"})) == []
+    assert check_pipe_ends_agree(Budget.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "32MiB"})) == []
     [f] = check_pipe_ends_agree(Budget.from_env({"HOPLINE_AGENT_MAX_FRAME_BYTES": "50MiB"}))
     assert f.severity == "error"
     assert f.settings == ("HOPLINE_PIPE_MAX_FRAME_BYTES", "HOPLINE_AGENT_MAX_FRAME_BYTES")

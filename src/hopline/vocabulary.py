@@ -35,6 +35,8 @@ SIDECAR_DELAYED = "sidecar_delayed"  # a large update waits for its sidecar writ
 SESSION_ADOPTED = "session_adopted"
 # With an id: the daemon stopped an idle session's agent (HOPLINE_SESSION_IDLE_SECONDS); a load restores it.
 SESSION_REAPED = "session_reaped"
+# With an id: the agent that ignored a cancel was replaced by a new one (how its memory was restored).
+AGENT_RESTARTED = "agent_restarted"
 SYNTHETIC_TYPES = frozenset({REPLAY_COMPLETE, SLOW_CLIENT_WARNING, CLIENT_EVICTED, STATE_RESYNC_REQUIRED,
                              STREAM_ERROR, FRAME_DROPPED, DATA_CORRUPT, SIDECAR_DELAYED})
 

@@ -55,7 +55,7 @@ class _Relay:
     def on_request(self, frame: Frame) -> Awaitable[None] | None:
         raise AssertionError("no requests expected")
 
-    def on_not_reading(self) -> None:
+    def on_stalled(self, failure: object) -> None:
         raise AssertionError("the daemon writes nothing here")
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:

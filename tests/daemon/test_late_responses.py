@@ -59,7 +59,7 @@ class Notes:
     def on_exit(self, returncode: int | None) -> None:
         pass
 
-    def on_not_reading(self) -> None:
+    def on_stalled(self, failure: object) -> None:
         raise AssertionError("the child reads")
 
     def batch(self) -> contextlib.AbstractContextManager[None]:

@@ -102,7 +102,7 @@ class _ReadCounter:
     def on_request(self, frame: Frame) -> None:
         raise AssertionError("no requests expected")
 
-    def on_not_reading(self) -> None:
+    def on_stalled(self, failure: object) -> None:
         raise AssertionError("the test writes nothing")
 
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None:

@@ -104,9 +104,11 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("search_max_file_bytes", HOP_TOOLS, Unit.BYTES, 2 * MiB,
             "HOPLINE_SEARCH_MAX_FILE_BYTES", "search_workspace skips larger files"),
     # --- hop 2: the ACP pipe ------------------------------------------------------------------
-    Ceiling("pipe_max_frame_bytes", HOP_PIPE, Unit.BYTES, 64 * MiB, "HOPLINE_PIPE_MAX_FRAME_BYTES",
+    # 32 MiB: the official TypeScript SDK's ndJsonStream refuses a larger message, so a frame
+    # between that and a larger default would be refused by a stock client of `hopline agent`.
+    Ceiling("pipe_max_frame_bytes", HOP_PIPE, Unit.BYTES, 32 * MiB, "HOPLINE_PIPE_MAX_FRAME_BYTES",
             "ACP pipe max frame, daemon reader side (both directions)"),
-    Ceiling("agent_max_frame_bytes", HOP_PIPE, Unit.BYTES, 64 * MiB, "HOPLINE_AGENT_MAX_FRAME_BYTES",
+    Ceiling("agent_max_frame_bytes", HOP_PIPE, Unit.BYTES, 32 * MiB, "HOPLINE_AGENT_MAX_FRAME_BYTES",
             "ACP pipe max frame, agent SDK reader side (must equal the daemon's)"),
     Ceiling("child_stderr_line_max_bytes", HOP_PIPE, Unit.BYTES, 8 * KiB,
             "HOPLINE_CHILD_STDERR_LINE_MAX_BYTES", "one drained stderr line of a child"),
@@ -116,6 +118,14 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("pipe_write_timeout_seconds", HOP_PIPE, Unit.SECONDS, 30.0, "HOPLINE_PIPE_WRITE_TIMEOUT",
             "one write to a child's stdin (then the child is not reading: its session's prompts end "
             "with turn_error agent_not_reading and the child is stopped)", minimum=0.01),
+    Ceiling("agent_silence_seconds", HOP_PIPE, Unit.SECONDS, 600.0, "HOPLINE_AGENT_SILENCE_SECONDS",
+            "a child that writes nothing this long while a request to it is pending (time spent waiting "
+            "for a client's permission answer does not count) is stopped: its turn ends with turn_error "
+            "agent_unresponsive", minimum=0.01),
+    Ceiling("cancel_grace_seconds", HOP_PIPE, Unit.SECONDS, 5.0, "HOPLINE_CANCEL_GRACE_SECONDS",
+            "after POST /cancel, the agent's time to end its turn; then the daemon ends it (turn_complete, "
+            "stopReason cancelled, origin daemon), stops the agent, and the next prompt starts a new one",
+            minimum=0.01),
     Ceiling("max_pending_permissions", HOP_PIPE, Unit.COUNT, 32, "HOPLINE_MAX_PENDING_PERMISSIONS",
             "agent-initiated requests (permission requests) pending in one session "
             "(more: a JSON-RPC error to the child, counted)"),

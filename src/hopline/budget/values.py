@@ -57,6 +57,8 @@ class Budget:
     child_stderr_line_max_bytes: int
     child_stop_grace_seconds: float
     pipe_write_timeout_seconds: float
+    agent_silence_seconds: float
+    cancel_grace_seconds: float
     max_pending_permissions: int
     max_pending_permission_bytes: int
     large_frame_threshold_bytes: int

@@ -19,7 +19,6 @@ import dataclasses
 import functools
 import itertools
 import logging
-import os
 import re
 import signal
 from collections.abc import Awaitable, Mapping, Sequence
@@ -27,7 +26,8 @@ from typing import Any, Protocol
 
 from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
-from hopline.daemon.reaper import end_escaped, subreaper_preexec
+from hopline.daemon.reaper import end_tree, subreaper_preexec
+from hopline.daemon.silence import SilenceDeadline
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.wire.jsonrpc import message_kind
@@ -82,6 +82,17 @@ class AgentNotReading(AgentExited):
         self.timeout = timeout
 
 
+class AgentUnresponsive(AgentExited):
+    """The child wrote nothing for ``HOPLINE_AGENT_SILENCE_SECONDS`` while a request to it was
+    pending (and it was not waiting for an answer of ours): it is stopped."""
+
+    def __init__(self, silence: float) -> None:
+        HoplineError.__init__(self, f"the agent wrote nothing for {silence} s while a request to it was "
+                              "pending (HOPLINE_AGENT_SILENCE_SECONDS): it is unresponsive")
+        self.returncode = None
+        self.silence = silence
+
+
 class AgentRpcError(HoplineError):
     """The child answered a request with a JSON-RPC error."""
 
@@ -101,8 +112,10 @@ class ChildHandler(Protocol):
     def on_request(self, frame: Frame) -> Awaitable[None] | None: ...
     def on_frame_error(self, error: FrameError | None, size: int, reason: str) -> None: ...
     def on_exit(self, returncode: int | None) -> None: ...
-    # A write did not finish within the write deadline (the child is not reading its stdin).
-    def on_not_reading(self) -> None: ...
+    # The daemon gave up on the child while it runs (a write passed its deadline: it does not read
+    # its stdin; or it was silent past its deadline): its requests failed with ``failure``, and the
+    # handler stops it.
+    def on_stalled(self, failure: AgentExited) -> None: ...
     # Wraps the synchronous handling of the frames of one pipe read: what they publish is journaled
     # in one transaction at its end (SPEC D-5 keeps: published only after the commit).
     def batch(self) -> contextlib.AbstractContextManager[None]: ...
@@ -165,7 +178,11 @@ class AcpChild:
         self._pending: dict[int, asyncio.Future[tuple[Any, int]]] = {}
         self._abandoned: dict[int, bool] = {}  # ids given up, oldest first (ABANDONED_IDS_KEPT)
         self._write_lock = asyncio.Lock()
-        self.not_reading = False  # a write passed its deadline: no write is tried again
+        # Why the daemon gave up on the child while it runs (AgentNotReading: a write passed its
+        # deadline; AgentUnresponsive: silent past its deadline): no write is tried again.
+        self.failure: AgentExited | None = None
+        self.output_closed = False  # EOF on its stdout: nothing it says can arrive any more
+        self.silence = SilenceDeadline(budget.agent_silence_seconds, self._owes_answer, self._silent)
         self._proc: asyncio.subprocess.Process | None = None
         self._stdout: PipeChunks | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -179,7 +196,22 @@ class AcpChild:
 
     @property
     def alive(self) -> bool:
-        return self._proc is not None and not self.exited.is_set() and not self.not_reading
+        return (self._proc is not None and not self.exited.is_set() and self.failure is None
+                and not self.output_closed)
+
+    @property
+    def not_reading(self) -> bool:
+        """A write passed its deadline (``HOPLINE_PIPE_WRITE_TIMEOUT``)."""
+        return isinstance(self.failure, AgentNotReading)
+
+    def _gone(self) -> AgentExited:
+        """The error a request or a write fails with once the child is given up or exited."""
+        failure = self.failure
+        if isinstance(failure, AgentNotReading):
+            return AgentNotReading(failure.timeout)
+        if isinstance(failure, AgentUnresponsive):
+            return AgentUnresponsive(failure.silence)
+        return AgentExited(self.returncode)
 
     async def start(self) -> None:
         # The readers' limit is the largest read: stdout's chunks are taken up to a read's bytes.
@@ -194,17 +226,15 @@ class AcpChild:
         """Write one frame; its wait for the pipe is bounded by ``HOPLINE_PIPE_WRITE_TIMEOUT``
         (a write queued behind another waits at most for that one's deadline)."""
         proc = self._proc
-        if proc is None or proc.stdin is None or self.exited.is_set():
-            raise AgentExited(self.returncode)
+        if proc is None or proc.stdin is None or not self.alive:
+            raise self._gone()
         timeout = self.budget.pipe_write_timeout_seconds
         # A bound method, not a closure: compiled (mypyc), a closure and its environment form a
         # cycle that would hold the message until the collector runs.
         write = functools.partial(self._write_line, proc.stdin, timeout)
         async with self._write_lock:
-            if self.not_reading:
-                raise AgentNotReading(timeout)
-            if self.exited.is_set():
-                raise AgentExited(self.returncode)
+            if not self.alive:
+                raise self._gone()
             try:
                 await self.outbound.write_observed(write, message)
             except (ConnectionError, BrokenPipeError, RuntimeError) as exc:
@@ -222,30 +252,51 @@ class AcpChild:
     def _not_reading(self) -> None:
         """A write passed its deadline: what is buffered for the child is dropped (its stdin is
         closed), every request waiting for an answer fails, and the handler stops the child."""
-        if self.not_reading:
+        if self.failure is not None:
             return
-        self.not_reading = True
         proc = self._proc
         if proc is not None and proc.stdin is not None:
             transport = proc.stdin.transport
             with contextlib.suppress(Exception):
                 transport.abort()
-        for future in list(self._pending.values()):
-            if not future.done():
-                future.set_exception(AgentNotReading(self.budget.pipe_write_timeout_seconds))
         log.warning("agent not reading its stdin: write deadline passed",
                     extra={"timeoutSeconds": self.budget.pipe_write_timeout_seconds})
+        self._stall(AgentNotReading(self.budget.pipe_write_timeout_seconds))
+
+    def _stall(self, failure: AgentExited) -> None:
+        """The daemon gives up on the running child: its requests fail with ``failure``, nothing is
+        written to it again, and the handler stops it."""
+        self.failure = failure
+        self.silence.stop()
+        self._fail_pending()
         try:
-            self.handler.on_not_reading()
+            self.handler.on_stalled(failure)
         except Exception:
-            log.exception("not-reading handler failed")
+            log.exception("stalled-child handler failed")
+
+    def _fail_pending(self) -> None:
+        for future in list(self._pending.values()):
+            if not future.done():
+                future.set_exception(self._gone())
+
+    def _owes_answer(self) -> bool:
+        return (bool(self._pending) and self.failure is None and not self.output_closed
+                and not self.exited.is_set())
+
+    def _silent(self) -> None:
+        log.warning("agent silent past its deadline while a request to it was pending: stopped",
+                    extra={"silenceSeconds": self.silence.seconds, "pendingRequests": len(self._pending)})
+        self._stall(AgentUnresponsive(self.silence.seconds))
 
     async def request(self, method: str, params: dict[str, Any]) -> tuple[Any, int]:
         """Send a request; return ``(result, response frame bytes)``. Raises :class:`AgentRpcError`
         or :class:`AgentExited`."""
         request_id = next(self._ids)
         future: asyncio.Future[tuple[Any, int]] = asyncio.get_running_loop().create_future()
+        idle = not self._pending
         self._pending[request_id] = future
+        if idle:  # the silence deadline counts from this request on
+            self.silence.heard()
         try:
             await self._write({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
             return await future
@@ -271,6 +322,7 @@ class AcpChild:
             message["result"] = result
         with contextlib.suppress(AgentExited):
             await self._write(message)
+        self.silence.answered(request_id)
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -286,7 +338,9 @@ class AcpChild:
                     # in its write until the journal catches up.
                     await held
                 large = large_frames or self.decoder.buffered_bytes >= READ_CHUNK_BYTES
+                self.silence.reading(True)
                 chunks = await stdout.read_chunks(LARGE_READ_BYTES if large else READ_CHUNK_BYTES)
+                self.silence.reading(False)  # handling what it read (or held back): not its silence
                 if not chunks:
                     break
                 errors_before = self.decoder.frame_errors
@@ -324,12 +378,10 @@ class AcpChild:
         except Exception:
             log.exception("pipe reader failed")
         finally:
-            returncode = await self._proc.wait()
+            returncode = await self._after_output(self._proc)
             self.returncode = returncode
             self.exited.set()
-            for future in list(self._pending.values()):
-                if not future.done():
-                    future.set_exception(AgentExited(returncode))
+            self._fail_pending()
             try:
                 self.handler.on_exit(returncode)
             except Exception:
@@ -365,6 +417,7 @@ class AcpChild:
                 else:
                     future.set_result((message["result"], item.size))
             elif kind == "request":
+                self.silence.asked(message["id"])
                 return self.handler.on_request(item)
             elif kind == "notification":
                 return self.handler.on_notification(item)
@@ -399,27 +452,36 @@ class AcpChild:
 
     # --- stopping ---------------------------------------------------------------------------------
 
+    async def _after_output(self, proc: asyncio.subprocess.Process) -> int | None:
+        """EOF on the child's stdout is its end: nothing it says can arrive any more. Its stdin is
+        closed and it is given ``HOPLINE_CHILD_STOP_GRACE_SECONDS`` to exit; a child still running
+        then (it closed its stdout and kept on) has its requests failed at once and its process
+        tree stopped (SIGTERM, the grace again, SIGKILL). Its exit code."""
+        self.output_closed = True
+        self.silence.stop()
+        grace = self.budget.child_stop_grace_seconds
+        if proc.returncode is None:
+            if proc.stdin is not None:
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()
+            try:
+                return await asyncio.wait_for(asyncio.shield(proc.wait()), grace)
+            except TimeoutError:
+                pass
+            log.warning("agent closed its stdout and did not exit: stopped",
+                        extra={"graceSeconds": self.budget.child_stop_grace_seconds})
+            self._fail_pending()
+            await end_tree(proc, proc.wait, (signal.SIGTERM, signal.SIGKILL), grace)
+        return await proc.wait()
+
     async def stop(self) -> None:
         proc = self._proc
         if proc is None:
             return
         if not self.exited.is_set():
-            await asyncio.to_thread(end_escaped, proc.pid)  # descendants that left its group
-            if proc.stdin is not None:
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()
-            for sig in (None, signal.SIGTERM, signal.SIGKILL):
-                if sig is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
-                try:
-                    await asyncio.wait_for(asyncio.shield(self.exited.wait()),
-                                           self.budget.child_stop_grace_seconds)
-                    break
-                except TimeoutError:
-                    continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group once it exited
+            # its stdin closed first (a polite end), then SIGTERM, then SIGKILL
+            await end_tree(proc, self.exited.wait, (None, signal.SIGTERM, signal.SIGKILL),
+                           self.budget.child_stop_grace_seconds)
         for task in self._tasks:
             if not task.done():
                 task.cancel()

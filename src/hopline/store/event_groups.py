@@ -27,7 +27,7 @@ from __future__ import annotations
 import sqlite3
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Set
 from typing import Any, Protocol, TypeVar
 
 from hopline.errors import HoplineError
@@ -193,16 +193,20 @@ class _Run:
 
 
 def journal_rows(staged: Sequence[tuple[str, int, str, bytes]], offsets: dict[str, int],
-                 inline_max: int, crcs: Sequence[int]) -> list[Row]:
+                 inline_max: int, crcs: Sequence[int], inline: Set[str] = frozenset()) -> list[Row]:
     """SQLite's rows of a commit's staged events (session id, id, type, data) and their CRC-32s:
     data up to ``inline_max`` bytes in its row; larger data, appended to its session's segment
     file in staged order from ``offsets[session]`` on, pointed at, each run of small ones by one
-    group row. ``offsets`` is advanced past what the rows point at."""
+    group row. ``offsets`` is advanced past what the rows point at. The events of the ``inline``
+    sessions have their data in their rows whatever its size (their segment file refused them)."""
     out: list[Row] = []
     runs: dict[str, _Run] = {}
     for index, (session_id, seq, event_type, data) in enumerate(staged):
         crc = crcs[index]
         size = len(data)
+        if session_id in inline:
+            out.append((session_id, seq, event_type, data, None, None, crc))
+            continue
         run = runs.get(session_id)
         if run is not None and (size <= inline_max or size >= GROUP_EVENT_MAX_BYTES
                                 or not run.takes(seq, event_type, size)):

@@ -308,14 +308,20 @@ class SqliteJournal(StagedIds, EventJournal):
             if indexes is None:
                 indexes = by_session[staged[0]] = []
             indexes.append(index)
-        offsets = {session_id: self._append_events(db, session_id, rows, crcs, indexes)
-                   for session_id, indexes in by_session.items()}
+        offsets: dict[str, int] = {}
+        inline: set[str] = set()  # sessions whose rows hold all their data (see _append_events)
+        for session_id, indexes in by_session.items():
+            start = self._append_events(db, session_id, rows, crcs, indexes)
+            if start is None:
+                inline.add(session_id)
+            else:
+                offsets[session_id] = start
         params: list[Any] = []
         extend = params.extend
         # What the WAL grows by, for the checkpoint: at least one page (SQLite writes each dirtied
         # page whole), and each row: its key, its integers, its data (inline, or a group's index).
         wal = PAGE_SIZE_BYTES
-        for row in groups.journal_rows(rows, offsets, INLINE_MAX_BYTES, crcs):
+        for row in groups.journal_rows(rows, offsets, INLINE_MAX_BYTES, crcs, inline):
             wal += len(row[0]) + ROW_FIXED_BYTES + len(row[3])
             extend(row)
         self._writer.wal_bytes += wal  # a transaction rolled back counts too: a checkpoint comes sooner
@@ -325,16 +331,19 @@ class SqliteJournal(StagedIds, EventJournal):
             db.execute(_insert_statement(len(chunk) // 7), chunk)
 
     def _append_events(self, db: sqlite3.Connection, session_id: str, rows: Sequence[StagedRow],
-                       crcs: Sequence[int], indexes: Sequence[int]) -> int:
+                       crcs: Sequence[int], indexes: Sequence[int]) -> int | None:
         """The session's record of ``rows[i] for i in indexes``; returns where its external data
-        start (the rows' offsets count from there)."""
+        start (the rows' offsets count from there), or None when the file did not take the record
+        and the rows hold all their data: a turn's end over the inline size is stored in its row
+        then, so the turn ends now (``turn_error`` ``storage``) instead of waiting on the disk."""
         external = [i for i in indexes if len(rows[i][3]) > INLINE_MAX_BYTES]
         order = external + [i for i in indexes if len(rows[i][3]) <= INLINE_MAX_BYTES]
         datas = [rows[i][3] for i in order]
         header = records.events_record([rows[i][1] for i in order], [rows[i][2] for i in order],
                                        [len(data) for data in datas], [crcs[i] for i in order], len(external))
-        start = self._append_record(db, session_id, [header, *datas], required=bool(external))
-        return len(header) + (start or 0)
+        turn_ends_only = all(rows[i][2] in TURN_END_TYPES for i in external)
+        start = self._append_record(db, session_id, [header, *datas], required=not turn_ends_only)
+        return None if start is None else len(header) + start
 
     def _settle_ids(self, rows: Sequence[StagedRow], error: BaseException | None) -> None:
         """On the event loop, when a commit is settled: move the sessions' last committed id, or

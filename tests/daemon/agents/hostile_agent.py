@@ -13,13 +13,22 @@ misbehave), one thread reading stdin and one per prompt. A prompt's text is a co
   ``flood N``             sends N tiny ``agent_message_chunk`` updates as fast as it can, then ends
   ``malformed``           sends updates of every kind in shapes the schema does not allow
                           (:data:`MALFORMED`) and a permission request of one, then ``malformed done``
+  ``closeout``            closes its stdout and keeps running, deaf to SIGTERM (never answers)
+  ``silent``              never answers the prompt and writes nothing more (stdin is still read, a
+                          cancel ignored)
+  ``permwait``            asks one permission, then writes nothing until it is answered; then says
+                          ``permwait: <outcome>=1`` and ends the turn
   anything else           echoed back as one chunk (``echo: TEXT``)
+
+``HOSTILE_EXTENSION_NOTICE=1`` makes it send an extension notification that names no session
+(``_auth/status_update``, as claude-agent-acp does) right after it answers ``initialize``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -148,6 +157,8 @@ def run_prompt(request_id: Any, session_id: str, text: str) -> None:
         say(session_id, grandchildren(words[1]))
     elif command == "malformed":
         malformed(session_id)
+    elif command == "permwait":
+        say(session_id, permissions(session_id, 1, 16).replace("perms", "permwait", 1))
     elif command == "flood":
         for i in range(int(words[1])):
             say(session_id, f"f{i}")
@@ -170,6 +181,8 @@ def main() -> None:
         elif method == "initialize":
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1, "agentCapabilities": {"loadSession": False}}})
+            if os.environ.get("HOSTILE_EXTENSION_NOTICE") == "1":
+                send({"jsonrpc": "2.0", "method": "_auth/status_update", "params": {"status": "ok"}})
         elif method == "session/new":
             send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": f"h-{uuid.uuid4().hex}"}})
         elif method == "session/prompt":
@@ -178,6 +191,13 @@ def main() -> None:
                 run_prompt(request_id, params["sessionId"], "stopread")
                 while True:  # alive, and never reads stdin again
                     time.sleep(3600)
+            if text.strip() == "closeout":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.close(1)
+                while True:  # alive, its stdout closed
+                    time.sleep(3600)
+            if text.strip() == "silent":
+                continue  # never answered; stdin still read
             threading.Thread(target=run_prompt, args=(request_id, params["sessionId"], text.strip()),
                              daemon=True).start()
         elif request_id is not None:

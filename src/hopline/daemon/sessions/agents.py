@@ -113,8 +113,15 @@ class AgentChildren:
         events = child.handler
         assert isinstance(events, ChildEvents)
         events.session = session
-        session.child = child
+        self._attach(session, child)
         return child, init
+
+    @staticmethod
+    def _attach(session: DaemonSession, child: AcpChild) -> None:
+        """``child`` is the session's now: what the daemon knew of the one before goes."""
+        session.child = child
+        session.child_failure = None
+        session.agent_init = child.initialized
 
     async def _start(self, session: DaemonSession | None) -> tuple[AcpChild, dict[str, Any]]:
         """Start and initialize a child, for ``session`` or (None) for the warm pool."""
@@ -128,7 +135,7 @@ class AgentChildren:
             raise SessionError(502, "agent_spawn_failed",
                                f"the agent command could not be started ({type(exc).__name__})") from None
         if session is not None:
-            session.child = child
+            self._attach(session, child)
         try:
             init, _ = await self.handshake(child.request("initialize", {
                 "protocolVersion": PROTOCOL_VERSION,
@@ -140,6 +147,8 @@ class AgentChildren:
             await self.discard_child(session, child)
             raise
         child.initialized = init if isinstance(init, dict) else {}
+        if session is not None and session.child is child:
+            session.agent_init = child.initialized
         return child, child.initialized
 
     async def discard_child(self, session: DaemonSession | None, child: AcpChild) -> None:

@@ -62,7 +62,9 @@ class SessionLoader:
             self.check_capacity()
             session.move(SessionState.LOADING)
             try:
-                return await self._from_child(session, new_if_unloadable)
+                loaded = await self._from_child(session, new_if_unloadable)
+                session.restart_on_prompt = False
+                return loaded
             except BaseException:
                 session.move(SessionState.DETACHED)
                 session.loading = None

@@ -22,6 +22,7 @@ from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.daemon.bus import EventBus
+from hopline.daemon.child import AcpChild
 from hopline.daemon.cluster import Owner
 from hopline.daemon.errors import SessionError, agent_failure
 from hopline.daemon.pool import WarmPool
@@ -41,7 +42,7 @@ from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.bounded import store_errors
 from hopline.store.journal import EventJournal, SessionRecord
-from hopline.vocabulary import REASON_OWNER_LOST, SESSION_ADOPTED, SESSION_REAPED, STREAM_KIND
+from hopline.vocabulary import AGENT_RESTARTED, REASON_OWNER_LOST, SESSION_ADOPTED, SESSION_REAPED, STREAM_KIND
 
 log = logging.getLogger("hopline.daemon.sessions")
 
@@ -72,6 +73,8 @@ class SessionManager:
                                     sidecars=sidecars, agent_env=agent_env, gateway_tokens=gateway_tokens)
         self.prompts = Prompts(budget, journal, bus, self.tasks, self.ownership, sidecars)
         self.keys = IdempotentWrites(budget, journal)
+        self.prompts.retire = self._retire_child
+        self.prompts.restore = self._restart_agent
         bus.on_journal_failed = self._journal_failed
         self.loader = SessionLoader(budget, journal=journal, bus=bus, agents=self.agents, relay=self.relay,
                                     check_capacity=self.check_live_capacity)
@@ -246,6 +249,31 @@ class SessionManager:
         cancel = self.prompts.journal_failed(session) if session is not None else None
         if cancel is not None:
             self.tasks.spawn(cancel)
+
+    def _retire_child(self, session: DaemonSession, child: AcpChild) -> None:
+        """A child that ignored a cancel: let go at once (a prompt queued meanwhile waits for a new
+        one), stopped in the background; the next prompt's turn starts a new one."""
+        if session.child is not child:
+            return
+        self.relay.detach(session, None)
+        session.restart_on_prompt = True
+        self.tasks.spawn(child.stop())
+        log.warning("agent ignored a cancel past its grace: stopped",
+                    extra={"graceSeconds": self.budget.cancel_grace_seconds})
+
+    async def _restart_agent(self, session: DaemonSession) -> None:
+        """A new child for the session, its memory restored with session/load where the agent
+        supports it (else session/new); said on the session's stream."""
+        loaded = await self.loader.load(session, new_if_unloadable=True)
+        restored = loaded.get("source") != "new"
+        self.bus.publish(session.id, AGENT_RESTARTED, {
+            "reason": "cancel_ignored", "restoredWith": "session/load" if restored else "session/new",
+            "agentMemoryRestored": restored,
+            "message": ("the agent that ignored the cancel was replaced; the new one restored the session "
+                        "with session/load" if restored else
+                        "the agent that ignored the cancel was replaced; it cannot load sessions, so the "
+                        "new one started a new session without its memory (the journal still holds the "
+                        "history)")})
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
         await self.ensure_owner(session)  # (forwarded before this when another daemon owns it)

@@ -8,12 +8,12 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, HOP_PIPE, Budget
 from hopline.daemon.bus import EventBus
-from hopline.daemon.child import AcpChild, AgentExited, AgentRpcError
+from hopline.daemon.child import AcpChild, AgentExited, AgentNotReading, AgentRpcError, AgentUnresponsive
 from hopline.daemon.content import check_capabilities
 from hopline.daemon.errors import SessionError
 from hopline.daemon.sessions.durable_end import end_turn_durably
@@ -51,6 +51,14 @@ async def end_open_prompts(journal: EventJournal, bus: EventBus, unended: list[t
     return ended
 
 
+def accepting(session: DaemonSession) -> dict[str, Any]:
+    """The initialize answer a prompt is checked against: the live child's; or, when the child was
+    stopped for ignoring a cancel, the last one's (the prompt's turn starts a new child first)."""
+    if session.restart_on_prompt and session.state is not SessionState.STARTING:
+        return session.agent_init
+    return require_ready(session).initialized
+
+
 def require_ready(session: DaemonSession) -> AcpChild:
     child = session.child
     if child is None or not child.alive or session.state is not SessionState.READY:
@@ -71,14 +79,17 @@ class Prompts:
         self.bus = bus
         self.tasks = tasks
         self.ownership = ownership if ownership is not None else Ownership(None)
+        # The manager's: detach a child that ignored a cancel and stop it (the next prompt restarts
+        # the session's agent); restore the session on a new child (session/load, else session/new).
+        self.retire: Callable[[DaemonSession, AcpChild], None] = _no_retire
+        self.restore: Callable[[DaemonSession], Awaitable[Any]] | None = None
 
     async def prompt(self, session: DaemonSession, blocks: list[dict[str, Any]],
                      key: KeyClaim | None = None) -> str:
         """Accept a prompt of ACP content blocks (checked by :mod:`hopline.daemon.content` against the
         budget and the agent's promptCapabilities first); its turn runs after the turns before it.
         ``key``: the request's idempotency key, stored with the open prompt."""
-        child = require_ready(session)
-        check_capabilities(blocks, child.initialized)
+        check_capabilities(blocks, accepting(session))
         pending, limit = session.pending_prompts, self.budget.max_pending_prompts
         if pending >= limit:
             setting = CEILINGS_BY_KEY["max_pending_prompts"].name
@@ -147,6 +158,7 @@ class Prompts:
         child = session.child
         if not first or child is None or session.agent_session_id is None:
             return None
+        self.cut(session, [prompt_id])  # it ends within the cancel's grace, whatever the agent does
         log.error("a turn's events could not be stored: the agent's turn is cancelled")
         return _quietly(child.notify("session/cancel", {"sessionId": session.agent_session_id}))
 
@@ -154,17 +166,31 @@ class Prompts:
                    accepted: asyncio.Future[None]) -> None:
         await accepted  # open_prompt committed (else this task is cancelled: nothing was sent)
         async with session.turn_lock:
+            if prompt_id in session.cancelled_prompts:
+                await self._end_cancelled(session, prompt_id, started=False)
+                return
             child = session.child
+            if (child is None or not child.alive) and session.restart_on_prompt:
+                child = await self._restart(session, prompt_id)
+                if child is None:
+                    return  # its turn ended, saying why
             if child is None or not child.alive or session.agent_session_id is None:
-                await self._publish_exit_error(session, prompt_id, session.exit_code)
+                await self._publish_exit_error(session, prompt_id,
+                                               session.child_failure or AgentExited(session.exit_code))
                 return
             if not await self._still_owner(session, prompt_id):
                 return  # not written to the child; the adopter ends the open prompt (owner_lost)
+            if prompt_id in session.cancelled_prompts:  # cancelled while the lease was checked
+                await self._end_cancelled(session, prompt_id, started=False)
+                return
             session.current_prompt = prompt_id
             session.turn_lost[prompt_id] = 0
             try:
-                result, _ = await child.request("session/prompt", {
-                    "sessionId": session.agent_session_id, "prompt": blocks})
+                answered, result = await self._ask(session, child, blocks)
+                if not answered:  # a cancel's grace passed: the agent ignored it
+                    self.retire(session, child)
+                    await self._end_cancelled(session, prompt_id, started=True)
+                    return
                 end = await asyncio.to_thread(turn_complete_of, prompt_id, result, self.budget,
                                               self._sink(session))
                 await self._end_turn(session, prompt_id, TURN_COMPLETE, end.payload, end.lost_bytes)
@@ -172,9 +198,67 @@ class Prompts:
                 end = await asyncio.to_thread(turn_error_of, prompt_id, exc, self.budget, self._sink(session))
                 await self._end_turn(session, prompt_id, TURN_ERROR, end.payload, end.lost_bytes)
             except AgentExited as exc:
-                await self._publish_exit_error(session, prompt_id, exc.returncode)
+                await self._publish_exit_error(session, prompt_id, exc)
             finally:
                 session.current_prompt = None
+
+    async def _ask(self, session: DaemonSession, child: AcpChild,
+                   blocks: list[dict[str, Any]]) -> tuple[bool, Any]:
+        """``(True, the agent's answer)`` to session/prompt; ``(False, None)`` when a cancel's grace
+        passed first (the request is given up: the agent ignored the cancel)."""
+        stop = session.turn_stop = asyncio.get_running_loop().create_future()
+        request = asyncio.ensure_future(child.request("session/prompt", {
+            "sessionId": session.agent_session_id, "prompt": blocks}))
+        try:
+            await asyncio.wait((request, stop), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the turn's task cancelled (a delete, a shutdown, a lease lost)
+            request.cancel()
+            raise
+        finally:
+            session.turn_stop = None
+        if request.done():
+            result, _ = request.result()
+            return True, result
+        request.cancel()
+        return False, None
+
+    def cut(self, session: DaemonSession, prompt_ids: list[str]) -> None:
+        """These prompts end within ``HOPLINE_CANCEL_GRACE_SECONDS``: a queued one as its turn comes,
+        without being sent; the one in flight with the agent's own answer if it comes in time,
+        else the daemon ends it and stops the agent (:meth:`_ask`)."""
+        ids = frozenset(prompt_ids) - session.cancelled_prompts
+        if not ids:
+            return
+        session.cancelled_prompts |= ids
+        asyncio.get_running_loop().call_later(self.budget.cancel_grace_seconds, _grace_passed, session, ids)
+
+    async def _end_cancelled(self, session: DaemonSession, prompt_id: str, *, started: bool) -> None:
+        grace = self.budget.cancel_grace_seconds
+        setting = CEILINGS_BY_KEY["cancel_grace_seconds"].name
+        message = (f"the agent did not end its turn within {grace:g} s of the cancel ({setting}): the daemon "
+                   "ended it and stopped the agent; the next prompt starts a new one" if started else
+                   "cancelled before its turn started: it was never sent to the agent")
+        await self._end_turn(session, prompt_id, TURN_COMPLETE, {
+            "promptId": prompt_id, "stopReason": "cancelled", "origin": "daemon", "turn": None,
+            "agentStopped": started, "graceSeconds": grace, "setting": setting, "message": message})
+
+    async def _restart(self, session: DaemonSession, prompt_id: str) -> AcpChild | None:
+        """A new child for a session whose child was stopped for ignoring a cancel; a restore that
+        fails ends the prompt's turn saying why (None)."""
+        assert self.restore is not None
+        try:
+            await self.restore(session)
+        except Exception as exc:
+            failure = exc if isinstance(exc, SessionError) else None
+            if failure is None and not is_storage_fault(exc):
+                raise
+            kind = failure.body["error"]["type"] if failure is not None else STORAGE_UNAVAILABLE
+            await self._end_turn(session, prompt_id, TURN_ERROR, {
+                "promptId": prompt_id, "origin": "daemon", "reason": "agent_restart_failed", "error": kind,
+                "message": f"the agent, stopped after it ignored a cancel, could not be started again "
+                           f"({exc}); the next prompt tries again"})
+            return None
+        return session.child
 
     async def _still_owner(self, session: DaemonSession, prompt_id: str) -> bool:
         """The lease is still this daemon's just before the prompt reaches the child (exactly-once
@@ -187,16 +271,18 @@ class Prompts:
                 "message": f"the prompt was not started: the session's lease could not be checked ({exc})"})
             return False
 
-    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, code: int | None) -> None:
-        if session.not_reading:  # the write deadline passed: the agent did not fail, it did not read
-            timeout = self.budget.pipe_write_timeout_seconds
-            setting = CEILINGS_BY_KEY["pipe_write_timeout_seconds"].name
-            await self._end_turn(session, prompt_id, TURN_ERROR, {
-                "promptId": prompt_id, "origin": "daemon", "reason": "agent_not_reading", "hop": HOP_PIPE,
-                "timeoutSeconds": timeout, "setting": setting,
-                "message": f"the agent did not read its stdin for {timeout} s ({setting}); the turn ended "
-                           "and the agent was stopped (POST /session/{id}/load restores the session)"})
+    async def _publish_exit_error(self, session: DaemonSession, prompt_id: str, exc: AgentExited) -> None:
+        if isinstance(exc, AgentNotReading):  # the agent did not fail, it did not read
+            await self._end_turn(session, prompt_id, TURN_ERROR, _stalled(
+                prompt_id, "agent_not_reading", exc.timeout, "pipe_write_timeout_seconds",
+                f"the agent did not read its stdin for {exc.timeout} s"))
             return
+        if isinstance(exc, AgentUnresponsive):
+            await self._end_turn(session, prompt_id, TURN_ERROR, _stalled(
+                prompt_id, "agent_unresponsive", exc.silence, "agent_silence_seconds",
+                f"the agent wrote nothing for {exc.silence} s while a request to it was pending"))
+            return
+        code = exc.returncode
         await self._end_turn(session, prompt_id, TURN_ERROR, {
             "promptId": prompt_id, "origin": "agent", "reason": "agent_exited", "exitCode": code,
             "message": f"the agent process exited (code {code}) before the turn finished"})
@@ -204,15 +290,22 @@ class Prompts:
     async def cancel(self, session: DaemonSession, key: KeyClaim | None = None) -> bool:
         """Answered at once: the writes (the pending permissions' answers, ``session/cancel``) go in
         the background, so a cancel never waits behind a write the child does not read (each has
-        the write deadline). ``key``: the request's idempotency key, stored with the cancel."""
-        child = require_ready(session)
+        the write deadline). ``key``: the request's idempotency key, stored with the cancel. Every
+        prompt running or queued then ends within the cancel's grace (:meth:`cut`); a session with
+        prompts queued for a new child is cancelled without one."""
+        live = session.child is not None and session.child.alive and session.state is SessionState.READY
+        if not live and not session.pending_prompts:
+            require_ready(session)  # the 409 saying why there is nothing to cancel
         running = session.current_prompt is not None
         # Write-ahead (T-1): the cancel is journaled before it is answered; the writes to the child
         # then go in the background.
         record = record_of(key, session.id, 200, {"cancelled": running})
         await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
                            "the cancel", record)
-        self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
+        self.cut(session, [p for p in list(session.prompts) if p not in session.ended_prompts])
+        child = session.child
+        if child is not None and child.alive:
+            self.tasks.spawn(self._send_cancel(session, child, cancel_all(self.bus, session)))
         return running
 
     async def _send_cancel(self, session: DaemonSession, child: AcpChild,
@@ -221,6 +314,26 @@ class Prompts:
         if session.agent_session_id is not None:
             with contextlib.suppress(AgentExited):
                 await child.notify("session/cancel", {"sessionId": session.agent_session_id})
+
+
+def _stalled(prompt_id: str, reason: str, seconds: float, key: str, what: str) -> dict[str, Any]:
+    """The turn_error of a turn whose child the daemon gave up on (a deadline passed)."""
+    setting = CEILINGS_BY_KEY[key].name
+    return {"promptId": prompt_id, "origin": "daemon", "reason": reason, "hop": HOP_PIPE,
+            "timeoutSeconds": seconds, "setting": setting,
+            "message": f"{what} ({setting}); the turn ended and the agent was stopped "
+                       "(POST /session/{id}/load restores the session)"}
+
+
+def _grace_passed(session: DaemonSession, prompt_ids: frozenset[str]) -> None:
+    """A cancel's grace passed: the turn in flight, if it is one of the cut ones, stops waiting."""
+    stop = session.turn_stop
+    if session.current_prompt in prompt_ids and stop is not None and not stop.done():
+        stop.set_result(None)
+
+
+def _no_retire(_session: DaemonSession, _child: AcpChild) -> None:
+    return None
 
 
 async def _quietly(awaitable: Awaitable[Any]) -> None:

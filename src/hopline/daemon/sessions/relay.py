@@ -19,7 +19,7 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_PIPE, HOP_SIDECARS, Budget
 from hopline.daemon.bus import EventBus
-from hopline.daemon.child import AcpChild
+from hopline.daemon.child import AcpChild, AgentExited
 from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.permissions import AgentRequests, resolve_all
 from hopline.daemon.sessions.state import DaemonSession, SessionState
@@ -234,6 +234,11 @@ class Relay:
             session.loading.frame_error.set()
 
     def on_exit(self, session: DaemonSession, returncode: int | None) -> None:
+        self.detach(session, returncode)
+        log.info("agent exited", extra={"exitCode": returncode})
+
+    def detach(self, session: DaemonSession, returncode: int | None) -> None:
+        """The session has no child any more (it exited, or the daemon let it go)."""
         session.child = None
         if self.gateway_tokens is not None:  # the child's credential dies with it; a load mints anew
             self.gateway_tokens.revoke(session.id)
@@ -242,7 +247,6 @@ class Relay:
             session.move(SessionState.DETACHED)
         resolve_all(self.bus, session, RESOLVED_BY_AGENT_EXIT)
         session.clear_permissions()
-        log.info("agent exited", extra={"exitCode": returncode})
 
     def delivery_status(self) -> dict[str, Any]:
         """What could not be delivered whole (D-8) and what was dropped, daemon-wide."""
@@ -272,7 +276,10 @@ class ChildEvents:
         session = self._current()
         if session is not None:
             return self.relay.on_notification(session, frame)
-        if self.session is None:  # a warm child has no session: nothing it sends is anyone's
+        if self.session is None and not extension_without_session(frame.message):
+            # a warm child has no session: nothing it sends is anyone's. An extension notification
+            # that names no session (an agent's own ``_auth/status_update`` after initialize) is
+            # the agent's business with no one: ignored, not a drop.
             self.relay.drop_frame(None, frame.size, DROP_FOREIGN_SESSION)
         return None
 
@@ -281,13 +288,12 @@ class ChildEvents:
             return None
         return self.relay.on_request(self._current(), self.child, frame)
 
-    def on_not_reading(self) -> None:
-        """Its child passed a write deadline: the prompt in flight fails (its request's future),
-        the queued ones end as they start (``agent_not_reading``); a child that does not read is
-        stopped."""
+    def on_stalled(self, failure: AgentExited) -> None:
+        """Its child passed a write deadline or its silence deadline: the prompt in flight fails
+        (its request's future), the queued ones end as they start, saying why; the child is stopped."""
         session = self._current()
         if session is not None:
-            session.not_reading = True
+            session.child_failure = failure
         if self.child is not None:
             self.relay.tasks.spawn(self.child.stop())
 
@@ -309,6 +315,14 @@ class ChildEvents:
         if held is not None or self.session is None:
             return held
         return self.relay.bus.catch_up(self.session.id)
+
+
+def extension_without_session(message: dict[str, Any]) -> bool:
+    """An extension notification (its method starts with ``_``, ACP's extension prefix) whose params
+    name no ``sessionId``."""
+    method = message.get("method")
+    params = _dict(message.get("params"))
+    return isinstance(method, str) and method.startswith("_") and "sessionId" not in params
 
 
 def passthrough_bytes(frame: Frame) -> memoryview | None:

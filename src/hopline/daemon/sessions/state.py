@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hopline.budget import HoplineError
+from hopline.daemon.child import AgentExited, AgentNotReading
 
 if TYPE_CHECKING:
     from hopline.daemon.child import AcpChild
@@ -95,7 +96,19 @@ class DaemonSession:
         self.permissions: dict[str, PendingPermission] = {}
         self.permission_bytes = 0  # held by the pending permissions (HOPLINE_MAX_PENDING_PERMISSION_BYTES)
         self.refused_requests = 0  # agent-initiated requests refused by a ceiling
-        self.not_reading = False  # its child passed a write deadline (HOPLINE_PIPE_WRITE_TIMEOUT)
+        # Why the daemon gave up on its last child while it ran (a write deadline passed, a silence
+        # deadline passed): its turns end saying so. None for a child that exited by itself.
+        self.child_failure: AgentExited | None = None
+        # The last child's initialize answer (its promptCapabilities check a prompt queued for the
+        # next child).
+        self.agent_init: dict[str, Any] = {}
+        # Prompts a cancel (or a storage fault) cut: each ends within HOPLINE_CANCEL_GRACE_SECONDS,
+        # a queued one without being sent; ``turn_stop`` ends the wait of the turn in flight.
+        self.cancelled_prompts: set[str] = set()
+        self.turn_stop: asyncio.Future[None] | None = None
+        # Its child was stopped for ignoring a cancel: the next prompt starts a new one
+        # (session/load where the agent supports it).
+        self.restart_on_prompt = False
         self.loading: LoadState | None = None
         self.frames_dropped = 0
         # Updates received before session/new answered: (their sessionId, projected update), held
@@ -111,6 +124,11 @@ class DaemonSession:
     def pending_prompts(self) -> int:
         """Prompts running or queued (HOPLINE_MAX_PENDING_PROMPTS counts these)."""
         return len(self.prompts) - len(self.ended_prompts)
+
+    @property
+    def not_reading(self) -> bool:
+        """Its last child passed a write deadline (HOPLINE_PIPE_WRITE_TIMEOUT)."""
+        return isinstance(self.child_failure, AgentNotReading)
 
     @property
     def state(self) -> SessionState:
@@ -136,6 +154,7 @@ class DaemonSession:
         self.prompts.pop(prompt_id, None)
         self.ended_prompts.discard(prompt_id)
         self.last_active = time.monotonic()
+        self.cancelled_prompts.discard(prompt_id)
 
     def clear_permissions(self) -> None:
         self.permissions.clear()
