@@ -169,7 +169,7 @@ def test_the_main_flow_through_the_ui(hopline_daemon: Daemon, workspace: Path,
     frames = httpx.get(daemon.url + "/daemon/frames", headers=daemon.headers).json()
     assert drawn == frames["histogram"]["directions"]["inbound"]["count"] > 0
     assert inbound.locator("line.limit").count() == 3
-    assert "262,144 B" in histogram.inner_text() and "67,108,864 B" in histogram.inner_text()
+    assert "262,144 B" in histogram.inner_text() and "33,554,432 B" in histogram.inner_text()
     page.get_by_test_id("large-frames").wait_for()
 
     views_in_both_themes(page, "hopline", [

@@ -42,7 +42,7 @@ def test_histogram_buckets_and_direction_label_only() -> None:
     metrics = PipeMetrics(Budget.defaults())
     metrics.record("inbound", 300 * KiB)
     metrics.record("inbound", 10)
-    metrics.record("outbound", 64 * MiB)
+    metrics.record("outbound", 32 * MiB)
     samples = _samples(metrics)
     buckets = [(labels, value) for name, labels, value in samples
                if name == "hopline_daemon_pipe_message_bytes_bucket"]
@@ -50,13 +50,14 @@ def test_histogram_buckets_and_direction_label_only() -> None:
     for labels, _ in buckets:
         assert set(labels) == {"direction", "le"}
     bounds = sorted({float(labels["le"]) for labels, _ in buckets})
-    expected = [256, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 64 * MiB]
+    # the powers of four, and the pipe's max frame (32 MiB) among them as a ceiling
+    expected = [256, KiB, 4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, MiB, 4 * MiB, 16 * MiB, 32 * MiB, 64 * MiB]
     assert bounds == [float(b) for b in expected] + [float("inf")]
     inbound = {float(labels["le"]): value for labels, value in buckets if labels["direction"] == "inbound"}
     assert inbound[256.0] == 1 and inbound[256.0 * KiB] == 1 and inbound[float(MiB)] == 2
     outbound = {float(labels["le"]): value for labels, value in buckets
                 if labels["direction"] == "outbound"}
-    assert outbound[16.0 * MiB] == 0 and outbound[64.0 * MiB] == 1  # the exact max frame is inside
+    assert outbound[16.0 * MiB] == 0 and outbound[32.0 * MiB] == 1  # the exact max frame is inside
     counts = {labels["direction"]: value for name, labels, value in samples
               if name == "hopline_daemon_pipe_message_bytes_count"}
     assert counts == {"inbound": 2, "outbound": 1}
