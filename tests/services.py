@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -75,11 +76,11 @@ class PostgresCluster:
         else:
             self._owner = None  # type: ignore[assignment]
 
-    def _run(self, *argv: str) -> None:
+    def _run(self, *argv: str, env: dict[str, str] | None = None) -> None:
         subprocess.run(argv, check=True, preexec_fn=self._demote, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, cwd=self.dir)
+                       stderr=subprocess.PIPE, cwd=self.dir, env=env)
 
-    def start(self) -> PostgresCluster:
+    def start(self, extra_options: str = "") -> PostgresCluster:
         password_file = self.dir / "pw"
         password_file.write_text(PG_PASSWORD + "\n")
         if self._owner is not None:
@@ -88,7 +89,8 @@ class PostgresCluster:
                   "--auth=scram-sha-256", f"--pwfile={password_file}", "-E", "UTF8", "--no-sync")
         password_file.unlink()
         # fsync off: a throwaway cluster; the tests kill daemons, never the database.
-        self._options = f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=200"
+        self._options = (f"-k {self.dir} -h 127.0.0.1 -p {self.port} -c fsync=off -c max_connections=200"
+                         + extra_options)
         self.start_server()
         return self
 
@@ -300,3 +302,94 @@ class HangingProxy:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+class ReplicatedPostgres:
+    """A primary and one streaming replica (``pg_basebackup -R``), each a throwaway cluster on
+    127.0.0.1, for the failover tests. The replica reaches the primary through a
+    :class:`HangingProxy`, so a test can make it lag (WAL stops flowing, the sockets stay open);
+    :meth:`fail_over` kills the primary (SIGKILL) and promotes the replica. ``synchronous`` makes
+    every commit on the primary wait for the replica's flush (``synchronous_standby_names``,
+    ``synchronous_commit``): then a failover loses nothing."""
+
+    def __init__(self, bin_dir: Path, *, synchronous: bool) -> None:
+        self.primary = PostgresCluster(bin_dir)
+        self.replica_data = self.primary.dir / "replica"
+        self.replica_port = free_port()
+        self.synchronous = synchronous
+        self.proxy: HangingProxy | None = None
+        self.database = "hopline"
+
+    def start(self) -> ReplicatedPostgres:
+        self.primary.start(" -c wal_level=replica -c max_wal_senders=4 -c wal_keep_size=64MB")
+        import psycopg
+
+        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        self.proxy = HangingProxy(self.primary.port).__enter__()
+        bin_dir, env = self.primary.bin_dir, {**os.environ, "PGPASSWORD": PG_PASSWORD}
+        self.primary._run(str(bin_dir / "pg_basebackup"), "-D", str(self.replica_data), "-h", "127.0.0.1",
+                          "-p", str(self.proxy.port), "-U", PG_USER, "-R", "-X", "stream", "--no-sync",
+                          "--checkpoint=fast", env=env)
+        self.primary._run(str(bin_dir / "pg_ctl"), "start", "-D", str(self.replica_data), "-w", "-l",
+                          str(self.primary.dir / "replica.log"), "-o",
+                          f"-k {self.primary.dir} -h 127.0.0.1 -p {self.replica_port} -c fsync=off "
+                          "-c max_connections=200 -c hot_standby=on")
+        deadline = time.monotonic() + 30
+        while not self.streaming():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replica never streamed")
+            time.sleep(0.1)
+        if self.synchronous:  # set once the replica streams (before, every commit would wait for it)
+            with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                conn.execute("ALTER SYSTEM SET synchronous_commit = 'on'")
+                conn.execute("SELECT pg_reload_conf()")
+        return self
+
+    def caught_up(self) -> bool:
+        """The replica has replayed everything the primary wrote."""
+        import psycopg
+
+        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+            row = conn.execute("SELECT bool_and(replay_lsn = pg_current_wal_lsn()) FROM pg_stat_replication "
+                               "WHERE state = 'streaming'").fetchone()
+        return bool(row and row[0])
+
+    def streaming(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(self.primary.url("postgres"), autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_stat_replication "
+                               "WHERE state = 'streaming'").fetchone()
+        return bool(row and row[0] >= 1)
+
+    @property
+    def url(self) -> str:
+        """Both servers, the writable one chosen: what an operator's failover-aware URL says."""
+        return (f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{self.primary.port},"
+                f"127.0.0.1:{self.replica_port}/{self.database}?target_session_attrs=read-write")
+
+    def replica_url(self) -> str:
+        return f"postgresql://{PG_USER}:{PG_PASSWORD}@127.0.0.1:{self.replica_port}/{self.database}"
+
+    def lag(self) -> None:
+        """WAL stops reaching the replica (its connection stays open): it falls behind."""
+        assert self.proxy is not None
+        self.proxy.hang()
+
+    def fail_over(self) -> None:
+        """The primary dies (SIGKILL to its postmaster) and the replica is promoted."""
+        import signal
+
+        pid = int((self.primary.data / "postmaster.pid").read_text().split()[0])
+        os.kill(pid, signal.SIGKILL)
+        self.primary._run(str(self.primary.bin_dir / "pg_ctl"), "promote", "-D", str(self.replica_data), "-w")
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError, OSError):
+            self.primary._run(str(self.primary.bin_dir / "pg_ctl"), "stop", "-D", str(self.replica_data),
+                              "-m", "immediate", "-w")
+        if self.proxy is not None:
+            self.proxy.__exit__()
+        self.primary.stop()

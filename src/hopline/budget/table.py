@@ -329,6 +329,17 @@ CEILINGS: tuple[Ceiling, ...] = (
     Ceiling("owner_lease_seconds", HOP_CLUSTER, Unit.SECONDS, 10.0, "HOPLINE_OWNER_LEASE_SECONDS",
             "a session owner's lease in the store, renewed every third of it; expired, the next write "
             "to any daemon adopts the session", minimum=1, maximum=3600),
+    Ceiling("owner_lease_margin", HOP_CLUSTER, Unit.RATIO, 1 / 3, "HOPLINE_OWNER_LEASE_MARGIN",
+            "the part of the lease a daemon keeps in hand: once its last successful renewal (from when it "
+            "was sent, on its monotonic clock) is older than the lease minus this part of it, it freezes "
+            "and stops its sessions' agents, before the store can give them to another daemon; a renewal "
+            "is also given up (its connection closed) after this part of the lease", minimum=0.05,
+            maximum=0.9),
+    Ceiling("store_request_deadline_seconds", HOP_CLUSTER, Unit.SECONDS, 5.0,
+            "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS",
+            "a request's wait on the store (any route, a lease or journal statement, a read): then 503 "
+            "storage_unavailable with Retry-After; events already accepted keep their own retry window "
+            "(HOPLINE_STORE_OUTAGE_RETRY_SECONDS)", minimum=0.1, maximum=600),
     Ceiling("cluster_forward_timeout_seconds", HOP_CLUSTER, Unit.SECONDS, 90.0,
             "HOPLINE_CLUSTER_FORWARD_TIMEOUT", "a write forwarded to its session's owner daemon (then 504)",
             minimum=0.01),

@@ -134,6 +134,8 @@ class Budget:
     sidecar_orphan_grace_seconds: float
     object_store_timeout_seconds: float
     owner_lease_seconds: float
+    owner_lease_margin: float
+    store_request_deadline_seconds: float
     cluster_forward_timeout_seconds: float
     store_max_connections: int
     store_lock_timeout_seconds: float

@@ -34,6 +34,7 @@ from hopline.budget import HOP_DAEMON_API, SETTINGS_BY_KEY, Budget, Settings, re
 from hopline.daemon.adoption import run_sweeps
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster, ClusterAuth, new_daemon_id
+from hopline.daemon.cluster.failover import Failover
 from hopline.daemon.embedded_gateway import InternalDispatcher, embedded_gateway, running
 from hopline.daemon.errors import SessionError
 from hopline.daemon.gates import GateRegistry, gate_router
@@ -67,7 +68,7 @@ from hopline.store.locations import (
     store_sync,
 )
 from hopline.store.pg_journal import PgJournal
-from hopline.store.postgres import migrate
+from hopline.store.postgres import migrate, prove_token
 from hopline.store.sqlite_journal import SqliteJournal
 from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 
@@ -99,6 +100,7 @@ def open_journal(budget: Budget, settings: Settings, data_dir: Path,
         raise StoreSettingError(f"{SETTINGS_BY_KEY['advertise_url'].env} must name where the other "
                                 "daemons reach this one (it listens on every address)")
     migrate(location.dsn)  # idempotent, under an advisory lock: every daemon runs it
+    prove_token(location.dsn, settings.cluster_token)  # before it joins: a wrong one stops it here
     check_recent_events(location.dsn)  # a bounded check (T-3): reachable, recent rows whole
     daemon_id = new_daemon_id()
     cluster = Cluster(location.dsn, budget, daemon_id=daemon_id, advertise_url=advertise,
@@ -133,8 +135,13 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
             await manager.start()  # ends the prompts a crash cut (D-8), warms the pool (D-9)
             purger = asyncio.create_task(manager.keys.run_purger())  # expired idempotency keys
             if cluster is not None:
+                assert isinstance(journal, PgJournal)
+                failover = cluster.failover = Failover(bus, journal, settle_seconds=cluster.lease_seconds,
+                                                       last_committed=journal.last_committed)
+                journal.on_reconnect = failover.start  # a reconnect may have reached another server
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
-                                    on_listen=bus.catch_up_all)
+                                    on_listen=bus.catch_up_all, step_down=manager.step_down,
+                                    on_resume=manager.resume, on_server=failover.seen)
                 sweeps = asyncio.create_task(run_sweeps(manager, cluster, bus))  # adopt on expiry
             idle = IdleSessions(manager, bus, held=lambda sid: parts.gates.dev_gate(sid) is not None)
             try:
@@ -145,6 +152,7 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                     sweeps.cancel()
                     with contextlib.suppress(BaseException):
                         await sweeps
+                    await failover.stop()
                     await cluster.stop()  # its leases expire now: the others adopt them
                 for task in (reaper, purger):
                     if task is not None:
@@ -206,6 +214,7 @@ def create_daemon_app(
     journal, cluster, ownership = open_journal(budget, settings, data_dir, listen_url)
     bus = EventBus(budget, journal)
     bus.owns = ownership.owns
+    bus.replay_from_ring = cluster is None  # several daemons: every replay from the store (SPEC T-10)
     instruments = instruments if instruments is not None else PipeObservability(budget)
     child_env = {GATEWAY_URL_ENV: gateway_url} if gateway_url else {}
     session_tokens = None

@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import os
 import re
 import signal
 from collections.abc import Awaitable, Mapping, Sequence
@@ -198,11 +199,6 @@ class AcpChild:
     def alive(self) -> bool:
         return (self._proc is not None and not self.exited.is_set() and self.failure is None
                 and not self.output_closed)
-
-    @property
-    def not_reading(self) -> bool:
-        """A write passed its deadline (``HOPLINE_PIPE_WRITE_TIMEOUT``)."""
-        return isinstance(self.failure, AgentNotReading)
 
     def _gone(self) -> AgentExited:
         """The error a request or a write fails with once the child is given up or exited."""
@@ -473,6 +469,20 @@ class AcpChild:
             self._fail_pending()
             await end_tree(proc, proc.wait, (signal.SIGTERM, signal.SIGKILL), grace)
         return await proc.wait()
+
+    def freeze(self) -> None:
+        """Stop the child's process group where it stands (SIGSTOP), now: it acts no more."""
+        proc = self._proc
+        if proc is not None and not self.exited.is_set():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGSTOP)
+
+    async def kill(self) -> None:
+        """End a frozen child's process tree with SIGKILL alone: it never runs again."""
+        proc = self._proc
+        if proc is not None and not self.exited.is_set():
+            await end_tree(proc, self.exited.wait, (signal.SIGKILL,), self.budget.child_stop_grace_seconds)
+        await self.stop()
 
     async def stop(self) -> None:
         proc = self._proc

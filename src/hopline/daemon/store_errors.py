@@ -70,5 +70,5 @@ async def cluster_status_or_unavailable(cluster: Any) -> dict[str, Any]:
         return {"daemon": cluster.daemon_id, "advertiseUrl": cluster.advertise_url,
                 "leaseSeconds": cluster.lease_seconds, "forwardedWrites": cluster.forwarded,
                 "adoptedSessions": cluster.adopted, "leasesLost": cluster.leases_lost,
-                "store": "unavailable", "storeError": str(exc), "daemons": []}
+                "store": "unavailable", "storeError": str(exc), "daemons": [], **cluster.lease_status()}
     return {**status, "store": "ok"}

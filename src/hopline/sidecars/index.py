@@ -45,7 +45,7 @@ class SidecarIndex:
     """The index's one connection, safe for the threads of one daemon process."""
 
     def __init__(self, root: Path, *, dsn: str | None, statement_timeout_seconds: float,
-                 durable: bool = True) -> None:
+                 durable: bool = True, deadline_seconds: float | None = None) -> None:
         self.lock = threading.RLock()
         self.dsn = dsn
         self.db: Any
@@ -66,7 +66,7 @@ class SidecarIndex:
             from hopline.store.index import PgIndex
 
             # The schema is the store's migrations (hopline.store.postgres); a pool that reconnects.
-            self.db = PgIndex(dsn, statement_timeout=statement_timeout_seconds)
+            self.db = PgIndex(dsn, statement_timeout=statement_timeout_seconds, deadline=deadline_seconds)
             self.errors = (psycopg.Error,)
 
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:

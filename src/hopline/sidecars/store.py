@@ -90,7 +90,7 @@ class SidecarStore:
         self.db_path = self.root / INDEX_FILE
         self._index = index if index is not None else SidecarIndex(
             self.root, dsn=dsn, statement_timeout_seconds=budget.store_statement_timeout_seconds,
-            durable=durable)
+            durable=durable, deadline_seconds=budget.store_request_deadline_seconds)
         self._lock = self._index.lock
         self._db_errors = self._index.errors
         # One clock for the index's times (created, a session's last activity, expiry): a shared

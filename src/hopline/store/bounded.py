@@ -3,24 +3,35 @@ connections of a daemon.
 
 One frozen daemon must not freeze another. PostgreSQL bounds the server's side of each statement
 (``lock_timeout``: a wait on a row lock, ``statement_timeout``: the whole statement), and the daemon
-bounds its own wait for the answer (the statement timeout and one second more: a store that does not
-answer at all, or a connection that hangs). Past any of them the statement fails as
-:class:`StoreUnavailable` (or :class:`StoreBusy` for a lock another transaction holds), which the
-daemon's routes answer as hopline's JSON 503 with ``Retry-After``; the connection is then dropped and
-the next statement opens a new one (a connection psycopg reports in the UNKNOWN state is broken).
+bounds its own wait for the answer (``deadline``: a store that does not answer at all, a connection
+that hangs, a partition that drops packets, where no server-side timeout ever fires). Past any of
+them the statement fails as :class:`StoreUnavailable` (or :class:`StoreBusy` for a lock another
+transaction holds), which the daemon's routes answer as hopline's JSON 503 with ``Retry-After``.
+Past the daemon's own deadline the connection's socket is closed at once (:func:`within`: psycopg
+would otherwise spend up to ten seconds asking a server that does not answer to cancel the query);
+the next statement opens a new connection (one psycopg reports in the UNKNOWN state is broken).
+Every connection also has TCP keepalives and ``tcp_user_timeout`` (:func:`tcp_options`), so the
+kernel gives up on a peer that stopped acknowledging.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
-from collections.abc import Awaitable, Callable
+import os
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
+from hopline.budget import Budget
 from hopline.store.postgres import StoreUnavailable, aconnect
 
 T = TypeVar("T")
+
+STATEMENT_TIMEOUT_SETTING = "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS"
 
 
 class StoreBusy(StoreUnavailable):
@@ -60,6 +71,97 @@ def session_options(*, name: str, lock_timeout: float | None = None, statement_t
     return " ".join(parts)
 
 
+def tcp_options(budget: Budget) -> dict[str, Any]:
+    """libpq's TCP settings for a daemon's connections: keepalives probe an idle connection, and
+    ``tcp_user_timeout`` drops one whose sent data goes unacknowledged (a partition), both within
+    the lease's margin; a connection attempt gives up after the request deadline (libpq counts
+    whole seconds, two at least)."""
+    margin = budget.owner_lease_seconds * budget.owner_lease_margin
+    probe = max(1, int(margin))
+    return {"keepalives": 1, "keepalives_idle": probe, "keepalives_interval": probe, "keepalives_count": 2,
+            "tcp_user_timeout": max(1000, int(margin * 1000)),
+            "connect_timeout": max(2, math.ceil(budget.store_request_deadline_seconds))}
+
+
+async def within(seconds: float, work: Awaitable[T], hang_up: Callable[[], None], *, setting: str) -> T:
+    """``work`` (statements on one connection) within ``seconds``, else :class:`StoreUnavailable`
+    naming ``setting``. Past the deadline, or when the caller is cancelled, ``hang_up`` closes the
+    connection's socket before ``work`` is cancelled: psycopg cancels a running query by asking the
+    server (up to ten seconds against one that does not answer); a closed socket ends it at once."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except BaseException:
+        await _abandon(task, hang_up)
+        raise
+    if done:
+        return task.result()
+    await _abandon(task, hang_up)
+    raise StoreUnavailable(f"the PostgreSQL store did not answer within {seconds:g} s ({setting})")
+
+
+async def awaited_within(future: asyncio.Future[T], seconds: float) -> T:
+    """``future`` (a commit) awaited for ``seconds`` at most, else :class:`StoreUnavailable` naming
+    the request deadline; the future itself goes on (shielded)."""
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), seconds)
+    except TimeoutError:
+        raise StoreUnavailable(f"the store did not commit within {seconds:g} s "
+                               "(HOPLINE_STORE_REQUEST_DEADLINE_SECONDS)") from None
+
+
+async def _abandon(task: asyncio.Future[Any], hang_up: Callable[[], None]) -> None:
+    if task.done():
+        return
+    with contextlib.suppress(Exception):
+        hang_up()
+    task.cancel()
+    await asyncio.wait({task}, timeout=1.0)  # ends at once on a closed socket; bounded regardless
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: its failure is the deadline's, said by the caller
+
+
+def bounded_check(seconds: float, setting: str) -> Callable[[Any], Awaitable[None]]:
+    """A connection pool's check of a connection before it is lent (a store that restarted dropped
+    it), itself within ``seconds``: the pool's own check has no deadline, and a black-holed server
+    never answers it."""
+    from psycopg_pool import AsyncConnectionPool
+
+    async def check(conn: Any) -> None:
+        await within(seconds, AsyncConnectionPool.check_connection(conn), functools.partial(hang_up, conn),
+                     setting=setting)
+
+    return check
+
+
+@contextlib.contextmanager
+def sync_deadline(conn: Any, seconds: float) -> Iterator[None]:
+    """A sync connection's statements within ``seconds``: past them its socket is shut down from a
+    timer thread, which wakes the blocked read; the statement fails (psycopg's OperationalError)
+    instead of waiting on a server that does not answer."""
+    timer = threading.Timer(seconds, shut_down, (conn,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def shut_down(conn: Any) -> None:
+    """Shut a connection's socket down (both ways): whatever waits on it wakes and fails."""
+    with contextlib.suppress(Exception):
+        fd = conn.pgconn.socket
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def hang_up(conn: Any) -> None:
+    """Close a psycopg connection's socket now, without a word to the server (it may not answer)."""
+    if conn is not None and not conn.closed:
+        conn.pgconn.finish()
+
+
 def store_errors() -> tuple[type[BaseException], ...]:
     """What a store that is away raises: ours, psycopg's (its pool's ``PoolTimeout`` among them)."""
     import psycopg
@@ -70,13 +172,20 @@ def store_errors() -> tuple[type[BaseException], ...]:
 class BoundedConnection:
     """One async connection, one statement (or one transaction) at a time, each within a deadline."""
 
-    def __init__(self, dsn: str, *, name: str, lock_timeout: float, statement_timeout: float) -> None:
+    def __init__(self, dsn: str, *, name: str, lock_timeout: float, statement_timeout: float,
+                 deadline: float | None = None, deadline_setting: str = STATEMENT_TIMEOUT_SETTING,
+                 tcp: dict[str, Any] | None = None) -> None:
+        """``deadline``: the daemon's own bound on each call, the wait for the connection included
+        (default: the statement timeout and one second), named by ``deadline_setting`` when passed;
+        ``tcp``: libpq's TCP settings (:func:`tcp_options`)."""
         self._dsn = dsn
         self._options = session_options(name=name, lock_timeout=lock_timeout,
                                         statement_timeout=statement_timeout)
+        self._tcp = dict(tcp or {})
         self.lock_timeout = lock_timeout
         self.statement_timeout = statement_timeout
-        self.deadline = statement_timeout + 1.0
+        self.deadline = deadline if deadline is not None else statement_timeout + 1.0
+        self.deadline_setting = deadline_setting
         self._conn: Any = None
         self._lock = asyncio.Lock()
 
@@ -85,14 +194,23 @@ class BoundedConnection:
         failure of the store raises :class:`StoreUnavailable` and drops the connection."""
         import psycopg
 
+        loop = asyncio.get_running_loop()
+        end = loop.time() + self.deadline
         try:
-            async with asyncio.timeout(self.deadline):
-                async with self._lock:
-                    return await self._run_once_more_if_dropped(work)
-        except TimeoutError:
-            await self._drop()
-            raise StoreUnavailable(f"the PostgreSQL store did not answer within {self.deadline:g} s "
-                                   "(HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS)") from None
+            try:
+                async with asyncio.timeout_at(end):
+                    await self._lock.acquire()
+            except TimeoutError:
+                raise StoreUnavailable(f"the PostgreSQL store did not answer within {self.deadline:g} s "
+                                       f"({self.deadline_setting})") from None
+            try:
+                return await within(max(0.0, end - loop.time()), self._run_once_more_if_dropped(work),
+                                    self._hang_up, setting=self.deadline_setting)
+            except StoreUnavailable:
+                await self._drop()
+                raise
+            finally:
+                self._lock.release()
         except psycopg.errors.LockNotAvailable:
             raise StoreBusy("a row this needs is locked by another daemon's transaction",
                             self.lock_timeout) from None
@@ -112,7 +230,7 @@ class BoundedConnection:
         for kept in (True, False):
             if is_broken(self._conn):
                 await self._drop()
-                self._conn = await aconnect(self._dsn, options=self._options)
+                self._conn = await aconnect(self._dsn, options=self._options, **self._tcp)
                 kept = False
             try:
                 return await work(self._conn)
@@ -134,6 +252,9 @@ class BoundedConnection:
             return list(await cursor.fetchall()) if cursor.description is not None else []
 
         return await self.run(work)
+
+    def _hang_up(self) -> None:
+        hang_up(self._conn)
 
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None

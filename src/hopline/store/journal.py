@@ -126,6 +126,12 @@ class EventJournal(Protocol):
         adoption: the store's last id is the truth, :meth:`get_session` reads it again)."""
         ...
 
+    def ensure_above(self, session_id: str, floor: int) -> None:
+        """The session's next id is above ``floor``, an id this daemon knows was given (its readers
+        got it): a shared store that failed over may have lost it, and it is never given again. A
+        journal only one daemon writes has nothing to do."""
+        return None
+
     def stage(self, session_id: str, event_type: str, data: bytes) -> int:
         """Allocate the session's next id to ``(event_type, data)`` and hold the event for the next
         :meth:`commit`; touches no storage. ``data`` is the event's JSON, stored as given."""

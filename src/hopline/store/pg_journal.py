@@ -23,17 +23,19 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import orjson
 
 from hopline.budget import Budget, HoplineError
 from hopline.store import idempotency as keys
-from hopline.store.bounded import is_broken, session_options
-from hopline.store.event_groups import ENTRY_BYTES, GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
+from hopline.store import pg_statements as sql
+from hopline.store.bounded import bounded_check, hang_up, is_broken, session_options, tcp_options, within
+from hopline.store.event_groups import GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
 from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.journal import (
     EventJournal,
@@ -43,47 +45,15 @@ from hopline.store.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.postgres import EVENTS_CHANNEL, aconnect
+from hopline.store.pg_history import PgHistory
+from hopline.store.postgres import EVENTS_CHANNEL, StoreUnavailable, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
 log = logging.getLogger("hopline.store.journal")
 
-# Rows sized per query when a page is cut by bytes (a query's work, not a payload ceiling).
-_SIZING_ROWS = 1000
-# The events a row stands for (GREATEST passes over a NULL: 1 for a plain row), and the first id.
-_ROW_EVENTS = f"GREATEST(1, octet_length(parts) / {ENTRY_BYTES})"
-_FIRST_ID = f"seq - {_ROW_EVENTS} + 1"
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
-# A group's rows land here first (binary COPY, each with its write's place in the group), then one
-# INSERT ... SELECT moves those of the kept writes to events; ON COMMIT DELETE ROWS empties it at
-# every commit (a rollback drops what it held). Its columns are events' own, compressed as events
-# compresses (migration 4): the COPY compresses a row's data once, and the move keeps it as it is.
-_STAGING = "hopline_staging"
-_STAGING_TABLE = (f"CREATE TEMP TABLE IF NOT EXISTS {_STAGING} (part INT NOT NULL, "
-                  "LIKE events INCLUDING COMPRESSION) ON COMMIT DELETE ROWS")
-_STAGING_COPY = f"COPY {_STAGING} (part, session_id, seq, type, data, crc, parts) FROM STDIN (FORMAT BINARY)"
-_STAGING_TYPES = ["int4", "text", "int8", "text", "bytea", "int8", "bytea"]
-# After the COPY, one statement (one round trip, not three) reads the fence, moves the kept writes'
-# rows to events and notifies each session's last id: a write with a row of a session whose lease
-# is not this daemon's (``held`` lacks it) is left out whole. It answers the sessions held, and
-# counts ``notified`` (a CTE that is not data-modifying runs only when the query reads it).
-
-
-def _move_statement(fence: str, where: str, answer: str) -> str:
-    return (f"WITH {fence}written AS (INSERT INTO events (session_id, seq, type, data, crc, parts) "
-            f"SELECT session_id, seq, type, data, crc, parts FROM {_STAGING}{where} "
-            "RETURNING session_id, seq), "
-            "notified AS (SELECT pg_notify(%(channel)s, session_id || ' ' || max(seq)) FROM written "
-            f"GROUP BY session_id) SELECT {answer}")
-
-
-_MOVE_FENCED = _move_statement(
-    "held AS (SELECT session_id FROM leases WHERE session_id = ANY(%(sessions)s) AND owner = %(owner)s "
-    f"FOR SHARE), dropped AS (SELECT DISTINCT part FROM {_STAGING} "
-    "WHERE session_id NOT IN (SELECT session_id FROM held)), ",
-    " WHERE part NOT IN (SELECT part FROM dropped)",
-    "ARRAY(SELECT session_id FROM held), (SELECT count(*) FROM notified)")
-_MOVE = _move_statement("", "", "count(*) FROM notified")
+_DEADLINE_SETTING = "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS"
+T = TypeVar("T")
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -111,7 +81,7 @@ class _Write:
     key: KeyRecord | None = None
 
 
-class PgJournal(StagedIds, EventJournal):
+class PgJournal(StagedIds, PgHistory, EventJournal):
     def __init__(self, dsn: str, budget: Budget, *, owner: str | None = None,
                  on_fenced: Callable[[tuple[str, ...]], None] | None = None) -> None:
         self._dsn = dsn
@@ -129,6 +99,8 @@ class PgJournal(StagedIds, EventJournal):
         self._conn: Any = None
         self._pool: Any = None
         self._closed = False
+        # Called after the writer reconnected (the store restarted, or failed over to another server).
+        self.on_reconnect: Callable[[], None] | None = None
 
     async def open(self) -> PgJournal:
         from psycopg_pool import AsyncConnectionPool
@@ -136,8 +108,9 @@ class PgJournal(StagedIds, EventJournal):
         self._conn = await self._connect_writer()
         # check: a connection the store dropped (a restart) is replaced before a read uses it
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
-                                         kwargs={"autocommit": True}, open=False,
-                                         check=AsyncConnectionPool.check_connection,
+                                         kwargs={"autocommit": True, **tcp_options(self.budget)}, open=False,
+                                         check=bounded_check(self.budget.store_request_deadline_seconds,
+                                                             _DEADLINE_SETTING),
                                          timeout=self.budget.store_statement_timeout_seconds + 1.0)
         await self._pool.open()
         self._writer = asyncio.create_task(self._run_writer())
@@ -152,8 +125,28 @@ class PgJournal(StagedIds, EventJournal):
         self._wake.set()
         return write.future
 
-    def _statement(self, apply: Callable[[Any], Any]) -> asyncio.Future[Any]:
-        return self._queue(_Write(asyncio.get_running_loop().create_future(), apply=apply))
+    async def _statement(self, apply: Callable[[Any], Any]) -> Any:
+        """``apply`` run by the writer, its result once committed, within the request deadline
+        (SPEC T-11: no request waits on the store past it, not behind a commit retried through an
+        outage either). A statement given up is not run, or rolled back when it was running."""
+        future = self._queue(_Write(asyncio.get_running_loop().create_future(), apply=apply))
+        deadline = self.budget.store_request_deadline_seconds
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), deadline)
+        except TimeoutError:
+            future.cancel()
+            raise StoreUnavailable(f"the PostgreSQL store did not answer within {deadline:g} s "
+                                   f"({_DEADLINE_SETTING})") from None
+
+    async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on a pooled connection within the request deadline (the wait for a connection
+        included); past it the connection is hung up (:func:`~hopline.store.bounded.within`)."""
+        deadline = self.budget.store_request_deadline_seconds
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        async with self._pool.connection(timeout=deadline) as conn:
+            return await within(max(0.0, end - loop.time()), work(conn), functools.partial(hang_up, conn),
+                                setting=_DEADLINE_SETTING)
 
     async def _run_writer(self) -> None:
         while True:
@@ -165,7 +158,8 @@ class PgJournal(StagedIds, EventJournal):
                 continue
             first = self._writes.popleft()
             if first.rows is None:
-                await self._run_statement(first)
+                if not first.future.done():  # given up by its caller: never run
+                    await self._run_statement(first)
                 continue
             group = [first]
             while self._writes and self._writes[0].rows is not None:
@@ -178,10 +172,10 @@ class PgJournal(StagedIds, EventJournal):
         another daemon can adopt the sessions and its half-done commit is never written."""
         options = session_options(name=f"hopline {self.owner or 'single'} journal",
                                   idle_transaction=self.budget.store_idle_transaction_seconds)
-        conn = await aconnect(self._dsn, options=options)
+        conn = await aconnect(self._dsn, options=options, **tcp_options(self.budget))
         try:
             async with conn.transaction():
-                await conn.execute(_STAGING_TABLE)  # this connection's own, gone with it
+                await conn.execute(sql.STAGING_TABLE)  # this connection's own, gone with it
         except Exception:
             with contextlib.suppress(Exception):
                 await conn.close()
@@ -192,12 +186,21 @@ class PgJournal(StagedIds, EventJournal):
         if is_broken(self._conn):  # UNKNOWN (the server dropped it) counts as broken
             with contextlib.suppress(Exception):
                 self._conn = await self._connect_writer()
+                self._reconnected()
+
+    def _reconnected(self) -> None:
+        if self.on_reconnect is not None:
+            self.on_reconnect()
 
     async def _run_statement(self, write: _Write) -> None:
         assert write.apply is not None
         try:
             async with self._conn.transaction():
                 result = await write.apply(self._conn)
+                if write.future.done():  # its caller gave up meanwhile: rolled back, as it was told
+                    raise _GivenUp()
+        except _GivenUp:
+            return
         except Exception as exc:
             _fail(write.future, exc)
             await self._reconnect_if_broken()
@@ -236,6 +239,7 @@ class PgJournal(StagedIds, EventJournal):
         while is_broken(self._conn) and loop.time() < deadline and not self._closed:
             with contextlib.suppress(Exception):
                 self._conn = await self._connect_writer()
+                self._reconnected()
                 return
             await asyncio.sleep(min(_RECONNECT_PAUSE_SECONDS, max(0.0, deadline - loop.time())))
 
@@ -256,17 +260,17 @@ class PgJournal(StagedIds, EventJournal):
                 # daemon waits for); 3.6 us of CPU a row where INSERT ... unnest's text arrays took 19.
                 # A run of small events is one row (event_groups): 1 KiB frames relayed 0.81x
                 # SQLite's events per second with a row each, 1.0x with a row a run.
-                async with self._conn.cursor().copy(_STAGING_COPY) as copy:
-                    copy.set_types(_STAGING_TYPES)
+                async with self._conn.cursor().copy(sql.STAGING_COPY) as copy:
+                    copy.set_types(sql.STAGING_TYPES)
                     for place, write in enumerate(group):
                         for row in inline_rows(write.rows or ()):  # CRCs checked on every read (T-3)
                             await copy.write_row((place, *row))
                 # One statement, not a pipelined batch: its end is a protocol sync, so a daemon
                 # frozen after it leaves a transaction PostgreSQL sees idle, and ends.
                 if self.owner is None:
-                    await self._conn.execute(_MOVE, {"channel": EVENTS_CHANNEL})
+                    await self._conn.execute(sql.MOVE, {"channel": EVENTS_CHANNEL})
                 else:
-                    cursor = await self._conn.execute(_MOVE_FENCED, {
+                    cursor = await self._conn.execute(sql.MOVE_FENCED, {
                         "sessions": sessions, "owner": self.owner, "channel": EVENTS_CHANNEL})
                     # a name of its own: compiled (mypyc), a variable keeps its first type
                     answer = await cursor.fetchone()
@@ -320,17 +324,20 @@ class PgJournal(StagedIds, EventJournal):
         self._open[session_id] = 0
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        async with self._pool.connection() as conn:
+        async def query(conn: Any) -> Any:
             cursor = await conn.execute(
                 "SELECT id, agent_session_id, options, created, "
                 "(SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s) "
                 "FROM sessions WHERE id = %s",
                 (session_id, session_id))
-            row = await cursor.fetchone()
+            return await cursor.fetchone()
+
+        row = await self._read(query)
         if row is None:
             return None
-        if session_id not in self._allocated:  # nothing of ours in flight: the store's last id holds
-            self._open[session_id] = int(row[4])
+        if session_id not in self._allocated:  # nothing of ours in flight: the store's last id holds,
+            # unless this daemon knows of a later one (a store that failed over lost it: never reused)
+            self._open[session_id] = max(int(row[4]), self._open.get(session_id, 0))
         return SessionRecord(str(row[0]), row[1], orjson.loads(bytes(row[2])), float(row[3]))
 
     async def set_agent_session_id(self, session_id: str, agent_session_id: str) -> None:
@@ -354,10 +361,12 @@ class PgJournal(StagedIds, EventJournal):
         await self._statement(apply)
 
     async def list_sessions(self) -> list[SessionRecord]:
-        async with self._pool.connection() as conn:
+        async def query(conn: Any) -> list[Any]:
             cursor = await conn.execute(
                 "SELECT id, agent_session_id, options, created FROM sessions ORDER BY created, id")
-            rows = await cursor.fetchall()
+            return list(await cursor.fetchall())
+
+        rows = await self._read(query)
         return [SessionRecord(str(r[0]), r[1], orjson.loads(bytes(r[2])), float(r[3])) for r in rows]
 
     # --- prompts --------------------------------------------------------------------------------
@@ -393,23 +402,28 @@ class PgJournal(StagedIds, EventJournal):
 
     async def unended_prompts(self, session_id: str | None = None) -> list[tuple[str, str]]:
         where, params = ("WHERE session_id = %s", (session_id,)) if session_id is not None else ("", ())
-        async with self._pool.connection() as conn:
+
+        async def query(conn: Any) -> list[tuple[str, str, bool]]:
             cursor = await conn.execute(
                 f"SELECT session_id, prompt_id, after_seq FROM prompts {where} "
                 "ORDER BY session_id, after_seq",
                 params)
-            prompts = await cursor.fetchall()
-            out: list[tuple[str, str]] = []
-            for sid, prompt_id, after in prompts:
+            found: list[tuple[str, str, bool]] = []
+            for sid, prompt_id, after in await cursor.fetchall():
                 cursor = await conn.execute(
                     "SELECT seq, type, data, crc, parts FROM events WHERE session_id = %s AND seq > %s "
                     "AND type = ANY(%s)", (sid, after, sorted(TURN_END_TYPES)))
                 ends = inline_events(await cursor.fetchall(), after)
                 ended = any(prompt_id_of(end.data) == prompt_id for end in ends if end.corrupt is None)
-                if ended:
-                    await self.close_prompt(str(sid), str(prompt_id))
-                else:
-                    out.append((str(sid), str(prompt_id)))
+                found.append((str(sid), str(prompt_id), ended))
+            return found
+
+        out: list[tuple[str, str]] = []
+        for sid, prompt_id, ended in await self._read(query):
+            if ended:
+                await self.close_prompt(sid, prompt_id)
+            else:
+                out.append((sid, prompt_id))
         return out
 
     # --- events ---------------------------------------------------------------------------------
@@ -427,12 +441,14 @@ class PgJournal(StagedIds, EventJournal):
     async def read_page(self, session_id: str, after: int, *, upto: int | None = None,
                         max_bytes: int) -> list[JournalRow]:
         bound = upto if upto is not None else 2**62
-        async with self._pool.connection() as conn:
+
+        async def query(conn: Any) -> list[Any]:
             # A group is keyed by its last id: one that starts by the bound may end past it.
             ends_by = min(bound, 2**62) + GROUP_MAX_EVENTS
             cursor = await conn.execute(
-                f"SELECT seq, octet_length(data), {_FIRST_ID} FROM events WHERE session_id = %s AND seq > %s "
-                "AND seq < %s ORDER BY seq LIMIT %s", (session_id, after, ends_by, _SIZING_ROWS))
+                f"SELECT seq, octet_length(data), {sql.FIRST_ID} FROM events WHERE session_id = %s "
+                "AND seq > %s AND seq < %s ORDER BY seq LIMIT %s",
+                (session_id, after, ends_by, sql.SIZING_ROWS))
             sizes = await cursor.fetchall()
             if not sizes:
                 return []
@@ -445,29 +461,29 @@ class PgJournal(StagedIds, EventJournal):
             cursor = await conn.execute(
                 "SELECT seq, type, data, crc, parts FROM events WHERE session_id = %s AND seq > %s "
                 "AND seq <= %s ORDER BY seq", (session_id, after, cut))
-            rows = await cursor.fetchall()
-        return within_bytes(inline_events(rows, after, bound), max_bytes)
+            return list(await cursor.fetchall())
+
+        return within_bytes(inline_events(await self._read(query), after, bound), max_bytes)
+
+    async def _one(self, sql: str, params: tuple[Any, ...]) -> int:
+        """The integer one read answers (0 for none)."""
+        async def query(conn: Any) -> Any:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()
+
+        row = await self._read(query)
+        return int(row[0]) if row else 0
 
     async def last_id(self, session_id: str) -> int:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s",
-                                        (session_id,))
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        return await self._one("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s",
+                               (session_id,))
 
     async def count(self, session_id: str, event_type: str) -> int:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(f"SELECT COALESCE(SUM({_ROW_EVENTS}), 0) FROM events "
-                                        "WHERE session_id = %s AND type = %s", (session_id, event_type))
-            row = await cursor.fetchone()
-        return int(row[0]) if row else 0
-
-    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
-        return []  # its rows are the journal: nothing is committed past them to recover or lose
+        return await self._one(f"SELECT COALESCE(SUM({sql.ROW_EVENTS}), 0) FROM events "
+                               "WHERE session_id = %s AND type = %s", (session_id, event_type))
 
     async def find_key(self, key: str, now: float) -> FoundKey:
-        async with self._pool.connection() as conn:
-            return await keys.afind(conn, key, now)
+        return await self._read(lambda conn: keys.afind(conn, key, now))
 
     async def purge_keys(self, now: float) -> int:
         return int(await self._statement(lambda conn: keys.apurge(conn, now)))
@@ -487,6 +503,10 @@ class PgJournal(StagedIds, EventJournal):
             await self._pool.close()
         if self._conn is not None:
             await self._conn.close()
+
+
+class _GivenUp(HoplineError):
+    """A statement whose caller stopped waiting: its transaction is rolled back."""
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

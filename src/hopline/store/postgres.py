@@ -13,11 +13,14 @@ sidecar store already runs in (one driver, one error tree, one set of type adapt
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from typing import Any
 
 from hopline.budget import HoplineError
 from hopline.store.idempotency import PG_MIGRATION as IDEMPOTENCY_KEYS
+from hopline.store.locations import StoreSettingError
 
 log = logging.getLogger("hopline.store")
 
@@ -102,6 +105,15 @@ END $$;
 """),
     # SPEC T-12: a keyed write's key, stored with what it created (store/idempotency.py).
     (5, "idempotency keys", IDEMPOTENCY_KEYS),
+    # SPEC T-11: the cluster credential's hash, proven by every daemon before it joins (never the
+    # credential itself).
+    (6, "the cluster credential's hash", """
+CREATE TABLE cluster_credential (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    token_sha256 TEXT NOT NULL,
+    set_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+"""),
     # Issue 49: a sidecar expires from its session's last activity on the store's clock, never while
     # the session lives (sidecars/expiry.py); the sidecar rows' expires_at no longer decides it.
     (7, "sidecar sessions' last activity", """
@@ -160,6 +172,30 @@ async def aconnect(dsn: str, **kwargs: Any) -> Any:
         return await psycopg.AsyncConnection.connect(dsn, autocommit=True, **kwargs)
     except psycopg.Error as exc:
         raise StoreUnavailable(f"the PostgreSQL store could not be reached ({type(exc).__name__})") from None
+
+
+class TokenMismatch(StoreSettingError):
+    """This daemon's cluster credential is not the one the store's daemons use (a bad setting)."""
+
+
+def token_digest(token: str) -> str:
+    """What the store keeps of the cluster credential: a digest of it, labelled (never the credential)."""
+    return hashlib.sha256(b"hopline cluster credential\0" + token.encode()).hexdigest()
+
+
+def prove_token(dsn: str, token: str) -> None:
+    """The first daemon on a store records the cluster credential's digest; every later one must
+    bring the same credential, else :class:`TokenMismatch` (its forwarded writes would all be
+    refused as unauthorized, which clients would take for their own fault)."""
+    digest = token_digest(token)
+    with connect(dsn) as conn:
+        conn.execute("INSERT INTO cluster_credential (id, token_sha256) VALUES (1, %s) "
+                     "ON CONFLICT (id) DO NOTHING", (digest,))
+        row = conn.execute("SELECT token_sha256 FROM cluster_credential WHERE id = 1").fetchone()
+    if row is None or not hmac.compare_digest(str(row[0]), digest):
+        raise TokenMismatch("HOPLINE_CLUSTER_TOKEN is not the credential the other daemons of this store use "
+                            "(the store keeps a digest of theirs): set the same one on every daemon; "
+                            "docs/scale-out.md says how to rotate it")
 
 
 def migrate(dsn: str) -> list[int]:

@@ -6,6 +6,8 @@ Prompt commands (one per prompt):
   ``chunks N SIZE``    N agent_message_chunk updates of SIZE bytes each (numbered)
   ``paced N SIZE MS``  the same, one chunk every MS milliseconds (a stream that lasts)
   ``sleep S``          one chunk, then sleeps S seconds (to be killed or cancelled mid-turn)
+  ``steps N MS``       N steps, one every MS milliseconds: each appends ``<pid> step <i> <unix time>`` to
+                       ``BIG_AGENT_ACTION_LOG`` (an act on the workspace), then says ``step <i>``
   ``permission``       asks session/request_permission and reports the outcome
   ``env [NAME...]``    reports which of these variables it can see (default: the daemon's secrets and
                        the gateway URL)
@@ -32,7 +34,8 @@ update before the answer, ``"early": N`` sends N more before it. ``BIG_AGENT_STA
 capability (an agent that cannot load); ``BIG_AGENT_PROMPT_CAPS=image,audio,embeddedContext`` the
 promptCapabilities it advertises (none by default); ``BIG_AGENT_TAKES_CREDENTIALS=1`` makes it claim
 hopline's credentials in its initialize ``_meta`` (as hopline's own agent does); ``BIG_AGENT_ACTION_LOG``
-names a file each prompt run is appended to, with the agent's process id; ``BIG_AGENT_PROMPT_LOG``
+names a file each prompt run is appended to, with the agent's process id (and each session/load, as
+``<pid> load <unix time>``); ``BIG_AGENT_PROMPT_LOG``
 names a file each prompt's text is appended to when it arrives.
 """
 
@@ -158,6 +161,10 @@ class BigUpdateAgent(Agent):
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
                            additional_directories: Any = None, **kwargs: Any) -> LoadSessionResponse:
+        action_log = os.environ.get("BIG_AGENT_ACTION_LOG")
+        if action_log:
+            with open(action_log, "a") as handle:
+                handle.write(f"{os.getpid()} load {time.time():.6f}\n")
         tail = session_id.rsplit("-", 1)[1]  # "r3", or "kr3" with the kind updates
         count = int(tail.removeprefix("k")[1:])
         updates = [{"sessionUpdate": "agent_message_chunk",
@@ -252,6 +259,13 @@ class BigUpdateAgent(Agent):
             for i in range(count):
                 head = f"chunk {i} "
                 await self._say(session_id, head + "y" * max(0, size - len(head)))
+                await asyncio.sleep(pause)
+        elif command == "steps":  # steps N MS: acts that leave a trace, by process id and time
+            count, pause = int(words[1]), float(words[2]) / 1000
+            for i in range(count):
+                with open(os.environ["BIG_AGENT_ACTION_LOG"], "a") as handle:
+                    handle.write(f"{os.getpid()} step {i} {time.time():.6f}\n")
+                await self._say(session_id, f"step {i}")
                 await asyncio.sleep(pause)
         elif command == "sleep":
             cancelled = self.cancelled[session_id] = asyncio.Event()

@@ -33,8 +33,9 @@ reading its child while the queue is past either bound. A commit that fails deli
 events: each session hears of them in a synthetic ``frame_dropped`` (reason
 ``journal_write_failed``, sizes only), counted and logged. Every ``frame_dropped`` that names event
 ids a reader will not get is built by one function, :func:`~.events.missing_ids`: a failed commit's,
-and a replay's that reaches into a gap the store recorded (ids it lost past a commit point, SPEC
-T-10), said in its place among the replayed events.
+and a gap's (reason ``lost_past_commit_point``: ids the store lost, by a crash past its commit point
+or a failover to a replica that lacked them, SPEC T-10), said in its place among the replayed or
+caught-up events, or to every reader when a failover's loss is found.
 
 The modules: :mod:`.events` (one event's bytes), :mod:`.subscriber` (a connection's bounded queue,
 warning, eviction, the half-full signal), :mod:`.commits` (the journal's queue, delivered in commit
@@ -44,7 +45,8 @@ modules use are re-exported here; the modules of this package import each other,
 """
 
 from hopline.daemon.bus.event_bus import EventBus, JournalReadFailed
-from hopline.daemon.bus.events import BusEvent, missing_ids, synthetic, wire_size
+from hopline.daemon.bus.events import LOST_PAST_COMMIT_POINT, BusEvent, missing_ids, synthetic, wire_size
 from hopline.daemon.bus.subscriber import Subscriber
 
-__all__ = ["BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "missing_ids", "synthetic", "wire_size"]
+__all__ = ["LOST_PAST_COMMIT_POINT", "BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "missing_ids",
+           "synthetic", "wire_size"]

@@ -14,10 +14,11 @@ import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
 from hopline.daemon.bus.commits import CommitQueue
-from hopline.daemon.bus.events import BusEvent, exact_bytes, missing_ids, synthetic
+from hopline.daemon.bus.events import LOST_PAST_COMMIT_POINT, BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.ring import Ring
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError
+from hopline.store import bounded
 from hopline.store.idempotency import KeyRecord
 from hopline.store.integrity import CorruptCount, corrupt_json
 from hopline.store.journal import EventJournal, JournalRow
@@ -25,6 +26,8 @@ from hopline.vocabulary import DATA_CORRUPT, FRAME_DROPPED
 
 log = logging.getLogger("hopline.daemon.bus")
 
+_LOST = ("by the store (a crash cut them, `hopline store check` names the gap; or a failover to a "
+         "replica that lacked them)")
 
 class JournalReadFailed(HoplineError):
     """Reading the journal failed (not a client's disconnect): the stream says so and ends."""
@@ -38,9 +41,9 @@ class ReplayPages:
     """:meth:`EventBus.replay`'s pages, read one at a time as they are iterated. A class, not an
     async generator: the bus is compiled with mypyc (src/hopline/compiled.py), which has none.
 
-    The gaps the journal knows of in the replayed range are each said once, in their place (before
-    the first event past them, or at the end): a reader resuming inside one learns which ids it
-    will never get (:func:`~.events.missing_ids`)."""
+    The gaps the journal knows of in the replayed range (ids it lost: a torn WAL, a failover) are
+    each said once, in their place (before the first event past them, or at the end): a reader
+    resuming inside one learns which ids it will never get (:meth:`EventBus.missing`)."""
 
     def __init__(self, bus: EventBus, session_id: str, after: int, upto: int) -> None:
         self.bus = bus
@@ -63,7 +66,7 @@ class ReplayPages:
                 self.gaps = [(max(first, after + 1), min(last, upto))
                              for first, last in await bus.journal.gaps(session_id, after, upto)]
                 ring = bus._ring(session_id)
-                if ring.covers(after, upto):
+                if bus.replay_from_ring and ring.covers(after, upto):
                     self.cursor = upto
                     return self._with_gaps(ring.between(after, upto))
             rows = await bus.journal.read_page(session_id, after, upto=upto,
@@ -84,7 +87,8 @@ class ReplayPages:
         out: list[BusEvent] = []
         for event in events:
             while gaps and event.id is not None and gaps[0][0] < event.id:
-                out.append(_gap(gaps.pop(0)))
+                first, last = gaps.pop(0)
+                out.append(self.bus.missing(self.session_id, first, last))
             out.append(event)
         return out
 
@@ -93,19 +97,17 @@ class ReplayPages:
         if not self.gaps:
             raise StopAsyncIteration
         gaps, self.gaps = self.gaps, []
-        return [_gap(gap) for gap in gaps]
-
-
-def _gap(gap: tuple[int, int]) -> BusEvent:
-    return missing_ids(gap[0], gap[1], reason="lost_past_commit_point",
-                       message=f"events {gap[0]} to {gap[1]} were lost by the store after a crash and are "
-                               "not served; `hopline store check` names the gap")
+        return [self.bus.missing(self.session_id, first, last) for first, last in gaps]
 
 
 class EventBus:
     def __init__(self, budget: Budget, journal: EventJournal) -> None:
         self.budget = budget
         self.journal = journal
+        # Several daemons: a replay comes from the store, never a ring, so every daemon shows the
+        # same history (a ring may hold what a store that failed over lost, until written back).
+        self.replay_from_ring = True
+        self.missing_told = 0  # ids said missing to a reader (a store's gap), for /daemon/status
         self._rings: dict[str, Ring] = {}
         self._subscribers: dict[str, set[Subscriber]] = {}
         self.evictions = 0
@@ -206,7 +208,8 @@ class EventBus:
         commit = self._queue.last()
         if commit is not None and commit.committed is not None and commit.events[-1][1] is event:
             commit.answered = len(commit.events) == 1
-            await asyncio.shield(commit.committed)
+            # the requester is answered within the deadline (SPEC T-11); the commit goes on
+            await bounded.awaited_within(commit.committed, self.budget.store_request_deadline_seconds)
         return event
 
     def publish_synthetic(self, session_id: str, event_type: str, data: dict[str, Any]) -> None:
@@ -375,6 +378,13 @@ class EventBus:
         from the journal in pages of about ``sse_queue_max_bytes`` (an async iterator)."""
         return ReplayPages(self, session_id, after, upto)
 
+    def missing(self, session_id: str, first: int, last: int, cause: str = _LOST) -> BusEvent:
+        """The ids ``first..last`` the store does not hold, said to a reader (counted, logged by count)."""
+        self.missing_told += last - first + 1
+        log.warning("event ids missing from the store told to a reader", extra={"events": last - first + 1})
+        return missing_ids(first, last, reason=LOST_PAST_COMMIT_POINT,
+                           message=f"events {first} to {last} were lost {cause}; they are not served")
+
     def event_of(self, session_id: str, row: JournalRow) -> BusEvent:
         """The event a journal row is, or the ``data_corrupt`` that says it is damaged (T-3): a
         damaged event is never served as if it were whole."""
@@ -422,7 +432,10 @@ class EventBus:
                 if not rows:
                     return
                 for row in rows:  # a page read for this catch-up (a local list)
-                    if row.seq > self._delivered.get(session_id, 0):
+                    delivered = self._delivered.get(session_id, 0)
+                    if row.seq > delivered:
+                        if row.seq > delivered + 1:  # ids the store does not hold: said in their place
+                            self._deliver(session_id, self.missing(session_id, delivered + 1, row.seq - 1))
                         self.remote_events += 1
                         if row.corrupt is not None:  # said in its place; the next good one goes on
                             self._delivered[session_id] = row.seq
@@ -436,6 +449,22 @@ class EventBus:
             log.warning("reading another daemon's events failed", extra={"error": type(exc).__name__})
         finally:
             self._catch_ups.pop(session_id, None)
+
+    def known(self) -> dict[str, int]:  # a failover's (T-10): the last id delivered here per session
+        return dict(self._delivered)
+
+    def delivered(self, session_id: str) -> int:  # the session's last id delivered here (0: none)
+        return self._delivered.get(session_id, 0)
+
+    def held(self, session_id: str, after: int) -> list[BusEvent]:
+        """The events of the session's ring past ``after``, in id order."""
+        ring = self._rings.get(session_id)
+        return ring.between(after, 2**63 - 1) if ring is not None else []
+
+    def tell_lost(self, session_id: str, first: int, last: int) -> None:
+        """Ids ``first..last`` no daemon held when the store lost them: said to this daemon's readers."""
+        self._deliver(session_id, self.missing(session_id, first, last, "when the store failed over (no "
+                                               "daemon still held them to write back)"))
 
     def close_session(self, session_id: str) -> None:
         for subscriber in list(self._subscribers.pop(session_id, ())):

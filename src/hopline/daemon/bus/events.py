@@ -67,13 +67,17 @@ def synthetic(event_type: str, data: dict[str, Any]) -> BusEvent:
     return BusEvent(None, event_type, orjson.dumps(data))
 
 
+# The reason of every gap's frame_dropped: ids the store lost past what it committed durably (a
+# crash cut them, a failover to a replica that lacked them), or a Last-Event-ID past its last id.
+LOST_PAST_COMMIT_POINT = "lost_past_commit_point"
+
 
 def missing_ids(first: int, last: int, *, reason: str, **details: Any) -> BusEvent:
     """The one ``frame_dropped`` that tells a reader the event ids ``first..last`` it will never
     get (SPEC T-10: a gap is reported, never hidden): a live reader's event whose commit failed, a
-    replay that reaches into ids the store lost, a failover's. Its ``eventId`` is the first of them,
-    ``missingIds`` the range; ``details`` add what the teller knows (sizes, the event's type, a
-    message)."""
+    replay or a catch-up that reaches into ids the store lost (a torn WAL, a failover), a
+    Last-Event-ID past the store's last id. Its ``eventId`` is the first of them, ``missingIds``
+    the range; ``details`` add what the teller knows (sizes, the event's type, a message)."""
     return synthetic(FRAME_DROPPED, {"direction": "sse", "reason": reason, "hop": HOP_JOURNAL,
                                      "eventId": first, "missingIds": {"first": first, "last": last},
                                      **details})

@@ -13,8 +13,8 @@ import dataclasses
 import secrets
 from typing import Any
 
-from hopline.budget import Budget
-from hopline.store.bounded import BoundedConnection, StoreBusy
+from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.store.bounded import BoundedConnection, StoreBusy, tcp_options
 
 
 def new_daemon_id() -> str:
@@ -37,10 +37,20 @@ class Leases:
         self.daemon_id = daemon_id
         self.advertise_url = advertise_url
         self.lease_seconds = budget.owner_lease_seconds
-        timeouts = {"lock_timeout": budget.store_lock_timeout_seconds,
-                    "statement_timeout": budget.store_statement_timeout_seconds}
-        self._leases = BoundedConnection(dsn, name=f"hopline {daemon_id} leases", **timeouts)
-        self._beat = BoundedConnection(dsn, name=f"hopline {daemon_id} heartbeat", **timeouts)
+        lock, statement = budget.store_lock_timeout_seconds, budget.store_statement_timeout_seconds
+        tcp = tcp_options(budget)
+        # A request's lease statements answer within the request deadline; the heartbeat's within
+        # the lease's margin (a renewal that would come too late to count is given up, its
+        # connection closed: no server-side timeout fires when packets are dropped).
+        self._leases = BoundedConnection(
+            dsn, name=f"hopline {daemon_id} leases", lock_timeout=lock, statement_timeout=statement,
+            deadline=budget.store_request_deadline_seconds, tcp=tcp,
+            deadline_setting=CEILINGS_BY_KEY["store_request_deadline_seconds"].name)
+        self.renewal_deadline = budget.owner_lease_seconds * budget.owner_lease_margin
+        self._beat = BoundedConnection(
+            dsn, name=f"hopline {daemon_id} heartbeat", lock_timeout=lock, statement_timeout=statement,
+            deadline=self.renewal_deadline, tcp=tcp,
+            deadline_setting=CEILINGS_BY_KEY["owner_lease_margin"].name)
         # The fencing token (the lease's epoch) this daemon took each session's lease with: a prompt
         # opens only while the store still holds the lease at that epoch (PgJournal.open_prompt).
         self.epochs: dict[str, int] = {}
@@ -59,10 +69,17 @@ class Leases:
         await self._beat.fetch(
             "INSERT INTO daemons (id, advertise_url) VALUES (%s, %s)", (self.daemon_id, self.advertise_url))
 
-    async def beat(self) -> None:
-        """This daemon is alive (its heartbeat)."""
-        await self._beat.fetch(
-            "UPDATE daemons SET heartbeat_at = now(), stopped = FALSE WHERE id = %s", (self.daemon_id,))
+    async def beat(self) -> tuple[str, str | None]:
+        """This daemon is alive (its heartbeat; its row made again if a store that failed over lost
+        it). Returns the server it reached: its start time and, where this role may read it, its
+        system identifier (a failover or a restart changes them)."""
+        rows = await self._beat.fetch(
+            "INSERT INTO daemons (id, advertise_url) VALUES (%s, %s) ON CONFLICT (id) DO UPDATE "
+            "SET heartbeat_at = now(), stopped = FALSE RETURNING pg_postmaster_start_time()::text, "
+            "CASE WHEN has_function_privilege('pg_control_system()', 'EXECUTE') "
+            "THEN (SELECT system_identifier::text FROM pg_control_system()) END",
+            (self.daemon_id, self.advertise_url))
+        return (str(rows[0][0]), rows[0][1]) if rows else ("", None)
 
     async def renew(self) -> set[str]:
         """This daemon's leases run one more lease period: the sessions whose lease it still holds."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -13,9 +14,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from hopline.budget import Budget
+from hopline.daemon.cluster.failover import Failover
 from hopline.daemon.cluster.forward import Forwarder
 from hopline.daemon.cluster.leases import Leases, Owner
-from hopline.store.bounded import session_options
+from hopline.daemon.cluster.stepdown import StepDown
+from hopline.store.bounded import session_options, tcp_options
 from hopline.store.postgres import EVENTS_CHANNEL, aconnect
 
 log = logging.getLogger("hopline.daemon.cluster")
@@ -36,6 +39,8 @@ class Cluster:
         self.leases = Leases(dsn, budget, daemon_id=daemon_id, advertise_url=self.advertise_url)
         self.forwarder = Forwarder(budget, daemon_id=daemon_id, token=token, owner_of=self.leases.owner_of)
         self._tasks: list[asyncio.Task[None]] = []
+        self.step_down: StepDown | None = None  # made at start
+        self.failover: Failover | None = None  # the daemon's, for the status
         self.adopted = 0
         self.leases_lost = 0
         self.stale_refused = 0  # writes refused because the lease they came under was gone
@@ -61,13 +66,19 @@ class Cluster:
     # --- lifecycle --------------------------------------------------------------------------------
 
     async def start(self, *, on_commit: Callable[[str, int], None], held: Callable[[], set[str]],
-                    on_lost: Callable[[set[str]], Awaitable[None]], on_listen: Callable[[], None]) -> None:
+                    on_lost: Callable[[set[str]], Awaitable[None]], on_listen: Callable[[], None],
+                    step_down: Callable[[], None], on_resume: Callable[[set[str]], Awaitable[None]],
+                    on_server: Callable[[tuple[Any, ...]], None]) -> None:
         """Register this daemon, then heartbeat (``held``: the sessions this daemon runs a child
-        for; ``on_lost`` gets those whose lease it no longer holds) and listen (``on_commit`` per
+        for; ``on_lost`` gets those whose lease it no longer holds; ``step_down`` is called when
+        the lease is at risk, ``on_resume`` with the leases still held once a renewal succeeds
+        again; ``on_server`` with the server each heartbeat reached) and listen (``on_commit`` per
         notification; ``on_listen`` once listening, again after a reconnect: catch up)."""
         await self.leases.register()
+        self.step_down = StepDown(self.lease_seconds, self.budget.owner_lease_margin, step_down)
+        self.step_down.started()
         self.forwarder.open()
-        self._tasks = [asyncio.create_task(self._heartbeat(held, on_lost)),
+        self._tasks = [asyncio.create_task(self._heartbeat(held, on_lost, on_resume, on_server)),
                        asyncio.create_task(self._listen(on_commit, on_listen))]
 
     async def stop(self) -> None:
@@ -78,6 +89,8 @@ class Cluster:
         for task in self._tasks:
             with contextlib.suppress(BaseException):
                 await task
+        if self.step_down is not None:
+            self.step_down.stop()
         with contextlib.suppress(Exception):
             await self.leases.give_up_all()
         await self.close_connections()
@@ -86,14 +99,20 @@ class Cluster:
     async def close_connections(self) -> None:
         await self.leases.close()
 
-    async def _heartbeat(self, held: Callable[[], set[str]],
-                         on_lost: Callable[[set[str]], Awaitable[None]]) -> None:
+    async def _heartbeat(self, held: Callable[[], set[str]], on_lost: Callable[[set[str]], Awaitable[None]],
+                         on_resume: Callable[[set[str]], Awaitable[None]],
+                         on_server: Callable[[tuple[Any, ...]], None]) -> None:
         period = self.lease_seconds / 3
+        assert self.step_down is not None
         while True:
             try:
-                await self.leases.beat()
+                on_server(await self.leases.beat())
                 running = held()  # read before the renewal: a lease taken after it is not "lost"
-                lost = running - await self.leases.renew()
+                sent = time.monotonic()  # the lease counts from the renewal's send (SPEC T-11)
+                renewed = await self.leases.renew()
+                if self.step_down.renewed(sent):
+                    await on_resume(renewed)
+                lost = running - renewed
                 if lost:
                     self.leases_lost += len(lost)
                     log.warning("leases taken by another daemon; their children stop",
@@ -111,7 +130,8 @@ class Cluster:
         while True:
             try:
                 name = f"hopline {self.daemon_id} listen"
-                conn = await aconnect(self._dsn, options=session_options(name=name))
+                conn = await aconnect(self._dsn, options=session_options(name=name),
+                                      **tcp_options(self.budget))
                 try:
                     await conn.execute(f"LISTEN {EVENTS_CHANNEL}")
                     on_listen()
@@ -137,5 +157,14 @@ class Cluster:
             "daemon": self.daemon_id, "advertiseUrl": self.advertise_url, "leaseSeconds": self.lease_seconds,
             "forwardedWrites": self.forwarded, "adoptedSessions": self.adopted,
             "leasesLost": self.leases_lost, "staleWritesRefused": self.stale_refused,
-            "expiredLeases": expired, "daemons": daemons,
+            "expiredLeases": expired, "daemons": daemons, **self.lease_status(),
         }
+
+    def lease_status(self) -> dict[str, Any]:
+        """This daemon's own view of its lease (no store read): stepped down or not, how often,
+        and how old its last successful renewal is."""
+        clock = self.step_down
+        age = clock.age() if clock is not None else None
+        return {"steppedDown": bool(clock and clock.stepped_down), "stepDowns": clock.count if clock else 0,
+                "lastRenewalAgeSeconds": round(age, 3) if age is not None else None,
+                "failover": self.failover.status() if self.failover is not None else None}

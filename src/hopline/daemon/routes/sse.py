@@ -14,7 +14,13 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
-from hopline.daemon.bus import BusEvent, EventBus, JournalReadFailed, Subscriber, synthetic
+from hopline.daemon.bus import (
+    BusEvent,
+    EventBus,
+    JournalReadFailed,
+    Subscriber,
+    synthetic,
+)
 from hopline.daemon.errors import SessionError
 from hopline.vocabulary import (
     CLIENT_EVICTED,
@@ -121,9 +127,13 @@ class SseStream(Response):
 
     async def _pump(self, send: Send) -> None:
         try:
-            if self.resync is not None:
-                await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync)])
             replayed = corrupt = missing = 0
+            if self.resync is not None:  # ids the client has seen that the store does not hold: a gap too
+                first, last = self.resync["latestEventId"] + 1, self.resync["lastEventId"]
+                await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync), self.bus.missing(
+                    self.session_id, first, last, "past the store's last event (a store that failed over "
+                    "lost them, or they never were)")])
+                missing = last - first + 1
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
                 for event in page:  # an event with its id, a damaged one said, or a gap said

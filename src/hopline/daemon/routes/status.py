@@ -37,12 +37,15 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
             # the relay's hot path compiled (mypyc) or its source, and why (hopline/compiled.py)
             "compiled": COMPILED.to_json(),
             "journal": {"queuedEvents": bus.queued_events, "queuedBytes": bus.queued_bytes,
-                        "failedEvents": bus.journal_failed, **bus.corrupt.status()},
+                        "failedEvents": bus.journal_failed, "missingEventsTold": bus.missing_told,
+                        **bus.corrupt.status()},
             **instruments.status(),
             "sse": {"evictions": bus.evictions, "oversizeDropped": bus.oversize_dropped},
             "delivery": manager.delivery_status(),
             "warmChildren": manager.pool.status() if manager.pool is not None else None,
-            "sidecars": ({**store.stats(), "reaper": reaper.status() if reaper is not None else None}
+            # off the loop: a shared index's statements may wait on the store (to their deadline)
+            "sidecars": ({**(await asyncio.to_thread(store.stats)),
+                          "reaper": reaper.status() if reaper is not None else None}
                          if store is not None else None),
             "budget": limits_json(budget, check_coherence(budget), parts.settings),
             "cluster": await cluster_status_or_unavailable(cluster) if cluster is not None else None,

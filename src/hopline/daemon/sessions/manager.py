@@ -47,6 +47,7 @@ from hopline.vocabulary import AGENT_RESTARTED, REASON_OWNER_LOST, SESSION_ADOPT
 log = logging.getLogger("hopline.daemon.sessions")
 
 REASON_DAEMON_RESTARTED = "daemon_restarted"
+REASON_STEPPED_DOWN = "owner_stepped_down"
 
 
 class SessionManager:
@@ -293,6 +294,8 @@ class SessionManager:
         journal = self.journal
         journal.forget_allocations(session.id)  # from an earlier ownership, if any
         await journal.get_session(session.id)  # the last id, read after the compare-and-set
+        # never below an id this daemon's readers were given (a store that failed over may lack it)
+        journal.ensure_above(session.id, self.bus.delivered(session.id))
         ended = await end_open_prompts(
             journal, self.bus, await journal.unended_prompts(session.id), reason=REASON_OWNER_LOST,
             message="the daemon running this prompt stopped answering (its lease expired) and "
@@ -335,6 +338,43 @@ class SessionManager:
                 session.move(SessionState.DETACHED)
             self.bus.close_session(session_id)
             log.warning("agent child stopped: its session's lease was taken")
+
+    def step_down(self) -> None:
+        """The lease may pass to another daemon soon (SPEC T-11): every owned session's agent is
+        frozen at once, then killed; their turns stop here unended and unpublished (nothing more is
+        published as their owner): whoever holds the lease next ends them. Synchronous: called from
+        the lease's timer, it freezes before anything else runs."""
+        stepped = [self.sessions[sid] for sid in self.ownership.step_down(set(self.sessions))]
+        children = [(session, session.child) for session in stepped if session.child is not None]
+        for _, child in children:
+            child.freeze()
+        for session in stepped:
+            for task in list(session.prompts.values()):
+                task.cancel()
+            session.clear_permissions()  # answered by nobody: the agent is gone
+            session.child = None
+            if self.gateway_tokens is not None:
+                self.gateway_tokens.revoke(session.id)
+            if session.state in (SessionState.READY, SessionState.LOADING):
+                session.move(SessionState.DETACHED)
+            session.restart_on_prompt = True  # its next prompt starts a new agent (session/load)
+        for _, child in children:
+            self.tasks.spawn(child.kill())
+        log.error("stepped down: agents frozen and stopped", extra={"sessions": len(stepped),
+                                                                     "agents": len(children)})
+
+    async def resume(self, renewed: set[str]) -> None:
+        """A renewal succeeded after a step-down: the sessions still held are this daemon's again,
+        the turns the step-down cut end now (``owner_stepped_down``); the others were adopted."""
+        kept, lost = self.ownership.resume(renewed)
+        for session_id in sorted(kept):
+            await end_open_prompts(
+                self.journal, self.bus, await self.journal.unended_prompts(session_id),
+                reason=REASON_STEPPED_DOWN,
+                message="the daemon running this prompt could not renew its lease in time and stopped its "
+                        "agent (so no two agents act on one session); the next prompt starts a new one")
+        if lost:
+            await self.lose(lost)
 
     # --- shutdown / status ----------------------------------------------------------------------
 

@@ -26,7 +26,24 @@ class Ownership:
     def __init__(self, cluster: Cluster | None) -> None:
         self.cluster = cluster
         self._owned: set[str] = set()  # sessions (and gate streams) whose lease this daemon holds
+        self._stepped: set[str] = set()  # owned sessions not acted on while the lease is at risk
         self._on_lost: list[Callable[[tuple[str, ...]], None]] = []
+
+    def step_down(self, session_ids: set[str]) -> set[str]:
+        """The lease is at risk (SPEC T-11): these sessions, of the owned ones, are not acted on
+        until a renewal succeeds (:meth:`resume`); the ones stepped down."""
+        stepped = self._owned & session_ids
+        self._owned -= stepped
+        self._stepped |= stepped
+        return stepped
+
+    def resume(self, renewed: set[str]) -> tuple[set[str], set[str]]:
+        """A renewal succeeded again: the stepped-down sessions whose lease this daemon still holds
+        are owned again; the others were taken. ``(kept, lost)``."""
+        kept, lost = self._stepped & renewed, self._stepped - renewed
+        self._owned |= kept
+        self._stepped = set()
+        return kept, lost
 
     def owns(self, session_id: str) -> bool:
         return session_id in self._owned

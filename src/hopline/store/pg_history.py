@@ -1,0 +1,75 @@
+"""What a failover needs of the PostgreSQL journal (SPEC T-10): a store promoted from an asynchronous
+replica may lack events that readers were given. The daemons write back what they still hold,
+under the events' own ids; ids no daemon holds are a loss the daemons tell (never reused).
+
+A mixin of :class:`~hopline.store.pg_journal.PgJournal`: its writes go through the journal's
+writer (in order with its commits, within the request deadline), its reads through its pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from hopline.store.integrity import checksum
+from hopline.store.pg_statements import COVERED_UP_TO, MISSING_RUNS, WRITE_BACK
+from hopline.store.postgres import EVENTS_CHANNEL
+
+T = TypeVar("T")
+
+
+class PgHistory:
+    _open: dict[str, int]  # open session -> the last id this daemon knows committed
+
+    async def _statement(self, apply: Callable[[Any], Any]) -> Any:
+        raise NotImplementedError
+
+    async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        raise NotImplementedError
+
+    def last_committed(self, session_id: str) -> int:
+        """The last id this daemon knows committed for the session (0: none known)."""
+        return self._open.get(session_id, 0)
+
+    def ensure_above(self, session_id: str, floor: int) -> None:
+        """The session's next id is above ``floor`` (an id this daemon knows was given): a store
+        that failed over may have lost it, it is never given again."""
+        if session_id in self._open:
+            self._open[session_id] = max(self._open[session_id], floor)
+
+    async def write_back(self, session_id: str, events: Sequence[tuple[int, str, bytes]]) -> int:
+        """Store ``(id, type, data)`` events this daemon still holds, each under its own id, where no
+        row covers that id yet; the readers of every daemon are woken. How many were stored."""
+        async def apply(conn: Any) -> int:
+            stored = 0
+            for seq, event_type, data in events:
+                row = {"session": session_id, "seq": seq, "type": event_type, "data": data,
+                       "crc": checksum(data)}
+                cursor = await conn.execute(WRITE_BACK, row)
+                stored += max(0, cursor.rowcount)
+            if stored:
+                await conn.execute("SELECT pg_notify(%s, %s || ' ' || (SELECT MAX(seq) FROM events "
+                                   "WHERE session_id = %s))", (EVENTS_CHANNEL, session_id, session_id))
+            return stored
+
+        if not events:
+            return 0
+        written: int = await self._statement(apply)
+        return written
+
+    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
+        """The runs ``(first, last)`` of ids in ``(after, upto]`` that no row of the store holds: its
+        rows are the journal, so an id without one was lost (a failover to a replica that lacked
+        it) or never committed (a failed commit's, told to the live readers then)."""
+        async def query(conn: Any) -> tuple[list[Any], Any]:
+            cursor = await conn.execute(MISSING_RUNS, {"session": session_id, "after": after, "upto": upto})
+            runs = list(await cursor.fetchall())
+            cursor = await conn.execute(COVERED_UP_TO, {"session": session_id, "upto": upto})
+            return runs, await cursor.fetchone()
+
+        runs, last = await self._read(query)
+        gaps = [(int(first), min(int(last_id), upto)) for first, last_id in runs if int(first) <= upto]
+        stored_up_to = max(after, int(last[0]) if last else 0)
+        if stored_up_to < upto and not any(first <= stored_up_to + 1 <= end for first, end in gaps):
+            gaps.append((stored_up_to + 1, upto))
+        return gaps
