@@ -27,7 +27,7 @@ from .test_cluster_faults import until
 
 pytestmark = pytest.mark.e2e
 
-LEASE_SECONDS = 3
+LEASE_SECONDS = 6
 RING = 40  # events a daemon's ring holds: the older ones of the lost stretch are held by no daemon
 
 
@@ -53,9 +53,11 @@ def by_id(events: list[SseEvent]) -> dict[int, bytes]:
     return {e.id: repr(e.data).encode() for e in events if e.id is not None}
 
 
-def lost_ranges(events: list[SseEvent], reason: str) -> list[tuple[int, int]]:
-    return [(e.data["missingIds"]["first"], e.data["missingIds"]["last"]) for e in events
-            if e.type == "frame_dropped" and e.data.get("reason") == reason]
+def told_missing(events: list[SseEvent]) -> list[int]:
+    """The ids a reader was told it will never get (each ``frame_dropped`` naming a run of them)."""
+    dropped = [e.data["missingIds"] for e in events
+               if e.type == "frame_dropped" and e.data.get("reason") == "lost_past_commit_point"]
+    return sorted(i for run in dropped for i in range(run["first"], run["last"] + 1))
 
 
 async def run_failover(tmp_path: Path, store: ReplicatedPostgres, *, lag: bool) -> dict[str, Any]:
@@ -75,18 +77,19 @@ async def run_failover(tmp_path: Path, store: ReplicatedPostgres, *, lag: bool) 
                 if lag:
                     store.lag()  # from here the replica gets nothing
                 await there.wait_for(chunk(140))  # both readers were given these; the replica has none
-                seen_before = max(here.ids[-1], there.ids[-1])
                 await asyncio.to_thread(store.fail_over)
-                ended = lambda e: e.type == "turn_complete" and e.data.get("promptId") == prompt_id  # noqa: E731
+                # the turn's end: its own, or the owner's step-down's when the promotion took longer
+                # than the owner's lease allows (T-11: it stops acting rather than risk two agents)
+                ended = lambda e: e.type in ("turn_complete", "turn_error") and e.data.get("promptId") == prompt_id  # noqa: E731,E501
                 ends = [await s.wait_for(ended, timeout=120) for s in (here, there)]
-                await asyncio.sleep(2 * LEASE_SECONDS)  # every daemon reconciled, and settled
+                await asyncio.sleep(LEASE_SECONDS)  # every daemon saw the new server, reconciled and settled
                 statuses = [(await c.get("/daemon/status")).json()["cluster"] for c in (client_a, client_b)]
                 fresh = [Stream(d, sid, last_event_id=0) for d in (a, b)]
                 try:
                     for stream in fresh:
                         await stream.wait_for(lambda e: e.type == "replay_complete", timeout=60)
                     return {"live": [here.events, there.events], "fresh": [s.events for s in fresh],
-                            "seen_before": seen_before, "ends": ends, "statuses": statuses}
+                            "ends": ends, "statuses": statuses}
                 finally:
                     for stream in fresh:
                         await stream.close()
@@ -100,11 +103,10 @@ async def test_a_lagging_replica_failover_writes_back_what_daemons_hold_and_tell
     with replicated(synchronous=False) as store:
         seen = await run_failover(tmp_path, store, lag=True)
     # Told to every reader: the live ones on both daemons, and a fresh one on each.
-    live_lost = [lost_ranges(events, "lost_past_commit_point") for events in seen["live"]]
-    fresh_lost = [lost_ranges(events, "lost_past_commit_point") for events in seen["fresh"]]
-    assert live_lost[0] and live_lost[0] == live_lost[1], live_lost
-    assert fresh_lost[0] == fresh_lost[1] == live_lost[0], (fresh_lost, live_lost)
-    lost = {i for first, last in live_lost[0] for i in range(first, last + 1)}
+    told = [told_missing(events) for events in seen["live"] + seen["fresh"]]
+    assert told[0] and all(ids == told[0] for ids in told), told  # the same ids, to every reader
+    assert len(set(told[0])) == len(told[0])  # each once
+    lost = set(told[0])
     # What the daemons held (their rings) was written back: fewer lost than the replica missed.
     assert sum(s["failover"]["writtenBack"] for s in seen["statuses"]) > 0
     assert 0 < len(lost) < 120
@@ -118,7 +120,6 @@ async def test_a_lagging_replica_failover_writes_back_what_daemons_hold_and_tell
         given = by_id(events)
         for event_id, data in given.items():
             assert replays[0].get(event_id, data) == data, f"id {event_id} names other content"
-    assert min(i for i in replays[0] if i > seen["seen_before"]) == seen["seen_before"] + 1
 
 
 async def test_a_synchronous_replica_failover_loses_nothing(tmp_path: Path) -> None:

@@ -136,7 +136,9 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
             purger = asyncio.create_task(manager.keys.run_purger())  # expired idempotency keys
             if cluster is not None:
                 assert isinstance(journal, PgJournal)
-                failover = cluster.failover = Failover(bus, journal, settle_seconds=cluster.lease_seconds,
+                # settled: every daemon's heartbeat (each third of the lease) saw the new server twice
+                settle = 2 * cluster.lease_seconds / 3
+                failover = cluster.failover = Failover(bus, journal, settle_seconds=settle,
                                                        last_committed=journal.last_committed)
                 journal.on_reconnect = failover.start  # a reconnect may have reached another server
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,

@@ -48,6 +48,13 @@ def retry_after_of(exc: BaseException, default: float = 1.0) -> int:
     return max(1, math.ceil(float(getattr(exc, "retry_after", default))))
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """A failure of the connection itself (the server went away), not of the statement."""
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError)
+
+
 def is_broken(conn: Any) -> bool:
     """True for a connection no statement should use again: closed, broken, or in psycopg's UNKNOWN
     transaction state (what a connection the server dropped reports; not "in a transaction")."""

@@ -57,6 +57,19 @@ class PgHistory:
         written: int = await self._statement(apply)
         return written
 
+    async def all_stored(self, rows: Sequence[tuple[Any, ...]]) -> bool:
+        """Every one of these rows (``inline_rows``: session, key id, type, data, CRC, parts) is in
+        the store as written: a commit whose answer a lost connection took, retried, finds them."""
+        async def query(conn: Any) -> Any:
+            cursor = await conn.execute(
+                "SELECT count(*) FROM events e JOIN unnest(%s::text[], %s::bigint[], %s::bigint[]) "
+                "AS w(s, q, c) ON e.session_id = w.s AND e.seq = w.q AND e.crc = w.c",
+                ([row[0] for row in rows], [row[1] for row in rows], [row[4] for row in rows]))
+            return await cursor.fetchone()
+
+        found = await self._read(query)
+        return bool(rows) and found is not None and int(found[0]) == len(rows)
+
     async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
         """The runs ``(first, last)`` of ids in ``(after, upto]`` that no row of the store holds: its
         rows are the journal, so an id without one was lost (a failover to a replica that lacked

@@ -33,8 +33,9 @@ import orjson
 
 from hopline.budget import Budget, HoplineError
 from hopline.store import idempotency as keys
+from hopline.store import bounded
 from hopline.store import pg_statements as sql
-from hopline.store.bounded import bounded_check, hang_up, is_broken, session_options, tcp_options, within
+from hopline.store.bounded import connection_lost, is_broken, session_options, tcp_options
 from hopline.store.event_groups import GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
 from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.journal import (
@@ -54,12 +55,6 @@ log = logging.getLogger("hopline.store.journal")
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
 _DEADLINE_SETTING = "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS"
 T = TypeVar("T")
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    import psycopg
-
-    return isinstance(exc, psycopg.OperationalError)
 
 
 class LeaseLost(HoplineError):
@@ -109,8 +104,8 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         # check: a connection the store dropped (a restart) is replaced before a read uses it
         self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
                                          kwargs={"autocommit": True, **tcp_options(self.budget)}, open=False,
-                                         check=bounded_check(self.budget.store_request_deadline_seconds,
-                                                             _DEADLINE_SETTING),
+                                         check=bounded.bounded_check(
+                                             self.budget.store_request_deadline_seconds, _DEADLINE_SETTING),
                                          timeout=self.budget.store_statement_timeout_seconds + 1.0)
         await self._pool.open()
         self._writer = asyncio.create_task(self._run_writer())
@@ -126,9 +121,8 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         return write.future
 
     async def _statement(self, apply: Callable[[Any], Any]) -> Any:
-        """``apply`` run by the writer, its result once committed, within the request deadline
-        (SPEC T-11: no request waits on the store past it, not behind a commit retried through an
-        outage either). A statement given up is not run, or rolled back when it was running."""
+        """``apply`` run by the writer, its result once committed, within the request deadline (T-11:
+        not behind a commit retried through an outage either); given up, it is not run, or rolled back."""
         future = self._queue(_Write(asyncio.get_running_loop().create_future(), apply=apply))
         deadline = self.budget.store_request_deadline_seconds
         try:
@@ -139,14 +133,14 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                                    f"({_DEADLINE_SETTING})") from None
 
     async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work`` on a pooled connection within the request deadline (the wait for a connection
-        included); past it the connection is hung up (:func:`~hopline.store.bounded.within`)."""
+        """``work`` on a pooled connection, all within the request deadline (:func:`.bounded.within`)."""
         deadline = self.budget.store_request_deadline_seconds
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         async with self._pool.connection(timeout=deadline) as conn:
-            return await within(max(0.0, end - loop.time()), work(conn), functools.partial(hang_up, conn),
-                                setting=_DEADLINE_SETTING)
+            left = max(0.0, end - loop.time())
+            hang_up = functools.partial(bounded.hang_up, conn)
+            return await bounded.within(left, work(conn), hang_up, setting=_DEADLINE_SETTING)
 
     async def _run_writer(self) -> None:
         while True:
@@ -188,10 +182,6 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                 self._conn = await self._connect_writer()
                 self._reconnected()
 
-    def _reconnected(self) -> None:
-        if self.on_reconnect is not None:
-            self.on_reconnect()
-
     async def _run_statement(self, write: _Write) -> None:
         assert write.apply is not None
         try:
@@ -222,7 +212,11 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                 await self._commit_group(group)
                 return
             except Exception as exc:
-                if not (_connection_lost(exc) and is_broken(self._conn)) or loop.time() >= deadline \
+                if attempt and type(exc).__name__ == "UniqueViolation" and await self.all_stored(
+                        [row for write in group for row in inline_rows(write.rows or ())]):
+                    self._settle(group, set())  # the lost connection took the answer, not the commit
+                    return
+                if not (connection_lost(exc) and is_broken(self._conn)) or loop.time() >= deadline \
                         or self._closed:
                     self._fail_group(group, exc)
                     await self._reconnect_if_broken()
@@ -242,6 +236,10 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                 self._reconnected()
                 return
             await asyncio.sleep(min(_RECONNECT_PAUSE_SECONDS, max(0.0, deadline - loop.time())))
+
+    def _reconnected(self) -> None:
+        if self.on_reconnect is not None:
+            self.on_reconnect()
 
     def _fail_group(self, group: list[_Write], exc: BaseException) -> None:
         for write in reversed(group):
@@ -275,12 +273,15 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                     # a name of its own: compiled (mypyc), a variable keeps its first type
                     answer = await cursor.fetchone()
                     fenced = set(sessions) - set(answer[0] if answer is not None else ())
-            kept_ids = {id(w) for w in group if not fenced.intersection(row[0] for row in w.rows or ())}
             for write in group:  # a write's key with its events, not when they were fenced
-                if write.key is not None and id(write) in kept_ids:
+                if write.key is not None and not fenced.intersection(row[0] for row in write.rows or ()):
                     await keys.astore(self._conn, write.key, strict=False)
+        self._settle(group, fenced)
+
+    def _settle(self, group: list[_Write], fenced: set[str]) -> None:
+        """A committed group: each write of a session whose lease was taken fails (LeaseLost)."""
         for write in group:
-            if id(write) in kept_ids:
+            if not fenced.intersection(row[0] for row in write.rows or ()):
                 for session_id, seq, _, _ in write.rows or ():
                     if session_id in self._open:
                         self._open[session_id] = max(self._open[session_id], seq)
