@@ -28,7 +28,9 @@ def _pg_env(tmp_path: Path, pg_url: str) -> dict[str, str]:
     # A commit on a lost connection is retried for the outage window before it is refused; the
     # window is short here so a refusal comes well within the client's timeout.
     return {**_env(tmp_path), "HOPLINE_STORE_URL": pg_url, "HOPLINE_CLUSTER_TOKEN": "pg-faults-cluster",
-            "HOPLINE_WARM_CHILDREN": "0", "HOPLINE_STORE_OUTAGE_RETRY_SECONDS": "2"}
+            "HOPLINE_WARM_CHILDREN": "0", "HOPLINE_STORE_OUTAGE_RETRY_SECONDS": "2",
+            # the outages here are shorter than the lease: the daemon keeps its agents (T-11)
+            "HOPLINE_OWNER_LEASE_SECONDS": "60"}
 
 
 def _refused_unavailable(response: httpx.Response) -> None:
@@ -146,7 +148,9 @@ def _store_refuses(pg_url: str) -> bool:
 async def test_an_outage_longer_than_the_lease_keeps_the_daemons_own_session(
         tmp_path: Path, postgres_cluster: PostgresCluster, pg_url: str) -> None:
     """Nobody took the lease while the store was away: the daemon renews its own (same owner, same
-    epoch) instead of fencing its session, so the agent keeps running and the next prompt runs."""
+    epoch) instead of fencing its session, and the next prompt runs here. Its agent was stopped when
+    the lease was at risk (T-11: it could not know nobody would adopt), so that prompt starts a new
+    one, restored with session/load."""
     lease = 2.0
     env = {**_pg_env(tmp_path, pg_url), "HOPLINE_OWNER_LEASE_SECONDS": str(lease)}
     daemon = start_daemon(tmp_path, env=env)
@@ -170,11 +174,15 @@ async def test_an_outage_longer_than_the_lease_keeps_the_daemons_own_session(
             after = await _until_accepted(client, f"/session/{session_id}/prompt", {"text": "after"})
             assert after.status_code == 202, after.text
             prompt_id = after.json()["promptId"]
-            [*_, end] = await read_events(client, session_id, lambda e: e.type in (
+            events = await read_events(client, session_id, lambda e: e.type in (
                 "turn_complete", "turn_error") and e.data.get("promptId") == prompt_id)
-            assert end.type == "turn_complete", end.data
+            assert events[-1].type == "turn_complete", events[-1].data
+            # restored on its resume (agent_restarted), or by the prompt that came first (it re-adopted
+            # its own lease: session_adopted)
+            [restored] = [e for e in events if e.type in ("agent_restarted", "session_adopted")]
+            assert restored.data["restoredWith"] == "session/load"
             row = (await client.get("/daemon/status")).json()["sessions"][0]
-            assert row["childPid"] == child and row["state"] == "ready"  # never fenced, never restarted
+            assert row["childPid"] != child and row["state"] == "ready" and row["owned"]  # never fenced
         assert _prompts(tmp_path) == ["before", "after"]
     finally:
         stop_daemon_proc(daemon.proc)

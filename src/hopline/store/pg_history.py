@@ -8,6 +8,7 @@ writer (in order with its commits, within the request deadline), its reads throu
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -20,12 +21,25 @@ T = TypeVar("T")
 
 class PgHistory:
     _open: dict[str, int]  # open session -> the last id this daemon knows committed
+    _allocated: dict[str, int]  # session -> the last id staged
+    _pool: Any  # the reads' connection pool
 
     async def _statement(self, apply: Callable[[Any], Any]) -> Any:
         raise NotImplementedError
 
     async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
         raise NotImplementedError
+
+    def _new_pool(self) -> Any:
+        raise NotImplementedError
+
+    async def renew_reads(self) -> None:
+        """The store came back (a restart, a failover): reads get a new pool at once, instead of
+        waiting out the old one's reconnect backoff (it tried the absent server less and less often)."""
+        old, self._pool = self._pool, self._new_pool()
+        await self._pool.open()
+        with contextlib.suppress(Exception):
+            await old.close(timeout=1.0)
 
     def last_committed(self, session_id: str) -> int:
         """The last id this daemon knows committed for the session (0: none known)."""
@@ -36,6 +50,8 @@ class PgHistory:
         that failed over may have lost it, it is never given again."""
         if session_id in self._open:
             self._open[session_id] = max(self._open[session_id], floor)
+        if session_id in self._allocated:
+            self._allocated[session_id] = max(self._allocated[session_id], floor)
 
     async def write_back(self, session_id: str, events: Sequence[tuple[int, str, bytes]]) -> int:
         """Store ``(id, type, data)`` events this daemon still holds, each under its own id, where no

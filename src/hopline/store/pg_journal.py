@@ -98,18 +98,19 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         self.on_reconnect: Callable[[], None] | None = None
 
     async def open(self) -> PgJournal:
-        from psycopg_pool import AsyncConnectionPool
-
         self._conn = await self._connect_writer()
-        # check: a connection the store dropped (a restart) is replaced before a read uses it
-        self._pool = AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
-                                         kwargs={"autocommit": True, **tcp_options(self.budget)}, open=False,
-                                         check=bounded.bounded_check(
-                                             self.budget.store_request_deadline_seconds, _DEADLINE_SETTING),
-                                         timeout=self.budget.store_statement_timeout_seconds + 1.0)
+        self._pool = self._new_pool()
         await self._pool.open()
         self._writer = asyncio.create_task(self._run_writer())
         return self
+
+    def _new_pool(self) -> Any:  # checked: a connection the store dropped is replaced before a read
+        from psycopg_pool import AsyncConnectionPool
+        return AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
+                                   kwargs={"autocommit": True, **tcp_options(self.budget)}, open=False,
+                                   check=bounded.bounded_check(self.budget.store_request_deadline_seconds,
+                                                               _DEADLINE_SETTING),
+                                   timeout=self.budget.store_statement_timeout_seconds + 1.0)
 
     # --- the writer -----------------------------------------------------------------------------
 

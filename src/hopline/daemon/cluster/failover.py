@@ -76,6 +76,7 @@ class Failover:
         while True:
             self._again = False
             try:
+                await self.journal.renew_reads()
                 await self.reconcile()
             except asyncio.CancelledError:
                 raise

@@ -67,12 +67,13 @@ class Cluster:
 
     async def start(self, *, on_commit: Callable[[str, int], None], held: Callable[[], set[str]],
                     on_lost: Callable[[set[str]], Awaitable[None]], on_listen: Callable[[], None],
-                    step_down: Callable[[], None], on_resume: Callable[[set[str]], Awaitable[None]],
+                    step_down: Callable[[], None], on_resume: Callable[[set[str]], Awaitable[set[str]]],
                     on_server: Callable[[tuple[Any, ...]], None]) -> None:
         """Register this daemon, then heartbeat (``held``: the sessions this daemon runs a child
         for; ``on_lost`` gets those whose lease it no longer holds; ``step_down`` is called when
         the lease is at risk, ``on_resume`` with the leases still held once a renewal succeeds
-        again; ``on_server`` with the server each heartbeat reached) and listen (``on_commit`` per
+        again, answering those it lost meanwhile; ``on_server`` with the server each heartbeat
+        reached) and listen (``on_commit`` per
         notification; ``on_listen`` once listening, again after a reconnect: catch up)."""
         await self.leases.register()
         self.step_down = StepDown(self.lease_seconds, self.budget.owner_lease_margin, step_down)
@@ -100,7 +101,7 @@ class Cluster:
         await self.leases.close()
 
     async def _heartbeat(self, held: Callable[[], set[str]], on_lost: Callable[[set[str]], Awaitable[None]],
-                         on_resume: Callable[[set[str]], Awaitable[None]],
+                         on_resume: Callable[[set[str]], Awaitable[set[str]]],
                          on_server: Callable[[tuple[Any, ...]], None]) -> None:
         period = self.lease_seconds / 3
         assert self.step_down is not None
@@ -110,9 +111,9 @@ class Cluster:
                 running = held()  # read before the renewal: a lease taken after it is not "lost"
                 sent = time.monotonic()  # the lease counts from the renewal's send (SPEC T-11)
                 renewed = await self.leases.renew()
-                if self.step_down.renewed(sent):
-                    await on_resume(renewed)
                 lost = running - renewed
+                if self.step_down.renewed(sent):
+                    lost |= await on_resume(renewed)  # stopped already (it stepped down): counted here
                 if lost:
                     self.leases_lost += len(lost)
                     log.warning("leases taken by another daemon; their children stop",

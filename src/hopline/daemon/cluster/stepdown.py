@@ -61,7 +61,9 @@ class StepDown:
         self._timer = None
         if self.sent_at is None or self.stepped_down:
             return
-        if time.monotonic() < self.sent_at + self.window:  # renewed meanwhile (a timer was set then)
+        left = self.sent_at + self.window - time.monotonic()
+        if left > 0:  # a timer may fire a little early: armed again for what is left
+            self._timer = asyncio.get_running_loop().call_later(left, self._check)
             return
         self.stepped_down = True
         self.count += 1

@@ -63,7 +63,7 @@ class SessionLoader:
             session.move(SessionState.LOADING)
             try:
                 loaded = await self._from_child(session, new_if_unloadable)
-                session.restart_on_prompt = False
+                session.restart_on_prompt = ""
                 return loaded
             except BaseException:
                 session.move(SessionState.DETACHED)

@@ -257,7 +257,7 @@ class SessionManager:
         if session.child is not child:
             return
         self.relay.detach(session, None)
-        session.restart_on_prompt = True
+        session.restart_on_prompt = "cancel_ignored"
         self.tasks.spawn(child.stop())
         log.warning("agent ignored a cancel past its grace: stopped",
                     extra={"graceSeconds": self.budget.cancel_grace_seconds})
@@ -265,16 +265,17 @@ class SessionManager:
     async def _restart_agent(self, session: DaemonSession) -> None:
         """A new child for the session, its memory restored with session/load where the agent
         supports it (else session/new); said on the session's stream."""
+        reason = session.restart_on_prompt
         loaded = await self.loader.load(session, new_if_unloadable=True)
         restored = loaded.get("source") != "new"
+        why = ("the agent that ignored the cancel" if reason == "cancel_ignored" else
+               "the agent stopped when this daemon could not renew its lease")
         self.bus.publish(session.id, AGENT_RESTARTED, {
-            "reason": "cancel_ignored", "restoredWith": "session/load" if restored else "session/new",
+            "reason": reason, "restoredWith": "session/load" if restored else "session/new",
             "agentMemoryRestored": restored,
-            "message": ("the agent that ignored the cancel was replaced; the new one restored the session "
-                        "with session/load" if restored else
-                        "the agent that ignored the cancel was replaced; it cannot load sessions, so the "
-                        "new one started a new session without its memory (the journal still holds the "
-                        "history)")})
+            "message": (f"{why} was replaced; the new one restored the session with session/load" if restored
+                        else f"{why} was replaced; it cannot load sessions, so the new one started a new "
+                             "session without its memory (the journal still holds the history)")})
 
     async def load(self, session: DaemonSession) -> dict[str, Any]:
         await self.ensure_owner(session)  # (forwarded before this when another daemon owns it)
@@ -357,15 +358,16 @@ class SessionManager:
                 self.gateway_tokens.revoke(session.id)
             if session.state in (SessionState.READY, SessionState.LOADING):
                 session.move(SessionState.DETACHED)
-            session.restart_on_prompt = True  # its next prompt starts a new agent (session/load)
+            session.restart_on_prompt = REASON_STEPPED_DOWN  # its next prompt starts a new agent
         for _, child in children:
             self.tasks.spawn(child.kill())
         log.error("stepped down: agents frozen and stopped", extra={"sessions": len(stepped),
                                                                      "agents": len(children)})
 
-    async def resume(self, renewed: set[str]) -> None:
+    async def resume(self, renewed: set[str]) -> set[str]:
         """A renewal succeeded after a step-down: the sessions still held are this daemon's again,
-        the turns the step-down cut end now (``owner_stepped_down``); the others were adopted."""
+        the turns the step-down cut end now (``owner_stepped_down``); the others were adopted
+        (returned, their leases lost)."""
         kept, lost = self.ownership.resume(renewed)
         for session_id in sorted(kept):
             await end_open_prompts(
@@ -373,8 +375,7 @@ class SessionManager:
                 reason=REASON_STEPPED_DOWN,
                 message="the daemon running this prompt could not renew its lease in time and stopped its "
                         "agent (so no two agents act on one session); the next prompt starts a new one")
-        if lost:
-            await self.lose(lost)
+        return lost  # the heartbeat stops what is left of them (lose)
 
     # --- shutdown / status ----------------------------------------------------------------------
 

@@ -106,9 +106,9 @@ class DaemonSession:
         # a queued one without being sent; ``turn_stop`` ends the wait of the turn in flight.
         self.cancelled_prompts: set[str] = set()
         self.turn_stop: asyncio.Future[None] | None = None
-        # Its child was stopped for ignoring a cancel: the next prompt starts a new one
-        # (session/load where the agent supports it).
-        self.restart_on_prompt = False
+        # Why its child was stopped by the daemon ("cancel_ignored", "owner_stepped_down"): the next
+        # prompt starts a new one (session/load where the agent supports it); "" otherwise.
+        self.restart_on_prompt = ""
         self.loading: LoadState | None = None
         self.frames_dropped = 0
         # Updates received before session/new answered: (their sessionId, projected update), held
