@@ -269,7 +269,10 @@ def chunk_numbers(stream: Stream, prompt_id: str) -> list[int]:
 async def test_a_store_restart_mid_stream_loses_no_chunk_on_any_daemon(
         tmp_path: Path, fault_env: dict[str, str], postgres_cluster: PostgresCluster) -> None:
     count = 300
-    with two_daemons(tmp_path, fault_env) as (a, b):
+    # A restart shorter than the lease: the owner keeps acting (past lease x 2/3 since its last
+    # renewal it would stop its agent and end the turn, T-11)
+    env = {**fault_env, "HOPLINE_OWNER_LEASE_SECONDS": "10"}
+    with two_daemons(tmp_path, env) as (a, b):
         async with a.client() as client_a:
             session_id = (await client_a.post("/session", json={"cwd": str(tmp_path)})).json()["sessionId"]
             readers = [Stream(a, session_id), Stream(b, session_id)]  # the owner's and another daemon's

@@ -1,6 +1,7 @@
-"""What a failover needs of the PostgreSQL journal (SPEC T-10): a store promoted from an asynchronous
-replica may lack events that readers were given. The daemons write back what they still hold,
-under the events' own ids; ids no daemon holds are a loss the daemons tell (never reused).
+"""The PostgreSQL journal's reads, each within the request deadline (SPEC T-11), and what a failover
+needs of it (SPEC T-10): a store promoted from an asynchronous replica may lack events that readers
+were given. The daemons write back what they still hold, under the events' own ids; ids no daemon
+holds are a loss the daemons tell (never reused).
 
 A mixin of :class:`~hopline.store.pg_journal.PgJournal`: its writes go through the journal's
 writer (in order with its commits, within the request deadline), its reads through its pool.
@@ -8,10 +9,15 @@ writer (in order with its commits, within the request deadline), its reads throu
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from hopline.budget import Budget
+from hopline.store import bounded
 from hopline.store.integrity import checksum
 from hopline.store.pg_statements import COVERED_UP_TO, MISSING_RUNS, WRITE_BACK
 from hopline.store.postgres import EVENTS_CHANNEL
@@ -19,16 +25,49 @@ from hopline.store.postgres import EVENTS_CHANNEL
 T = TypeVar("T")
 
 
+DEADLINE_SETTING = "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS"
+
+
 class PgHistory:
     _open: dict[str, int]  # open session -> the last id this daemon knows committed
     _allocated: dict[str, int]  # session -> the last id staged
     _pool: Any  # the reads' connection pool
 
+    budget: Budget
+    _pool_renewed_at = 0.0  # monotonic: when the read pool was last made anew
+
     async def _statement(self, apply: Callable[[Any], Any]) -> Any:
         raise NotImplementedError
 
     async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        raise NotImplementedError
+        """``work`` on a pooled connection, all within the request deadline (:func:`.bounded.within`).
+        A pool that lends no connection in half of it (after an outage it tries the server less and
+        less often) is made anew, at most once a deadline, and asked once more."""
+        from psycopg_pool import PoolTimeout
+
+        deadline = self.budget.store_request_deadline_seconds
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        for wait in (deadline / 2, None):
+            try:
+                async with self._pool.connection(timeout=wait or max(0.01, end - loop.time())) as conn:
+                    hang_up = functools.partial(bounded.hang_up, conn)
+                    return await bounded.within(max(0.0, end - loop.time()), work(conn), hang_up,
+                                                setting=DEADLINE_SETTING)
+            except PoolTimeout:
+                if wait is None or time.monotonic() < self._pool_renewed_at + deadline:
+                    raise
+                await self.renew_reads()
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    async def _one(self, sql: str, params: tuple[Any, ...]) -> int:
+        """The integer one read answers (0 for none)."""
+        async def query(conn: Any) -> Any:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchone()
+
+        row = await self._read(query)
+        return int(row[0]) if row else 0
 
     def _new_pool(self) -> Any:
         raise NotImplementedError
@@ -37,6 +76,7 @@ class PgHistory:
         """The store came back (a restart, a failover): reads get a new pool at once, instead of
         waiting out the old one's reconnect backoff (it tried the absent server less and less often)."""
         old, self._pool = self._pool, self._new_pool()
+        self._pool_renewed_at = time.monotonic()
         await self._pool.open()
         with contextlib.suppress(Exception):
             await old.close(timeout=1.0)

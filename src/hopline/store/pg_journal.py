@@ -23,11 +23,10 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
@@ -46,15 +45,13 @@ from hopline.store.journal import (
     StagedRow,
     prompt_id_of,
 )
-from hopline.store.pg_history import PgHistory
+from hopline.store.pg_history import DEADLINE_SETTING, PgHistory
 from hopline.store.postgres import EVENTS_CHANNEL, StoreUnavailable, aconnect
 from hopline.vocabulary import TURN_END_TYPES
 
 log = logging.getLogger("hopline.store.journal")
 
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
-_DEADLINE_SETTING = "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS"
-T = TypeVar("T")
 
 
 class LeaseLost(HoplineError):
@@ -109,7 +106,7 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         return AsyncConnectionPool(self._dsn, min_size=1, max_size=self.budget.store_max_connections,
                                    kwargs={"autocommit": True, **tcp_options(self.budget)}, open=False,
                                    check=bounded.bounded_check(self.budget.store_request_deadline_seconds,
-                                                               _DEADLINE_SETTING),
+                                                               DEADLINE_SETTING),
                                    timeout=self.budget.store_statement_timeout_seconds + 1.0)
 
     # --- the writer -----------------------------------------------------------------------------
@@ -131,17 +128,7 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         except TimeoutError:
             future.cancel()
             raise StoreUnavailable(f"the PostgreSQL store did not answer within {deadline:g} s "
-                                   f"({_DEADLINE_SETTING})") from None
-
-    async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
-        """``work`` on a pooled connection, all within the request deadline (:func:`.bounded.within`)."""
-        deadline = self.budget.store_request_deadline_seconds
-        loop = asyncio.get_running_loop()
-        end = loop.time() + deadline
-        async with self._pool.connection(timeout=deadline) as conn:
-            left = max(0.0, end - loop.time())
-            hang_up = functools.partial(bounded.hang_up, conn)
-            return await bounded.within(left, work(conn), hang_up, setting=_DEADLINE_SETTING)
+                                   f"({DEADLINE_SETTING})") from None
 
     async def _run_writer(self) -> None:
         while True:
@@ -466,15 +453,6 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
             return list(await cursor.fetchall())
 
         return within_bytes(inline_events(await self._read(query), after, bound), max_bytes)
-
-    async def _one(self, sql: str, params: tuple[Any, ...]) -> int:
-        """The integer one read answers (0 for none)."""
-        async def query(conn: Any) -> Any:
-            cursor = await conn.execute(sql, params)
-            return await cursor.fetchone()
-
-        row = await self._read(query)
-        return int(row[0]) if row else 0
 
     async def last_id(self, session_id: str) -> int:
         return await self._one("SELECT COALESCE(MAX(seq), 0) FROM events WHERE session_id = %s",
