@@ -67,12 +67,12 @@ async def test_write_back_stores_only_what_no_row_covers_and_missing_runs_are_ex
     await journal.create_session("s", {})
     await journal.append_many("s", [("session_update", b'{"n":%d}' % i) for i in range(1, 6)])  # a group
     await journal.write_back("s", [(9, "session_update", b'{"n":9}')])
-    assert await journal.missing("s", 0, 12) == [(6, 8), (10, 12)]
+    assert await journal.gaps("s", 0, 12) == [(6, 8), (10, 12)]
     held = [(3, "session_update", b'{"other":3}'), (7, "session_update", b'{"n":7}'),
             (9, "session_update", b'{"n":9}')]
     stored = await journal.write_back("s", held)
     assert stored == 1  # 3 is in the group row, 9 is there already: only 7 is new
-    assert await journal.missing("s", 0, 10) == [(6, 6), (8, 8), (10, 10)]
+    assert await journal.gaps("s", 0, 10) == [(6, 6), (8, 8), (10, 10)]
     page = await journal.read_page("s", 0, max_bytes=1 << 20)
     assert [(r.seq, r.data) for r in page] == [(i, b'{"n":%d}' % i) for i in (1, 2, 3, 4, 5, 7, 9)]
     journal.ensure_above("s", 12)
