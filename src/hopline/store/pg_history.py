@@ -42,22 +42,27 @@ class PgHistory:
     async def _read(self, work: Callable[[Any], Awaitable[T]]) -> T:
         """``work`` on a pooled connection, all within the request deadline (:func:`.bounded.within`).
         A pool that lends no connection in half of it (after an outage it tries the server less and
-        less often) is made anew, at most once a deadline, and asked once more."""
+        less often) is made anew, at most once a deadline, and the rest of it is spent on the new
+        pool (or on one a failover made meanwhile)."""
         from psycopg_pool import PoolTimeout
 
         deadline = self.budget.store_request_deadline_seconds
         loop = asyncio.get_running_loop()
         end = loop.time() + deadline
         for wait in (deadline / 2, None):
+            pool = self._pool
             try:
-                async with self._pool.connection(timeout=wait or max(0.01, end - loop.time())) as conn:
+                async with pool.connection(timeout=wait or max(0.01, end - loop.time())) as conn:
                     hang_up = functools.partial(bounded.hang_up, conn)
                     return await bounded.within(max(0.0, end - loop.time()), work(conn), hang_up,
                                                 setting=DEADLINE_SETTING)
             except PoolTimeout:
-                if wait is None or time.monotonic() < self._pool_renewed_at + deadline:
+                if wait is None:
                     raise
-                await self.renew_reads()
+                if self._pool is pool:  # not made anew while this read waited
+                    if time.monotonic() < self._pool_renewed_at + deadline:
+                        raise
+                    await self.renew_reads()
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _one(self, sql: str, params: tuple[Any, ...]) -> int:
