@@ -83,13 +83,15 @@ async def run_failover(tmp_path: Path, store: ReplicatedPostgres, *, lag: bool) 
                 ended = lambda e: e.type in ("turn_complete", "turn_error") and e.data.get("promptId") == prompt_id  # noqa: E731,E501
                 ends = [await s.wait_for(ended, timeout=120) for s in (here, there)]
                 await asyncio.sleep(LEASE_SECONDS)  # every daemon saw the new server, reconciled and settled
-                statuses = [(await c.get("/daemon/status")).json()["cluster"] for c in (client_a, client_b)]
+                whole = [(await c.get("/daemon/status")).json() for c in (client_a, client_b)]
+                statuses = [status["cluster"] for status in whole]
+                sessions = [s for status in whole for s in status["sessions"] if s["sessionId"] == sid]
                 fresh = [Stream(d, sid, last_event_id=0) for d in (a, b)]
                 try:
                     for stream in fresh:
                         await stream.wait_for(lambda e: e.type == "replay_complete", timeout=60)
                     return {"live": [here.events, there.events], "fresh": [s.events for s in fresh],
-                            "ends": ends, "statuses": statuses}
+                            "ends": ends, "statuses": statuses, "sessions": sessions}
                 finally:
                     for stream in fresh:
                         await stream.close()
@@ -110,6 +112,8 @@ async def test_a_lagging_replica_failover_writes_back_what_daemons_hold_and_tell
     # What the daemons held (their rings) was written back: fewer lost than the replica missed.
     assert sum(s["failover"]["writtenBack"] for s in seen["statuses"]) > 0
     assert 0 < len(lost) < 120
+    # Counted on the session where its daemon runs it (the owner, or an adopter after a step-down).
+    assert max(s["lostEvents"] for s in seen["sessions"]) == len(lost), seen["sessions"]
     # The two fresh replays (from the store) are the same history; every id once, or told lost.
     replays = [by_id(events) for events in seen["fresh"]]
     assert replays[0] == replays[1]
@@ -129,6 +133,7 @@ async def test_a_synchronous_replica_failover_loses_nothing(tmp_path: Path) -> N
         assert not [e for e in events if e.type == "frame_dropped"], "a synchronous replica lost events"
     for status in seen["statuses"]:
         assert status["failover"]["writtenBack"] == 0 and status["failover"]["lostEvents"] == 0
+    assert all(s["lostEvents"] == 0 for s in seen["sessions"])
     replays = [by_id(events) for events in seen["fresh"]]
     assert replays[0] == replays[1] and set(replays[0]) == set(range(1, max(replays[0]) + 1))
     for events in seen["live"]:  # everything a reader was given is in the promoted store, unchanged

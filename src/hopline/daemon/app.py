@@ -139,7 +139,8 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                 # settled: every daemon's heartbeat (each third of the lease) saw the new server twice
                 settle = 2 * cluster.lease_seconds / 3
                 failover = cluster.failover = Failover(bus, journal, settle_seconds=settle,
-                                                       last_committed=journal.last_committed)
+                                                       last_committed=journal.last_committed,
+                                                       on_lost=manager.store_lost)
                 journal.on_reconnect = failover.start  # a reconnect may have reached another server
                 await cluster.start(on_commit=bus.on_remote_commit, held=manager.held, on_lost=manager.lose,
                                     on_listen=bus.catch_up_all, step_down=manager.step_down,

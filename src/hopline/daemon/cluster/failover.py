@@ -11,7 +11,8 @@ was stored (the events its ring and readers got, the ones it committed):
   left alone);
 * its journal never gives one of those ids again (``ensure_above``);
 * after a settling pause (the other daemons write back what they hold meanwhile), the ids still
-  missing are a loss: counted, logged by count, and told to this daemon's readers of the session
+  missing are a loss: counted (the session's ``lostEvents``; a prompt in flight here ends
+  ``degraded``), logged by count, and told to this daemon's readers of the session
   (``frame_dropped``, ``lost_past_commit_point``, naming the ids). Readers elsewhere hear of them from
   their own daemon, and a replay or a catch-up that reaches the gap says it too.
 """
@@ -32,11 +33,13 @@ log = logging.getLogger("hopline.daemon.cluster")
 
 class Failover:
     def __init__(self, bus: EventBus, journal: PgJournal, *, settle_seconds: float,
-                 last_committed: Callable[[str], int]) -> None:
+                 last_committed: Callable[[str], int],
+                 on_lost: Callable[[str, int], None] = lambda _session_id, _events: None) -> None:
         self.bus = bus
         self.journal = journal
         self.settle_seconds = settle_seconds
         self.last_committed = last_committed  # the journal's: the last id this daemon committed
+        self.on_lost = on_lost  # the session and how many of its events were lost (the manager counts)
         self.server: tuple[Any, ...] | None = None
         self.server_changes = 0
         self.reconciles = 0
@@ -118,6 +121,7 @@ class Failover:
                     continue
                 told.add(run)
                 self.bus.tell_lost(session_id, *run)
+                self.on_lost(session_id, run[1] - run[0] + 1)
                 lost += run[1] - run[0] + 1
         if lost:
             self.lost_events += lost

@@ -364,6 +364,14 @@ class SessionManager:
         log.error("stepped down: agents frozen and stopped", extra={"sessions": len(stepped),
                                                                      "agents": len(children)})
 
+    def store_lost(self, session_id: str, events: int) -> None:
+        """A failover's store lost ``events`` of the session that no daemon held (SPEC T-10; told
+        to its readers already): counted, and each prompt in flight here ends degraded."""
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.lost_events += events
+            session.turn_degraded.update(session.turn_lost)  # turn_lost: the prompts in flight
+
     async def resume(self, renewed: set[str]) -> set[str]:
         """A renewal succeeded after a step-down: the sessions still held are this daemon's again,
         the turns the step-down cut end now (``owner_stepped_down``); the others were adopted
@@ -442,6 +450,7 @@ class SessionManager:
                 "framesDropped": session.frames_dropped,
                 **({"owned": self.ownership.owns(session.id)} if self.cluster is not None else {}),
                 "lostBytes": session.lost_bytes,
+                "lostEvents": session.lost_events,
                 "stderr": dataclasses.asdict(child.stderr) if child is not None else None,
             })
         return out

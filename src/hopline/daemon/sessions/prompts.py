@@ -142,9 +142,11 @@ class Prompts:
         ``turn_error`` (origin daemon, reason storage), stored once the store takes it again
         (:func:`end_turn_durably`)."""
         lost = session.turn_lost.pop(prompt_id, 0) + lost_here
+        degraded = lost > 0 or prompt_id in session.turn_degraded
+        session.turn_degraded.discard(prompt_id)
         session.ended_prompts.add(prompt_id)  # its slot frees before its end is visible (queue again)
         await end_turn_durably(self.bus, self.journal, session, prompt_id,
-                               (event_type, {**data, "lostBytes": lost, "degraded": lost > 0}))
+                               (event_type, {**data, "lostBytes": lost, "degraded": degraded}))
 
     def journal_failed(self, session: DaemonSession) -> Awaitable[None] | None:
         """An event of the session was not stored: the prompt in flight is cut (its agent is told

@@ -119,6 +119,10 @@ class DaemonSession:
         self.turn_lost: dict[str, int] = {}  # bytes lost per prompt in flight (D-8)
         self.storage_faults: dict[str, int] = {}  # events of a prompt in flight the journal refused (T-1)
         self.lost_bytes = 0
+        # Events of the session a store lost that no daemon held to write back (T-10): counted, and
+        # the prompts in flight then end degraded (the lost events' sizes are nobody's to know).
+        self.lost_events = 0
+        self.turn_degraded: set[str] = set()
 
     @property
     def pending_prompts(self) -> int:
