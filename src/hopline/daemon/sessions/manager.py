@@ -42,7 +42,13 @@ from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.bounded import store_errors
 from hopline.store.journal import EventJournal, SessionRecord
-from hopline.vocabulary import AGENT_RESTARTED, REASON_OWNER_LOST, SESSION_ADOPTED, SESSION_REAPED, STREAM_KIND
+from hopline.vocabulary import (
+    AGENT_RESTARTED,
+    REASON_OWNER_LOST,
+    SESSION_ADOPTED,
+    SESSION_REAPED,
+    STREAM_KIND,
+)
 
 log = logging.getLogger("hopline.daemon.sessions")
 
