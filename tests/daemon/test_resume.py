@@ -62,6 +62,9 @@ async def test_resume_and_restart_lose_and_duplicate_nothing(tmp_path: Path) -> 
             ahead = await read_events(client, sid, lambda e: e.type == "replay_complete",
                                       last_event_id=last + 100)
             assert ahead[0].type == "state_resync_required" and ahead[0].data["latestEventId"] == last
+            # the ids past the journal's last are a gap, said as every gap is (SPEC T-10)
+            assert ahead[1].type == "frame_dropped" and ahead[1].data["reason"] == "lost_past_commit_point"
+            assert ahead[1].data["missingIds"] == {"first": last + 1, "last": last + 100}
     finally:
         stop_daemon_proc(daemon.proc)
 

@@ -15,10 +15,12 @@ from starlette.types import Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, HOP_JOURNAL, Budget
 from hopline.daemon.bus import (
+    LOST_PAST_COMMIT_POINT,
     BusEvent,
     EventBus,
     JournalReadFailed,
     Subscriber,
+    missing_ids,
     synthetic,
 )
 from hopline.daemon.errors import SessionError
@@ -129,11 +131,11 @@ class SseStream(Response):
         try:
             replayed = corrupt = missing = 0
             if self.resync is not None:  # ids the client has seen that the store does not hold: a gap too
+                # (the client's claim: said to it, not counted nor logged as a loss of the store's)
                 first, last = self.resync["latestEventId"] + 1, self.resync["lastEventId"]
-                await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync), self.bus.missing(
-                    self.session_id, first, last, "past the store's last event (a store that failed over "
-                    "lost them, or they never were)")])
-                missing = last - first + 1
+                await self._emit(send, [synthetic(STATE_RESYNC_REQUIRED, self.resync), missing_ids(
+                    first, last, reason=LOST_PAST_COMMIT_POINT, message=f"events {first} to {last} are past "
+                    "the store's last event (a store that failed over lost them, or they never were)")])
             async for page in self.bus.replay(self.session_id, self.after, self.upto):
                 await self._emit(send, page)
                 for event in page:  # an event with its id, a damaged one said, or a gap said
