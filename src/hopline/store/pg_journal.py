@@ -31,8 +31,8 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget, HoplineError
-from hopline.store import idempotency as keys
 from hopline.store import bounded
+from hopline.store import idempotency as keys
 from hopline.store import pg_statements as sql
 from hopline.store.bounded import connection_lost, is_broken, session_options, tcp_options
 from hopline.store.event_groups import GROUP_MAX_EVENTS, inline_events, inline_rows, within_bytes
