@@ -298,11 +298,13 @@ class Prompts:
         live = session.child is not None and session.child.alive and session.state is SessionState.READY
         if not live and not session.pending_prompts:
             require_ready(session)  # the 409 saying why there is nothing to cancel
-        running = session.current_prompt is not None
+        # A turn whose end is stored is over, though its task has not yet let it go.
+        current = session.current_prompt
+        running = current is not None and current not in session.ended_prompts
         # Write-ahead (T-1): the cancel is journaled before it is answered; the writes to the child
         # then go in the background.
         record = record_of(key, session.id, 200, {"cancelled": running})
-        await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": session.current_prompt},
+        await commit_first(self.bus, session.id, CANCEL_REQUESTED, {"promptId": current if running else None},
                            "the cancel", record)
         self.cut(session, [p for p in list(session.prompts) if p not in session.ended_prompts])
         child = session.child
