@@ -200,9 +200,11 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
                 await self._commit_group(group)
                 return
             except Exception as exc:
-                if attempt and type(exc).__name__ == "UniqueViolation" and await self.all_stored(
+                # Its rows already stored as written: a lost connection took the answer, not the
+                # commit (on a retry, or on the first try when the writer saw the loss first).
+                if type(exc).__name__ == "UniqueViolation" and await self.all_stored(
                         [row for write in group for row in inline_rows(write.rows or ())]):
-                    self._settle(group, set())  # the lost connection took the answer, not the commit
+                    self._settle(group, set())
                     return
                 if not (connection_lost(exc) and is_broken(self._conn)) or loop.time() >= deadline \
                         or self._closed:
