@@ -124,6 +124,11 @@ GATE_VERDICT = "gate_verdict"
 GATE_FIX = "gate_fix"  # a dev fix's outcome: its commit and how it was verified, or why it failed
 DEV_STATE = "dev_state"
 GATE_COMPLETE = "gate_complete"
+# The first line of a gate prompt and of a fix prompt, and the line naming the test command: what the
+# gate writes (gate.prompts) and the offline reviewer reads (hopline.scripted).
+GATE_REVIEW_MARKER = "hopline gate review"
+FIX_MARKER = "hopline gate fix"
+TEST_COMMAND_MARKER = "hopline gate test command:"
 GATE_EVENT_TYPES: tuple[str, ...] = (GATE_STARTED, GATE_ROUND, GATE_ITEM, GATE_PROGRESS, GATE_VERDICT,
                                      GATE_FIX, DEV_STATE, GATE_COMPLETE)
 

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from hopline.harness.review import (
-    GATE_AGENTS,
-    LINE_RULES,
-    AddedLine,
-    line_findings,
-    parse_diff,
-    parse_numstat,
-    untested_findings,
-)
+from hopline.harness.diffs import AddedLine, parse_diff, parse_numstat
+from hopline.harness.review import GATE_AGENTS, LINE_RULES, line_findings, untested_findings
 
 DIFF = """diff --git a/src/app.py b/src/app.py
 index 1111111..2222222 100644

@@ -2,7 +2,7 @@
 ask for a verdict once more, and the dev agent's fix prompt. Pure.
 
 The first line of a gate prompt is machine-read by the offline reviewer
-(:func:`hopline.harness.review.gate_agent_of`); the second names the test command the gate runs.
+(:mod:`hopline.harness.review`); the second names the test command the gate runs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from hopline.gate.verdict import VERDICT_FORMAT
 from hopline.harness.analyzers import analyzers_of
-from hopline.harness.review import FIX_MARKER, GATE_REVIEW_MARKER, TEST_COMMAND_MARKER
+from hopline.vocabulary import FIX_MARKER, GATE_REVIEW_MARKER, TEST_COMMAND_MARKER
 
 TITLES = {"qa_automation": "QA automation", "qa_performance_security": "QA performance and security",
           "qa_strategy": "QA strategy", "appsec": "application security"}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
-from hopline.harness.review import is_test_path
+from hopline.harness.diffs import is_test_path
 from hopline.harness.rules import rule_of, severity_of
 
 # The target version ruff parses with: the newest it knows, so no new syntax reads as an error.

@@ -21,26 +21,17 @@ from collections.abc import Iterable
 from pathlib import PurePosixPath
 from typing import Any
 
+from hopline.harness.diffs import AddedLine, is_source_path, is_test_path
 from hopline.harness.rules import rule_of
-from hopline.vocabulary import GATE_AGENTS, MESSAGE_META
+from hopline.vocabulary import FIX_MARKER, GATE_AGENTS, GATE_REVIEW_MARKER, MESSAGE_META, TEST_COMMAND_MARKER
 
-GATE_REVIEW_MARKER = "hopline gate review"
-FIX_MARKER = "hopline gate fix"
 NOTES_PREFIX = "Review notes: "
 # The gate prompt's first line: "hopline gate review · agent <name> · base <sha> · head <sha>".
 _GATE_HEADER_RE = re.compile(r"^" + re.escape(GATE_REVIEW_MARKER) + r" · agent ([a-z_]+)\b", re.MULTILINE)
 _FENCED_JSON_RE = re.compile(r"```json\s*\n(.*?)\n```", re.DOTALL)
-_HUNK_RE = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 # The second line of a gate prompt: the test command as JSON ({"argv": [...], "file": ...} or null).
-TEST_COMMAND_MARKER = "hopline gate test command:"
 _TEST_COMMAND_RE = re.compile(r"^" + re.escape(TEST_COMMAND_MARKER) + r" (.*)$", re.MULTILINE)
-# Where a cut result's text marker starts (the reviewer reads _meta["hopline.cut"] for the numbers;
-# the marker only breaks the line count of a diff read through it).
-CAP_MARKER = "[hopline: "
 
-SOURCE_SUFFIXES = frozenset({".py", ".js", ".ts", ".tsx", ".jsx", ".go", ".rs", ".java", ".rb", ".php",
-                             ".c", ".cc", ".cpp", ".h", ".hpp", ".cs", ".kt", ".swift", ".sh", ".ex",
-                             ".exs"})
 LOG_SUFFIXES = frozenset({".log"})
 # What a documentation-only change touches (a pull request of only these runs no test): prose by its
 # suffix, and the usual top-level notices by their name.
@@ -49,17 +40,6 @@ DOC_NAMES = frozenset({"LICENSE", "LICENCE", "COPYING", "NOTICE", "AUTHORS", "CO
                        "CHANGES", "HISTORY"})
 # Files besides the tests whose change can add, drop or skip tests: the test ids are compared.
 TEST_CONFIGS = frozenset({"conftest.py", "pytest.ini", "pyproject.toml", "setup.cfg", "tox.ini"})
-
-
-def is_test_path(path: str) -> bool:
-    parts = PurePosixPath(path).parts
-    name = parts[-1] if parts else ""
-    return (any(p in ("tests", "test", "spec", "__tests__") for p in parts[:-1])
-            or name.startswith("test_") or bool(re.search(r"[._-](test|spec)\.[a-z]+$", name)))
-
-
-def is_source_path(path: str) -> bool:
-    return PurePosixPath(path).suffix in SOURCE_SUFFIXES and not is_test_path(path)
 
 
 def is_log_path(path: str) -> bool:
@@ -155,43 +135,6 @@ PROCESS_LIMIT_RULE = "process-limit"  # qa_automation, error: the sandbox refuse
 _ONCE_PER_FILE = frozenset({"test-failure"})
 
 
-@dataclasses.dataclass(frozen=True)
-class AddedLine:
-    path: str
-    line: int | None  # in the new file; None in a cut part read without its hunk header
-    text: str
-
-
-def parse_diff(text: str, *, path: str | None = None) -> list[AddedLine]:
-    """The lines a unified diff adds, with their new-file line numbers where the hunk header is seen.
-
-    ``path`` names the file of a piece read without its ``diff --git`` header (a cut part); a cap
-    marker inside the text loses the line count until the next hunk header."""
-    out: list[AddedLine] = []
-    current = path
-    line: int | None = None
-    for raw in text.splitlines():
-        if raw.startswith("diff --git "):
-            current, line = None, None
-        elif raw.startswith("+++ "):
-            target = raw[4:].strip()
-            current = None if target == "/dev/null" else (target[2:] if target.startswith("b/") else target)
-        elif raw.startswith("--- ") and line is None:
-            continue
-        elif (match := _HUNK_RE.match(raw)) is not None:
-            line = int(match.group(1))
-        elif raw.startswith(CAP_MARKER) or raw.startswith("[file continues"):
-            line = None
-        elif raw.startswith("+"):
-            if current is not None:
-                out.append(AddedLine(current, line, raw[1:]))
-            if line is not None:
-                line += 1
-        elif raw.startswith(" ") and line is not None:
-            line += 1
-    return out
-
-
 def _clip(text: str, chars: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= chars else text[:chars - 1] + "…"
@@ -277,22 +220,6 @@ def symlink_findings(links: dict[str, str]) -> list[dict[str, Any]]:
                         f"checkout, "
                         "a build or a test that follows it reads or writes outside the repository"}
             for path, target in sorted(links.items()) if leaves_repository(path, target)]
-
-
-def parse_numstat(text: str) -> list[list[Any]]:
-    """``git diff --numstat`` lines as ``[path, added, removed]`` (binary files count 0)."""
-    files: list[list[Any]] = []
-    for raw in text.splitlines():
-        parts = raw.split("\t")
-        if len(parts) != 3 or not (parts[0].isdigit() or parts[0] == "-"):
-            continue
-        path = parts[2]
-        if " => " in path:  # a rename: the new name ("{a => b}/c" or "a => b")
-            path = re.sub(r"\{[^{}]* => ([^{}]*)\}", r"\1", path)
-            path = path.split(" => ")[-1].replace("//", "/")
-        files.append([path, int(parts[0]) if parts[0].isdigit() else 0,
-                      int(parts[1]) if parts[1].isdigit() else 0])
-    return files
 
 
 # --- the conversation: prompts, notes -------------------------------------------------------------

@@ -20,6 +20,7 @@ import shlex
 from typing import Any
 
 from hopline.harness import review_analyze
+from hopline.harness.diffs import is_source_path
 from hopline.harness.review import (
     COMPILE_RULE,
     NO_TESTS_RULE,
@@ -29,7 +30,6 @@ from hopline.harness.review import (
     TEST_RULE,
     coverage_findings,
     is_doc_path,
-    is_source_path,
     untested_findings,
 )
 from hopline.harness.rules import agents_rules

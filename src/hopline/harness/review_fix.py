@@ -16,7 +16,8 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Any
 
-from hopline.harness.review import CAP_MARKER, LINE_RULES, UNTESTED_RULE, Result, last_results
+from hopline.harness.diffs import CAP_MARKER
+from hopline.harness.review import LINE_RULES, UNTESTED_RULE, Result, last_results
 from hopline.harness.review_plan import Step
 
 # Rules a fix removes the offending line for (hopline's line rules, and every analyzer's rule: its

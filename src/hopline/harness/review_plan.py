@@ -31,7 +31,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from hopline.harness import review, review_analyze
-from hopline.harness.review import Result, is_source_path
+from hopline.harness.diffs import AddedLine, is_source_path, parse_diff, parse_numstat
+from hopline.harness.review import Result
 from hopline.harness.review_checks import (
     automation_findings,
     compile_failed,
@@ -93,7 +94,7 @@ def _keep_cut(notes: dict[str, Any], result: Result, file: str) -> None:
 def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
     path = str(result.args.get("path") or "")
     if result.args.get("stat"):
-        notes["files"] = [] if result.failed else review.parse_numstat(result.text)
+        notes["files"] = [] if result.failed else parse_numstat(result.text)
         return
     if result.args.get("added"):
         review_analyze.fold_added(notes, result)
@@ -109,7 +110,7 @@ def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
     if result.failed:
         notes["unreadable"].append(path)
         return
-    _fold_added(agent, notes, review.parse_diff(result.text))
+    _fold_added(agent, notes, parse_diff(result.text))
     links = review.symlinks_added(result.text)
     if "links" in notes:  # the analyzers never read through a symlink
         notes["links"] = sorted({*notes["links"], *links})
@@ -118,7 +119,7 @@ def _fold_diff(agent: str, notes: dict[str, Any], result: Result) -> None:
     _keep_cut(notes, result, path)
 
 
-def _fold_added(agent: str, notes: dict[str, Any], added: list[review.AddedLine]) -> None:
+def _fold_added(agent: str, notes: dict[str, Any], added: list[AddedLine]) -> None:
     for entry in added:
         if entry.line is not None and is_source_path(entry.path):
             notes["firstLines"].setdefault(entry.path, entry.line)
@@ -131,7 +132,7 @@ def _fold_part(agent: str, notes: dict[str, Any], result: Result) -> None:
     notes["parts"] = [p for p in notes["parts"] if p is not part]
     if part is None or result.failed:
         return
-    _fold_added(agent, notes, review.parse_diff(result.text, path=part["file"]))
+    _fold_added(agent, notes, parse_diff(result.text, path=part["file"]))
     _keep_cut(notes, result, part["file"])
 
 

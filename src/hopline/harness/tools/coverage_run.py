@@ -18,7 +18,7 @@ import posixpath
 from collections.abc import Sequence
 from typing import Any
 
-from hopline.harness.review import is_source_path, parse_diff, parse_numstat
+from hopline.harness.diffs import is_source_path, parse_diff, parse_numstat
 
 REPORT_FILE = "coverage.json"
 # Runs as ``python -c RUNNER LIB OUT INCLUDE SOURCE -- ARGS...`` (ARGS: the test command after its
