@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import typer
 
 from hopline.cli._common import budget_or_exit, require_coherent_or_exit
+
+if TYPE_CHECKING:
+    from hopline.budget import Budget
+    from hopline.harness.acp.runtime import AgentSetup
+
+
+def offline_setup(budget: Budget) -> AgentSetup:
+    """The offline scripted model when no gateway is set (it refuses a body over the gateway's limit
+    as the embedded gateway would: 413, origin code), and its hints checked at ``session/new``."""
+    from hopline.harness.acp.runtime import AgentSetup
+    from hopline.harness.scripted import scripted_hints
+
+    def standalone_model() -> Any:
+        from hopline.harness.scripted import InProcessModel, ScriptedModel
+
+        return InProcessModel(ScriptedModel(summary_max_bytes=budget.summary_max_bytes),
+                              max_body_bytes=budget.api_json_body_limit)
+
+    def check_hints(raw: Any, field: str) -> object:
+        return scripted_hints(raw, budget, field=field)
+
+    return AgentSetup(standalone_model, check_hints)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,4 +43,4 @@ def register(app: typer.Typer) -> None:
         skip_unused_model_work()  # before the ACP SDK is imported: a warm pool refills this fast
         from hopline.harness.acp.runtime import run_stdio
 
-        raise typer.Exit(run_stdio(budget, naive=naive))
+        raise typer.Exit(run_stdio(budget, offline_setup(budget), naive=naive))

@@ -90,7 +90,6 @@ from hopline.harness.events import (
 )
 from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model
-from hopline.harness.scripted import scripted_hints
 from hopline.harness.sessions import AgentSessionRecord, Page, SessionStore, page_updates
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
@@ -118,6 +117,9 @@ PERMISSION_TOOLS = frozenset({"run_command", "write_file"})
 
 ModelFactory = Callable[[str, SessionCredentials], Model]  # session id, its credentials -> model
 LoopFactory = Callable[..., Any]
+# A session's model hints (``_meta.hopline.scripted``) and the field they came in: checked by the
+# model that reads them, or refused with InputRefused.
+HintCheck = Callable[[Any, str], object]
 
 
 
@@ -147,6 +149,7 @@ class HoplineAgent:
         *,
         environ: dict[str, str] | None = None,
         sidecar_store: SidecarStore | None = None,
+        check_hints: HintCheck | None = None,
     ) -> None:
         self.budget = budget
         self.store = store
@@ -156,6 +159,7 @@ class HoplineAgent:
         self._sessions: dict[str, LiveSession] = {}
         self._conn: Connection | None = None
         self.sidecar_store = sidecar_store
+        self._check_hints = check_hints
 
     def attach(self, conn: Connection) -> None:
         self._conn = conn
@@ -202,9 +206,9 @@ class HoplineAgent:
         self._check_profile(profile_name)
         mode = meta.get(META_PERMISSION_MODE) or self._env.get(PERMISSION_MODE_ENV, "")
         scripted = meta.get(META_SCRIPTED)
-        if scripted is not None:
+        if scripted is not None and self._check_hints is not None:
             try:
-                scripted_hints(scripted, self.budget, field=f"_meta.{META_SCRIPTED}")
+                self._check_hints(scripted, f"_meta.{META_SCRIPTED}")
             except InputRefused as refused:
                 raise RequestError.invalid_params({"reason": refused.message, **refused.fields}) from None
         credentials = credentials_of(meta)

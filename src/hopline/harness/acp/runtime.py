@@ -2,8 +2,9 @@
 
 The model: ``HOPLINE_GATEWAY_URL`` set -> the gateway over HTTP (``hopline.harness.http_model.HttpModel``)
 with the session's own gateway token from the daemon (``_meta["hopline.credentials"]``), or, for an
-agent run by hand against ``hopline gateway``, ``HOPLINE_INTERNAL_TOKEN``; otherwise the offline
-scripted model in-process, so the agent works standalone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon)
+agent run by hand against ``hopline gateway``, ``HOPLINE_INTERNAL_TOKEN``; otherwise the setup's
+standalone model in-process (``hopline agent`` passes the offline scripted model), so the agent works
+alone. ``HOPLINE_SIDECAR_DIR`` (set by the daemon)
 opens its sidecar store; each session's write token arrives in its ``session/new`` (SPEC S-3);
 otherwise updates go inline.
 """
@@ -11,17 +12,19 @@ otherwise updates go inline.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
-from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
+from hopline.harness.acp.agent import HintCheck, HoplineAgent, LiveSession, ModelFactory, serve
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.requests import SessionCredentials
 from hopline.harness.acp.sidecars import store_from_env
+from hopline.harness.model import Model
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.logs import configure_json_logging
 from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
@@ -29,8 +32,18 @@ from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 log = logging.getLogger("hopline.agent")
 
 
+@dataclasses.dataclass(frozen=True)
+class AgentSetup:
+    """What ``hopline agent`` is built with besides its budget and environment: the model a session
+    uses when no gateway is set (made on demand: a warm child that never runs a turn does not load
+    it), and the check of a session's model hints."""
 
-def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = False) -> ModelFactory:
+    standalone_model: Callable[[], Model]
+    check_hints: HintCheck | None = None
+
+
+def model_factory(budget: Budget, environ: Mapping[str, str], setup: AgentSetup, *,
+                  naive: bool = False) -> ModelFactory:
     """``naive``: the seed's engine had no pre-send ceiling check, so over-ceiling bodies are sent."""
     url = environ.get(GATEWAY_URL_ENV, "").strip()
     if url:
@@ -44,14 +57,10 @@ def model_factory(budget: Budget, environ: Mapping[str, str], *, naive: bool = F
 
         return over_http
 
-    def scripted(session_id: str, credentials: SessionCredentials) -> Any:
-        from hopline.harness.scripted import InProcessModel, ScriptedModel
+    def standalone(session_id: str, credentials: SessionCredentials) -> Model:
+        return setup.standalone_model()
 
-        # Refuses bodies over the gateway limit like the embedded gateway would (413, origin code).
-        return InProcessModel(ScriptedModel(summary_max_bytes=budget.summary_max_bytes),
-                              max_body_bytes=budget.api_json_body_limit)
-
-    return scripted
+    return standalone
 
 
 def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
@@ -70,14 +79,14 @@ def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
     return build
 
 
-async def _main(budget: Budget, read_fd: int, write_fd: int, naive: bool) -> None:
+async def _main(budget: Budget, setup: AgentSetup, read_fd: int, write_fd: int, naive: bool) -> None:
     environ = dict(os.environ)
     store = SessionStore(default_data_dir(environ))
     transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
     sidecar_store = store_from_env(budget, environ)
-    agent = HoplineAgent(budget, store, model_factory(budget, environ, naive=naive),
+    agent = HoplineAgent(budget, store, model_factory(budget, environ, setup, naive=naive),
                          loop_factory(budget, naive=naive),
-                         environ=environ, sidecar_store=sidecar_store)
+                         environ=environ, sidecar_store=sidecar_store, check_hints=setup.check_hints)
     log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes,
                                      "sidecarStore": sidecar_store is not None})
     try:
@@ -90,7 +99,7 @@ async def _main(budget: Budget, read_fd: int, write_fd: int, naive: bool) -> Non
         log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
 
 
-def run_stdio(budget: Budget, *, naive: bool = False) -> int:
+def run_stdio(budget: Budget, setup: AgentSetup, *, naive: bool = False) -> int:
     """Serve on this process's stdio until the peer closes stdin; returns the exit code.
 
     ``naive`` runs the tool loop with the seed's old rules (``HOPLINE_NAIVE=1``, for the demo).
@@ -98,7 +107,7 @@ def run_stdio(budget: Budget, *, naive: bool = False) -> int:
     read_fd, write_fd = claim_stdio()
     configure_json_logging()
     try:
-        asyncio.run(_main(budget, read_fd, write_fd, naive))
+        asyncio.run(_main(budget, setup, read_fd, write_fd, naive))
     except KeyboardInterrupt:
         return 130
     return 0
