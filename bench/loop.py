@@ -27,8 +27,8 @@ from bench.common import BenchResult, Settings, Verdict, say
 from hopline.budget import Budget, KiB
 from hopline.harness.loop import ToolLoop
 from hopline.harness.profiles import get_profile
-from hopline.harness.sample_workspace import make_sample_workspace
-from hopline.harness.scripted import InProcessModel, ScriptedModel
+from hopline.scripted.model import InProcessModel, ScriptedModel
+from hopline.scripted.sample_workspace import make_sample_workspace
 
 TARGET_ENCODE_RATIO = 2.0
 TOOLS_PER_ITERATION = 4

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from hopline.embedded import EmbeddedStack, start_embedded
-from hopline.harness.sample_workspace import make_sample_workspace
+from hopline.scripted.sample_workspace import make_sample_workspace
 from services import HOW_TO_GET_POSTGRESQL, HangingProxy, PostgresCluster, S3Server, postgres_bin_dir
 
 

@@ -40,8 +40,8 @@ import orjson
 
 from hopline.gateway.providers import text_pieces
 from hopline.harness.model import LlmTurnRequest
-from hopline.harness.scripted import ScriptedModel
 from hopline.harness.summarize import SUMMARY_SYSTEM_PROMPT
+from hopline.scripted.model import ScriptedModel
 
 # The request schema of POST /v1/chat/completions.
 REQUEST_FIELDS = frozenset({

@@ -16,7 +16,7 @@ from hopline.cli.demo import (
     print_summary,
     stack_env,
 )
-from hopline.harness.scripted import ScriptedModel
+from hopline.scripted.model import ScriptedModel
 from strict_openai import StrictOpenAI
 
 from .conftest import run_cli

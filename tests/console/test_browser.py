@@ -417,7 +417,7 @@ def test_console_modules_at_their_limits(sdk_daemon: Daemon, watched_page: PageW
 def test_a_gate_run_live_in_the_page(hopline_daemon: Daemon, tmp_path: Path, watched_page: PageWatch) -> None:
     """Start a gate run from the page, see one row per gate agent get its verdict and findings live,
     the run's end and its exit code; then the list of runs."""
-    from hopline.gate.sample import make_sample_pull_request
+    from hopline.scripted.sample_pull_request import make_sample_pull_request
 
     repo, base, head = make_sample_pull_request(tmp_path / "pr", log_bytes=4096, logs=1, failing_log=True)
     page = watched_page.page
@@ -487,7 +487,7 @@ def test_a_finished_fix_run_shows_every_round_and_the_verified_fix(hopline_daemo
                                                                    watched_page: PageWatch) -> None:
     """A --fix run read back after its end: round 1's findings, the fix commit and its verification,
     round 2's verdicts; the page spells no event type (it reads GET /gate/vocabulary)."""
-    from hopline.gate.sample import make_sample_pull_request
+    from hopline.scripted.sample_pull_request import make_sample_pull_request
 
     repo, _, _ = make_sample_pull_request(tmp_path / "pr", log_bytes=4096, logs=1)
     daemon = hopline_daemon

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hopline.harness.sample_workspace import make_sample_workspace
+from hopline.scripted.sample_workspace import make_sample_workspace
 
 from .support import read_events, running_daemon
 from .test_serve import kill_child_until_detached, new_session, prompt, turns_done

@@ -17,7 +17,7 @@ import pytest
 
 from daemon.support import Daemon, running_daemon
 from hopline.client import DaemonClient
-from hopline.gate.sample import git
+from hopline.scripted.sample_pull_request import git
 
 GATE_AGENT = Path(__file__).parent / "agents" / "gate_agent.py"
 SARIF_SCHEMA = Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json"

@@ -17,7 +17,7 @@ from hopline.budget import Budget
 from hopline.client import DaemonClient
 from hopline.gate.git import Checkout
 from hopline.gate.run import CHECKOUT_DIR, RUN_FILE
-from hopline.gate.sample import make_sample_pull_request
+from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 from .conftest import follow, make_repo, validate_sarif, worktrees
 
@@ -74,7 +74,7 @@ def test_a_failed_summarizer_reaches_the_gate_and_demo_summaries_and_json(tmp_pa
 
     from hopline.cli.demo import build_summary, print_summary
     from hopline.cli.gate import print_result
-    from hopline.harness.scripted import ScriptedModel
+    from hopline.scripted.model import ScriptedModel
     from strict_openai import StrictOpenAI
 
     repo, _, _ = make_sample_pull_request(tmp_path / "large", logs=2)

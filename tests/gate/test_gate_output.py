@@ -15,9 +15,9 @@ import pytest
 from daemon.support import Daemon
 from hopline.cli.gate import GateView, finding_line, print_result
 from hopline.client.events import Event
-from hopline.gate.sample import make_sample_pull_request
 from hopline.gate.sarif import FINGERPRINT_KEY, to_sarif
 from hopline.harness.rules import rule_of
+from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 from .conftest import make_repo, validate_sarif
 

@@ -13,9 +13,9 @@ import pytest
 
 from daemon.support import Daemon
 from hopline.client import DaemonClient
-from hopline.gate.sample import make_sample_pull_request
 from hopline.gate.sarif import to_sarif
 from hopline.gate.states import DEV_PENDING_TYPES, TERMINAL_TYPES
+from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 from .conftest import follow, items_of, make_repo, run_gate, validate_sarif, worktrees
 
@@ -167,7 +167,7 @@ def test_fix_hands_the_findings_to_the_dev_agent_and_gates_again(hopline_gate_da
     # the dev session it made is gone with the checkout; the fix commit stays, with what it changed
     status = httpx.get(hopline_gate_daemon.url + "/daemon/status", headers=hopline_gate_daemon.headers).json()
     assert result["devSessionId"] not in {s["sessionId"] for s in status["sessions"]}
-    from hopline.gate.sample import git
+    from hopline.scripted.sample_pull_request import git
 
     changed = git(repo, "diff", "--name-only", head, fix["commit"]).splitlines()
     assert changed == ["src/sample/cache.py", "src/sample/settings.py", "tests/test_cache_gate.py",

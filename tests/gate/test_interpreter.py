@@ -13,9 +13,9 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.gate import interpreter, testcmd
-from hopline.gate.sample import git
 from hopline.harness.sandbox import detect_sandbox
 from hopline.harness.sandbox_mounts import drops_user
+from hopline.scripted.sample_pull_request import git
 
 from .conftest import make_repo
 

@@ -12,10 +12,10 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.gate.git import Checkout
-from hopline.gate.sample import git
 from hopline.harness.sandbox import Limits, detect_sandbox
 from hopline.harness.sandbox_pids import pids_cgroup_root
 from hopline.harness.tools import ReviewRange, Workspace
+from hopline.scripted.sample_pull_request import git
 
 from .conftest import make_repo, worktrees
 

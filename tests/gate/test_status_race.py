@@ -12,7 +12,7 @@ import pytest
 
 from daemon.support import running_daemon
 from hopline.client import DaemonClient
-from hopline.gate.sample import make_sample_pull_request
+from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 from .conftest import follow
 

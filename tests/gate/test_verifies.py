@@ -114,7 +114,7 @@ def test_a_symlink_out_of_the_repository_is_one_finding_in_few_iterations(hoplin
                                                                           tmp_path: Path) -> None:
     repo, base, head = make_repo(tmp_path / "repo", BASE, {"README.md": "see the link\n"})
     os.symlink("/etc/passwd", repo / "passwd")
-    from hopline.gate.sample import git
+    from hopline.scripted.sample_pull_request import git
 
     git(repo, "add", "passwd")
     git(repo, "commit", "--quiet", "-m", "link")

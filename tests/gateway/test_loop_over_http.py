@@ -18,7 +18,7 @@ from hopline.harness.http_model import HttpModel
 from hopline.harness.loop import ToolLoop, TurnResult
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
 from hopline.harness.profiles import get_profile
-from hopline.harness.sample_workspace import make_sample_workspace
+from hopline.scripted.sample_workspace import make_sample_workspace
 
 from .conftest import TOKEN, GatewayFactory
 

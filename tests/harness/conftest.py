@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from hopline.harness.sample_workspace import make_sample_workspace
+from hopline.scripted.sample_workspace import make_sample_workspace
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import orjson
 import pytest
 
 from hopline.budget import Budget, KiB, MiB
-from hopline.gate.sample import make_sample_pull_request
 from hopline.harness.context import INTERRUPTED_TEXT, SUMMARY_MARKER, violations
 from hopline.harness.events import (
     AgentText,
@@ -22,8 +21,9 @@ from hopline.harness.failures import classify_http_status
 from hopline.harness.loop import REJECTED_TEXT, ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Usage
 from hopline.harness.profiles import get_profile
-from hopline.harness.scripted import InProcessModel, ScriptedModel
 from hopline.harness.tools import ReviewRange
+from hopline.scripted.model import InProcessModel, ScriptedModel
+from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 DEFAULT = Budget.defaults()
 

@@ -16,8 +16,8 @@ from hopline.harness.loop import ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, Usage
 from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import get_profile
-from hopline.harness.scripted import InProcessModel, ScriptedModel
 from hopline.harness.tokens import estimate
+from hopline.scripted.model import InProcessModel, ScriptedModel
 
 from .test_loop import Recorder
 

@@ -15,7 +15,7 @@ from hopline.budget import Budget
 from hopline.client import DaemonClient
 from hopline.client.turn import TurnTracker
 from hopline.embedded import start_embedded
-from hopline.harness.sample_workspace import make_sample_workspace
+from hopline.scripted.sample_workspace import make_sample_workspace
 
 pytestmark = pytest.mark.e2e  # every test here starts real processes
 

@@ -17,10 +17,10 @@ def offline_setup(budget: Budget) -> AgentSetup:
     """The offline scripted model when no gateway is set (it refuses a body over the gateway's limit
     as the embedded gateway would: 413, origin code), and its hints checked at ``session/new``."""
     from hopline.harness.acp.runtime import AgentSetup
-    from hopline.harness.scripted import scripted_hints
+    from hopline.scripted.model import scripted_hints
 
     def standalone_model() -> Any:
-        from hopline.harness.scripted import InProcessModel, ScriptedModel
+        from hopline.scripted.model import InProcessModel, ScriptedModel
 
         return InProcessModel(ScriptedModel(summary_max_bytes=budget.summary_max_bytes),
                               max_body_bytes=budget.api_json_body_limit)

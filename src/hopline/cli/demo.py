@@ -1,6 +1,6 @@
 """`hopline demo`: the main job, a gate run (SPEC C-3, K; ADR 0098).
 
-Builds the sample pull request (:mod:`hopline.gate.sample`: large test logs, one planted issue per
+Builds the sample pull request (``scripted.sample_pull_request``: large test logs, one planted issue per
 gate domain but QA automation's), starts the embedded stack (daemon, gateway, offline scripted model)
 and runs ``hopline gate --fix`` on it: the four gate agents review ``main..feature`` (all four at once)
 while the dev session waits in ``awaiting_gate``; the dev agent fixes the findings of the failing
@@ -247,7 +247,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool) -> tuple[int, 
     from hopline.cli.gate import GateView, follow_gate
     from hopline.client import DaemonClient
     from hopline.embedded import embedded_stack
-    from hopline.gate.sample import make_sample_pull_request
+    from hopline.scripted.sample_pull_request import make_sample_pull_request
 
     console = Console(stderr=as_json, highlight=False, quiet=as_json)
     started = time.monotonic()

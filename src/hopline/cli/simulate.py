@@ -29,8 +29,8 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
     from hopline.harness.loop import ToolLoop
     from hopline.harness.model import EncodedRequest, LlmTurnResponse
     from hopline.harness.profiles import get_profile
-    from hopline.harness.sample_workspace import make_sample_workspace
-    from hopline.harness.scripted import InProcessModel, ScriptedModel
+    from hopline.scripted.model import InProcessModel, ScriptedModel
+    from hopline.scripted.sample_workspace import make_sample_workspace
 
     profile = get_profile(profile_name, budget).replace(max_iterations=iterations)
     if context_window is not None:  # the model's window, like HOPLINE_MODEL_CONTEXT_WINDOW (and over it)

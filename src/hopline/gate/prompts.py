@@ -2,7 +2,7 @@
 ask for a verdict once more, and the dev agent's fix prompt. Pure.
 
 The first line of a gate prompt is machine-read by the offline reviewer
-(:mod:`hopline.harness.review`); the second names the test command the gate runs.
+(:mod:`hopline.scripted.review`); the second names the test command the gate runs.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Model providers behind the gateway (SPEC G-4, G-5) and their error mapping to H-8 origins.
 
-``scripted`` (default) is the offline deterministic model of ``hopline.harness.scripted``;
+``scripted`` (default) is the offline deterministic model of ``hopline.scripted.model``;
 ``openai`` is any OpenAI-compatible ``POST {base}/chat/completions``, asked with ``stream: true``
 and ``stream_options.include_usage`` (``HOPLINE_PROVIDER_STREAM=0``: one whole answer, for servers
 that lack streaming). Its requests hold only chat-completions fields (:mod:`hopline.gateway.chat`).
@@ -126,7 +126,7 @@ def text_pieces(text: str) -> list[str]:
 
 
 class ScriptedProvider:
-    """The offline deterministic model (``hopline.harness.scripted.ScriptedModel``), the default.
+    """The offline deterministic model (``hopline.scripted.model.ScriptedModel``), the default.
 
     It streams its text word by word, so the default stack streams like a real model does."""
 
@@ -134,7 +134,7 @@ class ScriptedProvider:
 
     def __init__(self, model: Any | None = None) -> None:
         if model is None:
-            from hopline.harness.scripted import ScriptedModel
+            from hopline.scripted.model import ScriptedModel
 
             model = ScriptedModel()
         self._model = model

@@ -2,7 +2,7 @@
 
 A request is encoded once (``encode_request``); its exact byte size is known before it is sent, and
 the same bytes are what an HTTP model posts. Implementations: the in-process scripted model
-(``hopline.harness.scripted``) and the HTTP model that posts to the gateway (``hopline.gateway``).
+(``hopline.scripted.model``) and the HTTP model that posts to the gateway (``hopline.gateway``).
 Every failure is a :class:`TurnFailure` carrying its origin.
 """
 

@@ -13,7 +13,7 @@ Then, by agent:
 - ``qa_automation`` compiles the changed Python files (``run_command python -m py_compile``, in the
   sandbox); unless the change is documentation only or does not compile, runs the gate's test
   command at the head, and at the base when the head fails or the change touches tests; and reads
-  what the runs showed (:mod:`hopline.harness.review_checks`);
+  what the runs showed (:mod:`hopline.scripted.review_checks`);
 - ``appsec`` finds the symlinks the change adds that leave the repository (one finding each).
 
 With the iterations the scripted hints leave, an agent then reads the changed files themselves.
@@ -30,10 +30,11 @@ import shlex
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from hopline.harness import review, review_analyze
 from hopline.harness.diffs import AddedLine, is_source_path, parse_diff, parse_numstat
-from hopline.harness.review import Result
-from hopline.harness.review_checks import (
+from hopline.harness.rules import one_per_concern
+from hopline.scripted import review, review_analyze
+from hopline.scripted.review import Result
+from hopline.scripted.review_checks import (
     automation_findings,
     compile_failed,
     docs_only,
@@ -41,7 +42,6 @@ from hopline.harness.review_checks import (
     summary_of,
     tests_of,
 )
-from hopline.harness.rules import one_per_concern
 from hopline.vocabulary import META_COMMAND, META_CUT, META_DIFF, META_TESTS
 
 _ONCE_PER_FILE = frozenset({"test-failure"})

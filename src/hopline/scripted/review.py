@@ -1,6 +1,6 @@
 """Reviewing a diff deterministically: the rules and readers the offline scripted model plays the
-four gate agents with (ADR 0098; the steps are :mod:`hopline.harness.review_plan`, the dev agent's
-fix :mod:`hopline.harness.review_fix`). Pure: no I/O.
+four gate agents with (ADR 0098; the steps are :mod:`hopline.scripted.review_plan`, the dev agent's
+fix :mod:`hopline.scripted.review_fix`). Pure: no I/O.
 
 A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent, its second line the test
 command (:data:`TEST_COMMAND_MARKER`); a fix prompt starts with :data:`FIX_MARKER` and carries the

@@ -19,9 +19,12 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from hopline.harness import review_analyze
 from hopline.harness.diffs import is_source_path
-from hopline.harness.review import (
+from hopline.harness.rules import agents_rules
+from hopline.harness.testresults import parse_compile_errors
+from hopline.harness.testruns import last_lines
+from hopline.scripted import review_analyze
+from hopline.scripted.review import (
     COMPILE_RULE,
     NO_TESTS_RULE,
     PROCESS_LIMIT_RULE,
@@ -32,9 +35,6 @@ from hopline.harness.review import (
     is_doc_path,
     untested_findings,
 )
-from hopline.harness.rules import agents_rules
-from hopline.harness.testresults import parse_compile_errors
-from hopline.harness.testruns import last_lines
 
 _AT_BASE_TOO = " (it fails at the base too: not introduced by this change)"
 _INTERPRETER_HINT = ("; run the tests with the project's interpreter: hopline gate --python PATH, "

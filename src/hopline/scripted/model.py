@@ -13,7 +13,7 @@ It plans like a small agent: ``list_files`` first, then ``read_file`` / ``search
 ``purpose="summary"`` requests with a bounded summary; after ``iterations`` tool iterations it
 gives a final answer. The iteration number travels in the tool call ids, so it survives compaction.
 
-A gate prompt (:mod:`hopline.harness.review`) makes it the named gate agent: it reads the change with
+A gate prompt (:mod:`hopline.scripted.review`) makes it the named gate agent: it reads the change with
 ``git_diff`` and ends with a verdict from the review rules, exploring the changed files for the
 iterations left by the ``iterations`` hint; a fix prompt makes it the dev agent that edits the
 flagged lines away. Its summaries keep the latest review notes.
@@ -30,11 +30,11 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATEWAY, SCRIPTED_SEED_RANGE, Budget
-from hopline.harness import review, review_fix, review_plan
 from hopline.harness.context import SUMMARY_MARKER
 from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, LlmTurnResponse, Message, Usage
 from hopline.harness.tokens import estimate
+from hopline.scripted import review, review_fix, review_plan
 from hopline.wire.input import InputRefused
 
 PROVIDER_NAME = "scripted"

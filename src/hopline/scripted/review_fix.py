@@ -17,8 +17,8 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from hopline.harness.diffs import CAP_MARKER
-from hopline.harness.review import LINE_RULES, UNTESTED_RULE, Result, last_results
-from hopline.harness.review_plan import Step
+from hopline.scripted.review import LINE_RULES, UNTESTED_RULE, Result, last_results
+from hopline.scripted.review_plan import Step
 
 # Rules a fix removes the offending line for (hopline's line rules, and every analyzer's rule: its
 # finding names its line); an untested change gets a test; a failing test log is left for a real

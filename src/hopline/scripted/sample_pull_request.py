@@ -17,7 +17,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from hopline.harness.sample_workspace import DEFAULT_FILE_BYTES, make_sample_workspace, write_test_logs
+from hopline.scripted.sample_workspace import DEFAULT_FILE_BYTES, make_sample_workspace, write_test_logs
 
 BRANCH = "feature"
 _IDENTITY = {"GIT_AUTHOR_NAME": "hopline sample", "GIT_AUTHOR_EMAIL": "sample@hopline.invalid",

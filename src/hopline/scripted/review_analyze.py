@@ -29,8 +29,8 @@ from hopline.harness.analyzers import (
     missing_module,
     to_finding,
 )
-from hopline.harness.review import Result
 from hopline.harness.rules import rule_of
+from hopline.scripted.review import Result
 from hopline.vocabulary import META_COMMAND, META_CUT
 
 _CONTINUES = "\n[file continues: "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hopline.harness.diffs import AddedLine, parse_diff, parse_numstat
-from hopline.harness.review import GATE_AGENTS, LINE_RULES, line_findings, untested_findings
+from hopline.scripted.review import GATE_AGENTS, LINE_RULES, line_findings, untested_findings
 
 DIFF = """diff --git a/src/app.py b/src/app.py
 index 1111111..2222222 100644
