@@ -21,6 +21,7 @@ from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB, MiB
 from hopline.gateway.providers import ScriptedProvider
 from hopline.harness.http_model import HttpModel
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, TurnFailure, encode_request
+from hopline.scripted.naive import NAIVE
 
 from ._bodies import body_of_size
 from ._server import ServerThread, serve
@@ -47,9 +48,9 @@ async def test_a_body_over_the_engine_ceiling_is_never_sent(gateway_factory: Gat
     assert gw.stats.requests == 1  # the over-ceiling body never reached the gateway
 
 
-async def test_naive_mode_sends_it_and_the_gateway_413_is_code(gateway_factory: GatewayFactory) -> None:
+async def test_naive_sizing_sends_it_and_the_gateway_413_is_code(gateway_factory: GatewayFactory) -> None:
     gw = gateway_factory(Budget.defaults().replace(api_json_body_limit=100 * KiB))
-    async with HttpModel(gw.url, "s-1", TOKEN, Budget.defaults(), enforce_ceiling=False) as model:
+    async with HttpModel(gw.url, "s-1", TOKEN, Budget.defaults(), sizing=NAIVE) as model:
         with pytest.raises(TurnFailure) as caught:
             await model.complete(_encoded(100 * KiB + 1))
     failure = caught.value
@@ -58,11 +59,11 @@ async def test_naive_mode_sends_it_and_the_gateway_413_is_code(gateway_factory: 
     assert (failure.limit_bytes, failure.observed_bytes) == (100 * KiB, 100 * KiB + 1)
 
 
-async def test_naive_mode_far_over_the_limit_is_code_413_or_reset(gateway_factory: GatewayFactory) -> None:
+async def test_naive_sizing_far_over_the_limit_is_code_413_or_reset(gateway_factory: GatewayFactory) -> None:
     # Far over the limit the gateway closes at once: the client sees the 413 or a reset, both `code`.
     budget = Budget.defaults().replace(api_json_body_limit=100 * KiB, transport_max_body_bytes=100 * KiB)
     gw = gateway_factory(budget)  # discards refused bodies up to 200 KiB, closes on larger ones
-    async with HttpModel(gw.url, "s-1", TOKEN, budget, enforce_ceiling=False) as model:
+    async with HttpModel(gw.url, "s-1", TOKEN, budget, sizing=NAIVE) as model:
         for _ in range(3):
             with pytest.raises(TurnFailure) as caught:
                 await model.complete(_encoded(4 * MiB))

@@ -18,6 +18,8 @@ from hopline.harness.http_model import HttpModel
 from hopline.harness.loop import ToolLoop, TurnResult
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
 from hopline.harness.profiles import get_profile
+from hopline.harness.sizing import BUDGETED, Sizing
+from hopline.scripted.naive import NAIVE
 from hopline.scripted.sample_workspace import make_sample_workspace
 
 from .conftest import TOKEN, GatewayFactory
@@ -58,16 +60,16 @@ def workspace(tmp_path: Path) -> Path:
     return make_sample_workspace(tmp_path / "ws", file_bytes=100 * KiB)
 
 
-async def _run_gate(gateway_url: str, workspace: Path, budget: Budget, *, naive: bool
+async def _run_gate(gateway_url: str, workspace: Path, budget: Budget, *, sizing: Sizing
                     ) -> tuple[TurnResult, RecordingHttpModel, list[LoopEvent]]:
     events: list[LoopEvent] = []
 
     async def sink(event: LoopEvent) -> None:
         events.append(event)
 
-    model = RecordingHttpModel(gateway_url, "gate-session", TOKEN, budget, enforce_ceiling=not naive)
+    model = RecordingHttpModel(gateway_url, "gate-session", TOKEN, budget, sizing=sizing)
     loop = ToolLoop(model, get_profile("qa_automation", budget), workspace, budget, sink=sink,
-                    naive=naive, params=SCRIPT)
+                    sizing=sizing, params=SCRIPT)
     try:
         result = await loop.run([], "review this PR")
     finally:
@@ -80,7 +82,7 @@ async def test_gate_agent_60_iterations_over_http_never_meets_a_413(gateway_fact
                                                                     workspace: Path) -> None:
     budget = Budget.defaults()
     gw = gateway_factory(budget, ScriptedProvider())
-    result, model, events = await _run_gate(gw.url, workspace, budget, naive=False)
+    result, model, events = await _run_gate(gw.url, workspace, budget, sizing=BUDGETED)
 
     assert result.stop_reason == "max_iterations", result.to_json()
     assert result.iterations == 60
@@ -102,7 +104,7 @@ async def test_the_seed_incident_413_is_code_and_the_defaults_complete(gateway_f
     # The seed's api: Express's implicit 100 KB limit, and the engine's old (naive) rules.
     seed_api = Budget.defaults().replace(api_json_body_limit=100 * KiB)
     old_gateway = gateway_factory(seed_api, ScriptedProvider())
-    result, model, _ = await _run_gate(old_gateway.url, workspace, harness_budget, naive=True)
+    result, model, _ = await _run_gate(old_gateway.url, workspace, harness_budget, sizing=NAIVE)
 
     failure = result.failure
     assert result.stop_reason == "failed"
@@ -116,7 +118,7 @@ async def test_the_seed_incident_413_is_code_and_the_defaults_complete(gateway_f
 
     # The same run with the defaults (10 MiB gateway, coordinated harness) completes.
     gateway = gateway_factory(Budget.defaults(), ScriptedProvider())
-    fixed, fixed_model, _ = await _run_gate(gateway.url, workspace, harness_budget, naive=False)
+    fixed, fixed_model, _ = await _run_gate(gateway.url, workspace, harness_budget, sizing=BUDGETED)
     assert fixed.stop_reason == "max_iterations" and fixed.iterations == 60
     assert fixed.failure is None
     assert gateway.stats.refused == 0 and fixed_model.failures == []

@@ -40,8 +40,6 @@ def test_effective_window_and_trigger_kind() -> None:
     # the exact body also triggers, even under the token trigger
     assert small.should_compact(10, int(0.7 * 256 * 1024) + 1)
     assert not small.should_compact(10, int(0.7 * 256 * 1024))
-    naive = Bounds(128_000, 256 * 1024, 4, 0.7, naive=True)
-    assert naive.effective_window == 128_000 and not naive.should_compact(10, 10 * 1024 * 1024)
 
 
 def iteration(k: int, n_calls: int, result_bytes: int, args_bytes: int = 10) -> list[dict]:

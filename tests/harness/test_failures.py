@@ -67,15 +67,19 @@ _BOUNDS: dict[str, Any] = {"max_model_retries": 2, "backoff_seconds": 0.5}
 
 @pytest.mark.parametrize(("failure", "attempt", "reaction"), [
     (_SIZE, Attempt(**_BOUNDS), Reaction(ReactionKind.COMPACT_AND_RETRY)),
-    (_SIZE, Attempt(**_BOUNDS, size_retried=True),
+    (_SIZE, Attempt(**_BOUNDS, size_retries=1),
      Reaction(ReactionKind.FAIL, detail="after compaction and one retry")),
-    (_SIZE, Attempt(**_BOUNDS, naive=True), Reaction(ReactionKind.FAIL, detail="(naive rules: no retry)")),
+    (_SIZE, Attempt(**_BOUNDS, max_size_retries=0),
+     Reaction(ReactionKind.FAIL, detail="(sent once: no compaction and resend after a size failure)")),
+    (_SIZE, Attempt(**_BOUNDS, size_retries=1, max_size_retries=2), Reaction(ReactionKind.COMPACT_AND_RETRY)),
+    (_SIZE, Attempt(**_BOUNDS, size_retries=2, max_size_retries=2),
+     Reaction(ReactionKind.FAIL, detail="after compaction and 2 retries")),
     (_SIZE, Attempt(**_BOUNDS, model_retries=2), Reaction(ReactionKind.COMPACT_AND_RETRY)),
     (_TRANSIENT, Attempt(**_BOUNDS), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
     (_TRANSIENT, Attempt(**_BOUNDS, model_retries=1), Reaction(ReactionKind.RETRY, delay_seconds=1.0)),
     (_TRANSIENT, Attempt(**_BOUNDS, model_retries=2), Reaction(ReactionKind.FAIL)),  # at the bound
-    (_TRANSIENT, Attempt(**_BOUNDS, size_retried=True), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
-    (_TRANSIENT, Attempt(**_BOUNDS, naive=True), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
+    (_TRANSIENT, Attempt(**_BOUNDS, size_retries=1), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
+    (_TRANSIENT, Attempt(**_BOUNDS, max_size_retries=0), Reaction(ReactionKind.RETRY, delay_seconds=0.5)),
     (_FINAL, Attempt(**_BOUNDS), Reaction(ReactionKind.FAIL)),
     (TurnFailure("cancelled", "cancelled"), Attempt(**_BOUNDS), Reaction(ReactionKind.FAIL)),
 ])
@@ -85,4 +89,5 @@ def test_react_table(failure: TurnFailure, attempt: Attempt, reaction: Reaction)
 
 def test_an_attempt_moves_on_without_changing_its_bounds() -> None:
     attempt = Attempt(**_BOUNDS).retried_model().retried_model().retried_size()
-    assert (attempt.model_retries, attempt.size_retried, attempt.max_model_retries) == (2, True, 2)
+    assert (attempt.model_retries, attempt.size_retries, attempt.max_model_retries) == (2, 1, 2)
+    assert attempt.max_size_retries == 1

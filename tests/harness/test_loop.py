@@ -21,8 +21,10 @@ from hopline.harness.failures import classify_http_status
 from hopline.harness.loop import REJECTED_TEXT, ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Usage
 from hopline.harness.profiles import get_profile
+from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.harness.tools import ReviewRange
 from hopline.scripted.model import InProcessModel, ScriptedModel
+from hopline.scripted.naive import NAIVE
 from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 DEFAULT = Budget.defaults()
@@ -112,19 +114,19 @@ async def test_small_transport_ceiling_every_body_under_256k(sample: Path) -> No
     assert model.orphans == 0
 
 
-def dev_loop(sample: Path, budget: Budget, naive: bool) -> tuple[ToolLoop, InProcessModel]:
+def dev_loop(sample: Path, budget: Budget, sizing: Sizing) -> tuple[ToolLoop, InProcessModel]:
     model = InProcessModel(ScriptedModel(tools_per_iteration=2, iterations=30, write_bytes=32 * KiB))
     profile = get_profile("dev", budget).replace(max_iterations=20)
-    return ToolLoop(model, profile, sample, budget, naive=naive), model
+    return ToolLoop(model, profile, sample, budget, sizing=sizing), model
 
 
-async def test_naive_rules_pass_the_ceiling_default_rules_do_not(sample: Path) -> None:
+async def test_naive_sizing_passes_the_ceiling_the_budgets_does_not(sample: Path) -> None:
     budget = DEFAULT.replace(transport_max_body_bytes=256 * KiB)
-    naive, naive_model = dev_loop(sample, budget, naive=True)
+    naive, naive_model = dev_loop(sample, budget, NAIVE)
     naive_result = await naive.run([], "implement")
     assert not naive_result.compactions
-    assert max(naive_model.sizes) > 256 * KiB  # the seed's incident: arguments were invisible
-    fixed, fixed_model = dev_loop(sample, budget, naive=False)
+    assert max(naive_model.sizes) > 256 * KiB  # the tool calls' arguments were invisible to it
+    fixed, fixed_model = dev_loop(sample, budget, BUDGETED)
     fixed_result = await fixed.run([], "implement")
     assert fixed_result.compactions
     assert max(fixed_model.sizes) <= 256 * KiB

@@ -13,10 +13,12 @@ if TYPE_CHECKING:
     from hopline.harness.acp.runtime import AgentSetup
 
 
-def offline_setup(budget: Budget) -> AgentSetup:
+def offline_setup(budget: Budget, *, naive: bool) -> AgentSetup:
     """The offline scripted model when no gateway is set (it refuses a body over the gateway's limit
-    as the embedded gateway would: 413, origin code), and its hints checked at ``session/new``."""
+    as the embedded gateway would: 413, origin code), its hints checked at ``session/new``; the
+    budget's sizing, or with ``naive`` the replay of an engine without it."""
     from hopline.harness.acp.runtime import AgentSetup
+    from hopline.harness.sizing import BUDGETED
     from hopline.scripted.model import scripted_hints
 
     def standalone_model() -> Any:
@@ -28,7 +30,11 @@ def offline_setup(budget: Budget) -> AgentSetup:
     def check_hints(raw: Any, field: str) -> object:
         return scripted_hints(raw, budget, field=field)
 
-    return AgentSetup(standalone_model, check_hints)
+    if naive:
+        from hopline.scripted.naive import NAIVE
+
+        return AgentSetup(standalone_model, check_hints, NAIVE)
+    return AgentSetup(standalone_model, check_hints, BUDGETED)
 
 
 def register(app: typer.Typer) -> None:
@@ -43,4 +49,4 @@ def register(app: typer.Typer) -> None:
         skip_unused_model_work()  # before the ACP SDK is imported: a warm pool refills this fast
         from hopline.harness.acp.runtime import run_stdio
 
-        raise typer.Exit(run_stdio(budget, offline_setup(budget), naive=naive))
+        raise typer.Exit(run_stdio(budget, offline_setup(budget, naive=naive)))

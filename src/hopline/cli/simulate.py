@@ -29,7 +29,9 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
     from hopline.harness.loop import ToolLoop
     from hopline.harness.model import EncodedRequest, LlmTurnResponse
     from hopline.harness.profiles import get_profile
+    from hopline.harness.sizing import BUDGETED
     from hopline.scripted.model import InProcessModel, ScriptedModel
+    from hopline.scripted.naive import NAIVE
     from hopline.scripted.sample_workspace import make_sample_workspace
 
     profile = get_profile(profile_name, budget).replace(max_iterations=iterations)
@@ -60,7 +62,7 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
 
     with tempfile.TemporaryDirectory(prefix="hopline-simulate-") as tmp:
         workspace = make_sample_workspace(Path(tmp), file_bytes=tool_bytes, seed=seed)
-        loop = ToolLoop(model, profile, workspace, budget, sink=sink, naive=naive)
+        loop = ToolLoop(model, profile, workspace, budget, sink=sink, sizing=NAIVE if naive else BUDGETED)
         try:
             result = await loop.run([], "Review the change in this workspace and report what you find.")
         finally:

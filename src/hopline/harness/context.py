@@ -60,14 +60,14 @@ def effective_window(context_window: int, transport_max_body_bytes: int, bytes_p
 class Bounds:
     """The compaction bounds of one loop: model window, transport ceiling, threshold.
 
-    ``naive`` reproduces the seed's old rules: window = context_window, no transport bound.
+    Compaction fires at ``threshold`` of the effective window (in tokens) or of the transport
+    ceiling (in exact body bytes), whichever is passed first.
     """
 
     context_window: int
     ceiling_bytes: int
     bytes_per_token: int
     threshold: float
-    naive: bool = False
 
     @property
     def transport_window(self) -> int:
@@ -75,16 +75,12 @@ class Bounds:
 
     @property
     def effective_window(self) -> int:
-        if self.naive:
-            return self.context_window
         return effective_window(self.context_window, self.ceiling_bytes, self.bytes_per_token)
 
     @property
     def trigger_kind(self) -> Trigger:
         """Which bound is the smaller one (ties go to the model)."""
-        if self.naive or self.context_window <= self.transport_window:
-            return "model"
-        return "transport"
+        return "model" if self.context_window <= self.transport_window else "transport"
 
     @property
     def trigger_tokens(self) -> int:
@@ -92,8 +88,8 @@ class Bounds:
 
     @property
     def trigger_body_bytes(self) -> int | None:
-        """Exact body bytes above which compaction fires (None in naive mode)."""
-        return None if self.naive else int(self.threshold * self.ceiling_bytes)
+        """Exact body bytes above which compaction fires (None: the body alone never triggers it)."""
+        return int(self.threshold * self.ceiling_bytes)
 
     @property
     def target_tokens(self) -> int:

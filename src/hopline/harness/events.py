@@ -106,7 +106,7 @@ class IterationProgress:
     compactions: int
     trigger: Literal["model", "transport"] | None = None
     # "usage": the provider's last prompt_tokens plus the estimate of what was added since (H-2);
-    # "bytes": the bytes-per-token estimate; "content": the seed's content-only estimate (naive).
+    # "bytes": the bytes-per-token estimate; "content": message content only (a sizing without the budget).
     estimate_source: EstimateSource = "bytes"
     # Set when this send retries the iteration's llm-turn: what failed ({origin, status, hop}), which
     # send of the iteration it was (``attempt``, from 1) and the bytes of text it had streamed.

@@ -160,14 +160,14 @@ class Attempt:
     max_model_retries: int
     backoff_seconds: float
     model_retries: int = 0
-    size_retried: bool = False
-    naive: bool = False  # the seed's rules: no size retry
+    size_retries: int = 0
+    max_size_retries: int = 1  # compactions and resends after a hop refused the body for its size
 
     def retried_model(self) -> Attempt:
         return dataclasses.replace(self, model_retries=self.model_retries + 1)
 
     def retried_size(self) -> Attempt:
-        return dataclasses.replace(self, size_retried=True)
+        return dataclasses.replace(self, size_retries=self.size_retries + 1)
 
 
 def retries_spent(failure: TurnFailure, sends: int, attempt: Attempt) -> TurnFailure:
@@ -186,11 +186,16 @@ def retries_spent(failure: TurnFailure, sends: int, attempt: Attempt) -> TurnFai
 def react(failure: TurnFailure, attempt: Attempt) -> Reaction:
     """The loop's reaction to ``failure`` at ``attempt`` (pure; see the module docstring)."""
     if failure.size_error:
-        if not attempt.naive and not attempt.size_retried:
+        if attempt.size_retries < attempt.max_size_retries:
             return Reaction(ReactionKind.COMPACT_AND_RETRY)
-        detail = "after compaction and one retry" if attempt.size_retried else "(naive rules: no retry)"
-        return Reaction(ReactionKind.FAIL, detail=detail)
+        return Reaction(ReactionKind.FAIL, detail=_size_retries_said(attempt.size_retries))
     if failure.retryable and attempt.model_retries < attempt.max_model_retries:
         delay = attempt.backoff_seconds * 2 ** attempt.model_retries
         return Reaction(ReactionKind.RETRY, delay_seconds=delay)
     return Reaction(ReactionKind.FAIL)
+
+
+def _size_retries_said(retries: int) -> str:
+    if retries == 0:
+        return "(sent once: no compaction and resend after a size failure)"
+    return "after compaction and one retry" if retries == 1 else f"after compaction and {retries} retries"

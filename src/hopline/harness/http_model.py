@@ -2,8 +2,8 @@
 (the harness's side of hop 3; the gateway serves it and imports the harness, never the reverse).
 
 The body is the encoder's exact bytes, sent with its ``Content-Length``; it is checked against the
-engine ceiling before a byte leaves (unless ``enforce_ceiling=False``, the naive mode that reproduces
-the seed's incident). Failures keep the origin the gateway reported; without the gateway's JSON,
+engine ceiling before a byte leaves (the ceiling of the model's :class:`~hopline.harness.sizing.Sizing`,
+the budget's by default). Failures keep the origin the gateway reported; without the gateway's JSON,
 413 and a reset while uploading are ``code`` size errors, 429/5xx and timeouts are ``model``.
 
 ``complete_streaming`` asks for the streaming form (``Accept: application/x-ndjson``,
@@ -23,6 +23,7 @@ import orjson
 from hopline.budget import HOP_GATEWAY, Budget, KiB, LimitExceeded
 from hopline.harness.failures import classify_http_status, over_ceiling
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
+from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.bounded import read_bounded
 from hopline.wire.ndjson import Frame, NdjsonDecoder
@@ -64,11 +65,11 @@ class HttpModel:
         budget: Budget,
         *,
         client: httpx.AsyncClient | None = None,
-        enforce_ceiling: bool = True,
+        sizing: Sizing = BUDGETED,
     ) -> None:
         self.url = f"{base_url.rstrip('/')}/internal/sessions/{quote(session_id, safe='')}/llm-turn"
         self.budget = budget
-        self.enforce_ceiling = enforce_ceiling
+        self.send_ceiling = sizing.send_ceiling(budget)
         self._token = token
         self._own_client = client is None
         # The gateway waits on the provider: its read timeout covers the provider's plus a connect.
@@ -99,8 +100,8 @@ class HttpModel:
         return await self._exchange(encoded, on_text)
 
     async def _exchange(self, encoded: EncodedRequest, on_text: TextSink | None) -> LlmTurnResponse:
-        ceiling = self.budget.transport_max_body_bytes
-        if self.enforce_ceiling and encoded.size > ceiling:
+        ceiling = self.send_ceiling
+        if ceiling is not None and encoded.size > ceiling:
             raise over_ceiling(encoded.size, ceiling)
         upload = _Upload(encoded.body)
         headers = {

@@ -6,9 +6,8 @@ append -> repeat, until a final answer, cancellation, a failure or the profile's
 The conversation is a plain list of OpenAI-shape message dicts, extended in place, so the ACP agent
 can persist it. The exact body size is known before every send (``IncrementalEstimator``); a body
 over the engine ceiling is never sent: compaction runs first, and if even the compacted body cannot
-fit, the turn fails with origin ``code`` naming the ceiling and the size. ``naive=True`` replays the
-seed's old rules (content-only estimate, window = context_window, no transport bound, no pre-send
-refusal, no size retry) so the incident can be reproduced.
+fit, the turn fails with origin ``code`` naming the ceiling and the size. These rules are the
+loop's :class:`~hopline.harness.sizing.Sizing` (the budget's by default).
 
 A model that streams (:class:`~hopline.harness.model.StreamingModel`) hands its text over as it is
 produced: each delta is an ``AgentText`` event right away. After every answer the token estimate is
@@ -29,12 +28,11 @@ import orjson
 
 from hopline.budget import HOP_ENGINE, Budget
 from hopline.harness import failures
-from hopline.harness.context import Bounds, RepairReport, Trigger, apply_compaction, plan_compaction, repair
+from hopline.harness.context import RepairReport, Trigger, apply_compaction, plan_compaction, repair
 from hopline.harness.events import (
     AgentText,
     Compacted,
     CompactionRecord,
-    EstimateSource,
     EventSink,
     IterationProgress,
     LoopEvent,
@@ -54,8 +52,9 @@ from hopline.harness.model import (
 )
 from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import Profile, model_context_window
+from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.harness.summarize import ModelSummarizer, summarize_with_fallback
-from hopline.harness.tokens import IncrementalEstimator, bytes_per_token
+from hopline.harness.tokens import bytes_per_token
 from hopline.harness.tools import ReviewRange, ToolOutcome, Workspace, tool_schemas
 from hopline.vocabulary import MESSAGE_META
 
@@ -107,7 +106,7 @@ class ToolLoop:
         sink: EventSink | None = None,
         permit: PermissionHook | None = None,
         summarizer_model: Model | None = None,
-        naive: bool = False,
+        sizing: Sizing = BUDGETED,
         model_name: str | None = None,
         params: dict[str, Any] | None = None,
         review: ReviewRange | None = None,
@@ -117,13 +116,14 @@ class ToolLoop:
         self.budget = budget
         self.sink = sink
         self.permit = permit
-        self.naive = naive
+        self.sizing = sizing
+        self.send_ceiling = sizing.send_ceiling(budget)
         self.tools = Workspace(workspace, budget, allow_write="write_file" in profile.tools, review=review)
-        self.bounds = Bounds(model_context_window(profile, budget), budget.transport_max_body_bytes,
-                             bytes_per_token(budget), profile.compaction_threshold, naive=naive)
+        self.bounds = sizing.bounds(model_context_window(profile, budget), budget.transport_max_body_bytes,
+                                    bytes_per_token(budget), profile.compaction_threshold)
         self.envelope = LlmTurnRequest([], tools=tool_schemas(profile.tools), model=model_name,
                                        params=dict(params or {}))
-        self.sizer = IncrementalEstimator(budget, self.envelope)
+        self.sizer = sizing.estimator(budget, self.envelope)
         self.summarizer = ModelSummarizer(summarizer_model or model, budget)
         self._task: asyncio.Task[Any] | None = None
         self._plan = PlanTracker(budget.plan_max_entries)
@@ -211,38 +211,30 @@ class ToolLoop:
             result.repairs.add(report)
             log.warning("history repaired before send", extra=report.to_json())
 
-    def _estimate(self) -> tuple[int, EstimateSource]:
-        """The token estimate compaction decides on, and which one it is (H-2)."""
-        if self.naive:
-            return self.sizer.naive_estimate_tokens, "content"
-        anchored = self.sizer.anchored_estimate_tokens
-        if anchored is not None:
-            return anchored, "usage"
-        return self.sizer.estimate_tokens, "bytes"
-
     async def _compaction_check(self, conversation: list[Message],
                                 result: TurnResult) -> CompactionRecord | None:
         """Compact when the estimate or the body passes its trigger; the compaction, if one ran."""
         self.sizer.sync(conversation)
-        trigger = self.bounds.compaction_trigger(self._estimate()[0], self.sizer.body_bytes)
+        trigger = self.bounds.compaction_trigger(self.sizer.estimate()[0], self.sizer.body_bytes)
         if trigger is None:
             return None
         return await self._compact(conversation, result, trigger=trigger)
 
     async def _size_check(self, conversation: list[Message], result: TurnResult) -> CompactionRecord | None:
         """A body over the engine ceiling is never sent: compact first, else fail with origin code."""
-        if self.naive:
+        ceiling = self.send_ceiling
+        if ceiling is None:
             return None
         self.sizer.sync(conversation)
         size = self.sizer.body_bytes
-        if size <= self.ceiling_bytes:
+        if size <= ceiling:
             return None
         record = await self._compact(conversation, result, trigger="transport")
         self.sizer.sync(conversation)
         after = self.sizer.body_bytes
-        if after > self.ceiling_bytes:
+        if after > ceiling:
             why = record.reason if record else "nothing could be compacted"
-            raise failures.over_ceiling(after, self.ceiling_bytes,
+            raise failures.over_ceiling(after, ceiling,
                                         f"after compaction from {size} bytes; {why}")
         return record
 
@@ -253,7 +245,7 @@ class ToolLoop:
         self.sizer.sync(conversation)
         target_body = target_body_bytes if target_body_bytes is not None else self.bounds.target_body_bytes
         target_tokens = min(self.bounds.target_tokens, target_body // self.bounds.bytes_per_token)
-        tokens, source = self._estimate()
+        tokens, source = self.sizer.estimate()
         if source == "usage" and tokens > self.sizer.estimate_tokens > 0:
             # The provider counts more tokens than the bytes estimate: the plan (in estimate units)
             # aims lower by the same ratio, so the next usage lands near the target, not over it.
@@ -287,15 +279,15 @@ class ToolLoop:
         ``compacted``: this iteration's compaction, if any (its trigger labels the progress). A
         failed send is answered by :func:`hopline.harness.failures.react`."""
         attempt = failures.Attempt(self.budget.model_retry_attempts, self.budget.model_retry_backoff_seconds,
-                                   naive=self.naive)
+                                   max_size_retries=self.sizing.size_retries)
         retry: dict[str, Any] | None = None  # what the next send retries, for its progress event
         sends = 0
         while True:
             self.sizer.sync(conversation)
             encoded = self.sizer.encoded()
             # _size_check guards this already; kept as the last net before the wire
-            if not self.naive and encoded.size > self.ceiling_bytes:
-                raise failures.over_ceiling(encoded.size, self.ceiling_bytes)
+            if self.send_ceiling is not None and encoded.size > self.send_ceiling:
+                raise failures.over_ceiling(encoded.size, self.send_ceiling)
             await self._emit(self._progress(iteration, encoded.size, result, compacted, retry))
             result.max_body_bytes = max(result.max_body_bytes, encoded.size)
             sends += 1
@@ -327,7 +319,7 @@ class ToolLoop:
 
     def _progress(self, iteration: int, body_bytes: int, result: TurnResult,
                   compacted: CompactionRecord | None, retry: dict[str, Any] | None) -> IterationProgress:
-        tokens, source = self._estimate()
+        tokens, source = self.sizer.estimate()
         return IterationProgress(
             iteration=iteration, max_iterations=self.profile.max_iterations, body_bytes=body_bytes,
             ceiling_bytes=self.ceiling_bytes, estimate_tokens=tokens,
@@ -345,8 +337,7 @@ class ToolLoop:
             response = await self.model.complete_streaming(encoded, on_text)
         else:
             response = await self.model.complete(encoded)
-        if not self.naive:  # the seed's engine had no anchor
-            self.sizer.anchor(response.usage.prompt_tokens)
+        self.sizer.anchor(response.usage.prompt_tokens)
         return response
 
     async def _compact_to_resend(self, conversation: list[Message], result: TurnResult, failure: TurnFailure,

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
+from hopline.harness.events import EstimateSource
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, Message
 
 
@@ -62,19 +63,9 @@ def message_bytes(message: Message) -> int:
     return total
 
 
-def content_only_bytes(message: Message) -> int:
-    """The seed's old (naive) measure: content only, tool calls counted as nothing."""
-    return content_bytes(message.get("content"))
-
-
 def estimate(messages: list[Message], budget: Budget | None = None) -> int:
     """Estimated prompt tokens of ``messages`` (SPEC H-2)."""
     return tokens_for_bytes(sum(message_bytes(m) for m in messages), budget)
-
-
-def naive_estimate(messages: list[Message], budget: Budget | None = None) -> int:
-    """The seed's content-only estimate, kept so the incident can be reproduced (``naive``)."""
-    return tokens_for_bytes(sum(content_only_bytes(m) for m in messages), budget)
 
 
 _MESSAGES_PREFIX = b'{"messages":['
@@ -95,10 +86,8 @@ class IncrementalEstimator:
         self._objects: list[Message] = []
         self._encoded: list[bytes] = []
         self._estimate_bytes: list[int] = []
-        self._naive_bytes: list[int] = []
         self._sum_encoded = 0
         self._sum_estimate = 0
-        self._sum_naive = 0
         # (prompt tokens the provider reported, messages they covered, estimate bytes at that point)
         self._anchor: tuple[int, int, int] | None = None
         self.set_envelope(envelope)
@@ -135,6 +124,14 @@ class IncrementalEstimator:
         0 (not reported) leaves no anchor."""
         self._anchor = (prompt_tokens, len(self._objects), self._sum_estimate) if prompt_tokens > 0 else None
 
+    def estimate(self) -> tuple[int, EstimateSource]:
+        """The token estimate compaction decides on, and which one it is: anchored on the
+        provider's usage when there is an anchor, else the bytes estimate (H-2)."""
+        anchored = self.anchored_estimate_tokens
+        if anchored is not None:
+            return anchored, "usage"
+        return self.estimate_tokens, "bytes"
+
     @property
     def anchored_estimate_tokens(self) -> int | None:
         """The provider's last prompt tokens plus the estimate of what was added since; None
@@ -149,15 +146,13 @@ class IncrementalEstimator:
             self._anchor = None  # the provider counted messages that are no longer there
         self._sum_encoded -= sum(len(b) for b in self._encoded[length:])
         self._sum_estimate -= sum(self._estimate_bytes[length:])
-        self._sum_naive -= sum(self._naive_bytes[length:])
         del self._objects[length:], self._encoded[length:]
-        del self._estimate_bytes[length:], self._naive_bytes[length:]
+        del self._estimate_bytes[length:]
 
     def _append(self, message: Message) -> None:
         encoded = orjson.dumps(message)
         self.encoded_bytes += len(encoded)
         est = content_bytes(message.get("content"))
-        naive = est
         calls = message.get("tool_calls")
         if calls:
             # The calls' JSON is a slice of the message's encoding, but measured on its own so the
@@ -168,10 +163,8 @@ class IncrementalEstimator:
         self._objects.append(message)
         self._encoded.append(encoded)
         self._estimate_bytes.append(est)
-        self._naive_bytes.append(naive)
         self._sum_encoded += len(encoded)
         self._sum_estimate += est
-        self._sum_naive += naive
 
     @property
     def count(self) -> int:
@@ -180,10 +173,6 @@ class IncrementalEstimator:
     @property
     def estimate_tokens(self) -> int:
         return tokens_for_bytes(self._sum_estimate, self.budget)
-
-    @property
-    def naive_estimate_tokens(self) -> int:
-        return tokens_for_bytes(self._sum_naive, self.budget)
 
     @property
     def body_bytes(self) -> int:

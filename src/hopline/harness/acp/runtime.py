@@ -26,6 +26,7 @@ from hopline.harness.acp.requests import SessionCredentials
 from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.model import Model
 from hopline.harness.sessions import SessionStore, default_data_dir
+from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.logs import configure_json_logging
 from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 
@@ -36,15 +37,14 @@ log = logging.getLogger("hopline.agent")
 class AgentSetup:
     """What ``hopline agent`` is built with besides its budget and environment: the model a session
     uses when no gateway is set (made on demand: a warm child that never runs a turn does not load
-    it), and the check of a session's model hints."""
+    it), the check of a session's model hints, and the sizing its loops and HTTP models run by."""
 
     standalone_model: Callable[[], Model]
     check_hints: HintCheck | None = None
+    sizing: Sizing = BUDGETED
 
 
-def model_factory(budget: Budget, environ: Mapping[str, str], setup: AgentSetup, *,
-                  naive: bool = False) -> ModelFactory:
-    """``naive``: the seed's engine had no pre-send ceiling check, so over-ceiling bodies are sent."""
+def model_factory(budget: Budget, environ: Mapping[str, str], setup: AgentSetup) -> ModelFactory:
     url = environ.get(GATEWAY_URL_ENV, "").strip()
     if url:
         from hopline.harness.http_model import HttpModel
@@ -53,7 +53,7 @@ def model_factory(budget: Budget, environ: Mapping[str, str], setup: AgentSetup,
 
         def over_http(session_id: str, credentials: SessionCredentials) -> Any:
             token = credentials.gateway_token or operator_token
-            return HttpModel(url, session_id, token, budget, enforce_ceiling=not naive)
+            return HttpModel(url, session_id, token, budget, sizing=setup.sizing)
 
         return over_http
 
@@ -63,7 +63,7 @@ def model_factory(budget: Budget, environ: Mapping[str, str], setup: AgentSetup,
     return standalone
 
 
-def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
+def loop_factory(budget: Budget, sizing: Sizing) -> Any:
     def build(live: LiveSession, model: Any, sink: Any, permit: Any) -> Any:
         from hopline.harness.loop import ToolLoop
         from hopline.harness.profiles import get_profile
@@ -73,19 +73,19 @@ def loop_factory(budget: Budget, *, naive: bool = False) -> Any:
         params = {"scripted": live.scripted} if live.scripted else None
         review = live.record.options.get("review")
         return ToolLoop(model, profile, Path(live.record.cwd), budget, sink=sink, permit=permit,
-                        params=params, naive=naive,
+                        params=params, sizing=sizing,
                         review=ReviewRange.from_meta(review) if review else None)
 
     return build
 
 
-async def _main(budget: Budget, setup: AgentSetup, read_fd: int, write_fd: int, naive: bool) -> None:
+async def _main(budget: Budget, setup: AgentSetup, read_fd: int, write_fd: int) -> None:
     environ = dict(os.environ)
     store = SessionStore(default_data_dir(environ))
     transport = await PipeTransport.open_fds(read_fd, write_fd, budget.agent_max_frame_bytes)
     sidecar_store = store_from_env(budget, environ)
-    agent = HoplineAgent(budget, store, model_factory(budget, environ, setup, naive=naive),
-                         loop_factory(budget, naive=naive),
+    agent = HoplineAgent(budget, store, model_factory(budget, environ, setup),
+                         loop_factory(budget, setup.sizing),
                          environ=environ, sidecar_store=sidecar_store, check_hints=setup.check_hints)
     log.info("agent started", extra={"maxFrameBytes": budget.agent_max_frame_bytes,
                                      "sidecarStore": sidecar_store is not None})
@@ -99,15 +99,12 @@ async def _main(budget: Budget, setup: AgentSetup, read_fd: int, write_fd: int, 
         log.info("agent stopped", extra={"framesDropped": transport.frames_dropped})
 
 
-def run_stdio(budget: Budget, setup: AgentSetup, *, naive: bool = False) -> int:
-    """Serve on this process's stdio until the peer closes stdin; returns the exit code.
-
-    ``naive`` runs the tool loop with the seed's old rules (``HOPLINE_NAIVE=1``, for the demo).
-    """
+def run_stdio(budget: Budget, setup: AgentSetup) -> int:
+    """Serve on this process's stdio until the peer closes stdin; returns the exit code."""
     read_fd, write_fd = claim_stdio()
     configure_json_logging()
     try:
-        asyncio.run(_main(budget, setup, read_fd, write_fd, naive))
+        asyncio.run(_main(budget, setup, read_fd, write_fd))
     except KeyboardInterrupt:
         return 130
     return 0
