@@ -19,7 +19,7 @@ def offline_setup(budget: Budget, *, naive: bool) -> AgentSetup:
     budget's sizing, or with ``naive`` the replay of an engine without it."""
     from hopline.harness.acp.runtime import AgentSetup
     from hopline.harness.sizing import BUDGETED
-    from hopline.scripted.model import scripted_hints
+    from hopline.scripted.hints import scripted_hints
 
     def standalone_model() -> Any:
         from hopline.scripted.model import InProcessModel, ScriptedModel

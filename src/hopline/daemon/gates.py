@@ -38,7 +38,7 @@ from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
-from hopline.scripted.model import scripted_hints
+from hopline.scripted.hints import scripted_hints
 from hopline.sidecars.projection import restore_update
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import (

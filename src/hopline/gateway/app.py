@@ -40,7 +40,7 @@ from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
 from hopline.harness.model import LlmTurnRequest, TurnFailure
-from hopline.scripted.model import check_model_params
+from hopline.scripted.hints import check_model_params
 from hopline.wire.input import loads_bounded
 
 log = logging.getLogger("hopline.gateway")

@@ -20,7 +20,7 @@ from hopline.daemon.routes.sse import open_event_stream
 from hopline.daemon.sessions.keys import request_shape
 from hopline.daemon.sessions.state import DaemonSession
 from hopline.daemon.transcript import transcript_page
-from hopline.scripted.model import scripted_hints
+from hopline.scripted.hints import scripted_hints
 from hopline.store.idempotency import KeyRecord
 from hopline.vocabulary import IDEMPOTENCY_HEADER
 from hopline.wire.input import parse_decimal_id
