@@ -15,8 +15,8 @@ import pytest
 from daemon.support import Daemon, running_daemon
 from hopline.budget import Budget
 from hopline.client import DaemonClient
-from hopline.gate.git import Checkout
 from hopline.gate.run import CHECKOUT_DIR, RUN_FILE
+from hopline.harness.git import Checkout
 from hopline.scripted.sample_pull_request import make_sample_pull_request
 
 from .conftest import follow, make_repo, validate_sarif, worktrees

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.gate.git import Checkout, RepoError, check_revision, default_base, resolve_commit
-from hopline.harness.git import run_git
+from hopline.harness.git import Checkout, RepoError, check_revision, default_base, resolve_commit, run_git
 from hopline.harness.tools import ReviewRange, ToolError, Workspace
 from hopline.scripted.sample_pull_request import git
 

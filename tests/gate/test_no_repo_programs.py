@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.gate.git import Checkout
+from hopline.harness.git import Checkout
 from hopline.harness.sandbox import Limits, detect_sandbox
 from hopline.harness.sandbox_pids import pids_cgroup_root
 from hopline.harness.tools import ReviewRange, Workspace

@@ -34,10 +34,10 @@ from hopline.daemon.errors import SessionError
 from hopline.daemon.routes.sse import open_event_stream
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
-from hopline.gate.git import Checkout, RepoError
 from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState, RunState
 from hopline.gateway.errors import bounded_json_route
+from hopline.harness.git import Checkout, RepoError
 from hopline.scripted.hints import scripted_hints
 from hopline.sidecars.projection import restore_update
 from hopline.store.journal import EventJournal

@@ -45,7 +45,6 @@ from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
 from hopline.gate import interpreter, testcmd
 from hopline.gate.driver import SessionDriver, Stalled, follow_turn
-from hopline.gate.git import Checkout, RepoError, changes_nothing, resolve_range
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
 from hopline.gate.report import AgentReport, command_ran, track
 from hopline.gate.states import (
@@ -61,6 +60,7 @@ from hopline.gate.states import (
 )
 from hopline.gate.verdict import ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
 from hopline.gate.verify import FixVerifier, verified_commit
+from hopline.harness.git import Checkout, RepoError, changes_nothing, resolve_range
 from hopline.harness.sandbox import Sandbox, detect_sandbox
 from hopline.vocabulary import (
     DEV_STATE,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
-from hopline.gate.git import Checkout
 from hopline.gate.testcmd import TestCommand
+from hopline.harness.git import Checkout
 from hopline.harness.testresults import parse_compile_errors
 from hopline.harness.testruns import TestRun
 from hopline.harness.tools import ReviewRange, ToolError
