@@ -17,7 +17,7 @@ from hopline.budget import Budget
 from hopline.client import DaemonClient
 from hopline.console import CONTENT_SECURITY_POLICY
 from hopline.console.routes import STATIC_DIR
-from hopline.observe.metrics import bucket_boundaries
+from hopline.observe.pipe_histogram import bucket_boundaries
 
 TOKEN = "console-test-token-5d1e"
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"

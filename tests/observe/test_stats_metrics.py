@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from hopline.budget import Budget, KiB, MiB
-from hopline.observe.metrics import PipeMetrics, bucket_boundaries
+from hopline.observe.pipe_histogram import PipeMetrics, bucket_boundaries
 from hopline.observe.stats import PipeStats
 
 NO_DROPS = {"dropped": 0, "droppedBytes": 0, "maxDroppedBytes": 0}
@@ -120,7 +120,7 @@ def _otel_reference(budget: Budget, sizes: list[tuple[str, int]]) -> bytes:
     from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from hopline.observe.metrics import HELP, HISTOGRAM_NAME, HISTOGRAM_UNIT
+    from hopline.observe.pipe_histogram import HELP, HISTOGRAM_NAME, HISTOGRAM_UNIT
 
     registry = CollectorRegistry()
     reader = PrometheusMetricReader(disable_target_info=True, scope_info_enabled=False, registry=registry)
@@ -153,7 +153,7 @@ def test_metrics_exposition_is_unchanged_from_the_otel_histogram() -> None:
 def test_opentelemetry_reads_the_same_histogram_through_observable_counters() -> None:
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from hopline.observe.metrics import HISTOGRAM_NAME
+    from hopline.observe.pipe_histogram import HISTOGRAM_NAME
 
     reader = InMemoryMetricReader()
     budget = Budget.defaults()

@@ -13,8 +13,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
 from hopline.gateway.body_limit import send_json
-from hopline.observe.metrics import HISTOGRAM_NAME, HISTOGRAM_UNIT
 from hopline.observe.pipe import PipeObservability
+from hopline.observe.pipe_histogram import HISTOGRAM_NAME, HISTOGRAM_UNIT
 
 CONSOLE_PREFIX = "/ui"
 STATIC_DIR = Path(__file__).parent / "static"

@@ -35,8 +35,8 @@ from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
 from hopline.gateway.errors import error_response
 from hopline.gateway.handlers import install_error_handlers
 from hopline.gateway.incidents import LastResort
-from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
+from hopline.gateway.request_metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
 from hopline.harness.model import LlmTurnRequest, TurnFailure

@@ -16,7 +16,7 @@ from typing import Any
 
 from hopline.budget import Budget
 from hopline.observe.large_frames import LargeFrameObserver
-from hopline.observe.metrics import PipeMetrics
+from hopline.observe.pipe_histogram import PipeMetrics
 from hopline.observe.stats import PipeStats
 from hopline.wire.hooks import Direction, FrameObservation, PipeTap
 
