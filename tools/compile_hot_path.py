@@ -46,7 +46,7 @@ HOT_MODULES = (
     "hopline/daemon/child.py",
     "hopline/daemon/projection.py",
     "hopline/daemon/sessions/relay.py",
-    "hopline/daemon/bus/events.py",
+    "hopline/daemon/bus/bus_event.py",
     "hopline/daemon/bus/subscriber.py",
     "hopline/daemon/bus/commits.py",
     "hopline/daemon/bus/ring.py",

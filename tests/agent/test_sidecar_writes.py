@@ -27,7 +27,7 @@ from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
 from hopline.budget import Budget
 from hopline.harness.acp.messages import tool_result_update_of
 from hopline.harness.acp.sidecars import needs_offload, offload_update, store_from_env, writer_for
-from hopline.harness.events import ToolCallFinished
+from hopline.harness.loop_events import ToolCallFinished
 from hopline.sidecars.projection import preview_text
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter

@@ -150,5 +150,4 @@ async def test_a_full_journal_queue_stops_the_pipe_reader_and_the_child_waits(tm
     finally:
         release.set()
         await child.stop()
-        instruments.shutdown()
         await journal.close()

@@ -9,7 +9,9 @@ import pytest
 
 from hopline.budget import Budget, KiB, MiB
 from hopline.harness.context import INTERRUPTED_TEXT, SUMMARY_MARKER, violations
-from hopline.harness.events import (
+from hopline.harness.failures import classify_http_status
+from hopline.harness.loop import REJECTED_TEXT, ToolLoop
+from hopline.harness.loop_events import (
     AgentText,
     Compacted,
     IterationProgress,
@@ -17,8 +19,6 @@ from hopline.harness.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from hopline.harness.failures import classify_http_status
-from hopline.harness.loop import REJECTED_TEXT, ToolLoop
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, Usage
 from hopline.harness.profiles import get_profile
 from hopline.harness.sizing import BUDGETED, Sizing

@@ -10,9 +10,9 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.gateway.providers import text_pieces
-from hopline.harness.events import AgentText, IterationProgress, PlanUpdated
 from hopline.harness.failures import classify_http_status
 from hopline.harness.loop import ToolLoop
+from hopline.harness.loop_events import AgentText, IterationProgress, PlanUpdated
 from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, Usage
 from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import get_profile

@@ -49,7 +49,6 @@ async def test_taps_feed_stats_histogram_and_large_frames(caplog: pytest.LogCapt
     assert status["framesDropped"] == 0
     assert b'hopline_daemon_pipe_message_bytes_count{direction="inbound"} 2.0' in pipe.metrics.render()
     assert any("hopline.daemon.pipe.large_frame" in r.getMessage() for r in caplog.records)
-    pipe.shutdown()
 
 
 def test_a_dropped_frame_is_counted_and_an_undecoded_large_one_attributed() -> None:
@@ -63,7 +62,6 @@ def test_a_dropped_frame_is_counted_and_an_undecoded_large_one_attributed() -> N
     assert status["runtime"]["perf"]["pipe"]["inbound"]["dropped"] == 2
     assert status["runtime"]["perf"]["pipe"]["inbound"]["maxDroppedBytes"] == threshold + 1
     assert status["largeFrames"]["logged"] == 1
-    pipe.shutdown()
 
 
 def test_the_histogram_switch_leaves_only_the_histogram_out() -> None:
@@ -73,7 +71,6 @@ def test_the_histogram_switch_leaves_only_the_histogram_out() -> None:
     assert pipe.status()["runtime"]["perf"]["pipe"]["inbound"]["count"] == 1
     assert pipe.status()["largeFrames"]["logged"] == 1
     assert pipe.metrics.snapshot()["inbound"]["count"] == 0
-    pipe.shutdown()
 
 
 def test_the_hooks_switch_gives_the_taps_no_hooks() -> None:
@@ -85,4 +82,3 @@ def test_the_hooks_switch_gives_the_taps_no_hooks() -> None:
     status = pipe.status()
     assert status["runtime"]["perf"]["pipe"]["inbound"]["count"] == 0
     assert status["largeFrames"]["logged"] == 0 and pipe.metrics.snapshot()["inbound"]["count"] == 0
-    pipe.shutdown()

@@ -14,7 +14,7 @@ import pytest
 from hopline.budget import Budget
 from hopline.harness.acp.messages import tool_result_update_of
 from hopline.harness.acp.sidecars import offload_update
-from hopline.harness.events import ToolCallFinished
+from hopline.harness.loop_events import ToolCallFinished
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.store_projection import project_message, project_update
 from hopline.sidecars.writer import SidecarWriter

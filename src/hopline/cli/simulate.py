@@ -87,7 +87,7 @@ async def simulate_run(*, budget: Any, profile_name: str, iterations: int, tool_
 def _row_sink(rows: dict[int, dict[str, Any]]) -> Callable[[Any], Awaitable[None]]:
     """The loop's sink: one row per iteration in ``rows``, its largest body and estimate, and the
     compaction that ran in it (an iteration reports progress before each llm-turn)."""
-    from hopline.harness.events import IterationProgress, LoopEvent
+    from hopline.harness.loop_events import IterationProgress, LoopEvent
 
     async def sink(event: LoopEvent) -> None:
         if isinstance(event, IterationProgress):

@@ -47,7 +47,7 @@ from hopline.daemon.routes.status import status_router
 from hopline.daemon.sessions.keys import Replayed
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
-from hopline.daemon.store_errors import install_object_store_error_handler, install_store_error_handlers
+from hopline.daemon.storage_faults import install_object_store_error_handler, install_store_error_handlers
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route
@@ -165,7 +165,6 @@ def _lifespan(parts: DaemonParts) -> Callable[[FastAPI], contextlib.AbstractAsyn
                 await parts.gates.shutdown()  # cancelled runs remove their checkouts and sessions
                 bus.close_all()
                 await manager.shutdown()
-                parts.instruments.shutdown()
                 await journal.close()
                 if store is not None:
                     store.close()

@@ -33,7 +33,7 @@ from typing import Any, Literal, ParamSpec
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HoplineError
-from hopline.harness.events import CompactionRecord
+from hopline.harness.loop_events import CompactionRecord
 from hopline.harness.model import Message
 from hopline.harness.tokens import body_bytes_for, message_bytes
 

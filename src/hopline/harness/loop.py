@@ -29,7 +29,7 @@ import orjson
 from hopline.budget import HOP_ENGINE, Budget
 from hopline.harness import failures
 from hopline.harness.context import RepairReport, Trigger, apply_compaction, plan_compaction, repair
-from hopline.harness.events import (
+from hopline.harness.loop_events import (
     AgentText,
     Compacted,
     CompactionRecord,

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
-from hopline.harness.events import EstimateSource
+from hopline.harness.loop_events import EstimateSource
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, Message
 
 

@@ -72,6 +72,3 @@ class PipeObservability:
                             "thresholdBytes": large["thresholdBytes"]},
             "framesDropped": self.frames_dropped,
         }
-
-    def shutdown(self) -> None:
-        self.metrics.shutdown()

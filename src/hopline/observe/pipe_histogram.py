@@ -1,40 +1,35 @@
-"""The pipe byte histogram (SPEC O-2): plain bucket counts, exported in Prometheus format and to
-OpenTelemetry at read time.
+"""The pipe byte histogram (SPEC O-2): plain bucket counts, exported in Prometheus format by a
+``prometheus_client`` collector at scrape time.
 
-``hopline.daemon.pipe.message_bytes`` (unit ``By``) has one attribute, ``direction``, on purpose:
+``hopline.daemon.pipe.message_bytes`` (unit ``By``) has one label, ``direction``, on purpose:
 method, tool name or origin class would make it high-cardinality (they belong in the large-frame
 records instead). Its buckets are fixed powers of four from 256 B to 64 MiB plus every ceiling of
 this hop read from the budget, so "how many frames are near the limit" is always answerable.
 
-Recording a frame is a ``bisect`` into the boundaries and two additions on per-direction lists
-(well under a microsecond; the OpenTelemetry SDK's ``Histogram.record`` cost ~40 us per frame in the
-daemon). The counts are read only when someone asks: a Prometheus collector renders them at scrape
-time (``/metrics``: the same name, unit, boundaries and ``direction`` label the OpenTelemetry
-Prometheus exporter gave), and observable counters give them to OpenTelemetry (a reader passed as
-``metric_readers`` collects ``<name>.bucket`` with ``direction`` and ``le``, ``<name>.count`` and
-``<name>.sum``: the cumulative histogram, point for point).
+Recording a frame is a ``bisect`` into the boundaries and two additions on per-direction lists:
+the relay records every frame, so nothing heavier runs per frame. The counts are read only when
+someone asks: :class:`_HistogramCollector` renders them at scrape time (``/metrics``), and
+:meth:`PipeMetrics.snapshot` gives them to ``GET /daemon/frames`` and the console.
 
-Each :class:`PipeMetrics` owns a private ``CollectorRegistry`` and ``MeterProvider`` (never the
-global ones), so several daemons or tests can live in one process.
+Each :class:`PipeMetrics` owns a private ``CollectorRegistry`` (never the global one), so several
+daemons or tests can live in one process.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from hopline.budget import Budget, KiB, MiB
 from hopline.wire.hooks import DIRECTIONS, Direction
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import MetricReader
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-HISTOGRAM_NAME = "hopline.daemon.pipe.message_bytes"
+HISTOGRAM_NAME = "hopline.daemon.pipe.message_bytes"  # as GET /daemon/frames names it
 HISTOGRAM_UNIT = "By"
-METER_NAME = "hopline.daemon.pipe"
 EXPORTED_NAME = HISTOGRAM_NAME.replace(".", "_")  # its Prometheus spelling (the name ends in _bytes)
 HELP = "Size of one ACP pipe message (frame bytes without the newline)"
 
@@ -55,12 +50,9 @@ def bucket_boundaries(budget: Budget) -> list[float]:
 
 
 class PipeMetrics:
-    """The histogram's counts, its private Prometheus registry and its private meter provider."""
+    """The histogram's counts and its private Prometheus registry."""
 
-    def __init__(self, budget: Budget, registry: CollectorRegistry | None = None,
-                 metric_readers: Sequence[MetricReader] = ()) -> None:
-        from opentelemetry.metrics import CallbackOptions, Observation
-        from opentelemetry.sdk.metrics import MeterProvider
+    def __init__(self, budget: Budget, registry: CollectorRegistry | None = None) -> None:
         from prometheus_client import CollectorRegistry
 
         self.boundaries = bucket_boundaries(budget)
@@ -70,26 +62,6 @@ class PipeMetrics:
         self._sums: dict[str, int] = dict.fromkeys(DIRECTIONS, 0)
         self.registry: CollectorRegistry = registry if registry is not None else CollectorRegistry()
         self.registry.register(_HistogramCollector(self))
-
-        def buckets(_: CallbackOptions) -> Iterable[Observation]:
-            for direction in self.seen():
-                for le, running in self.cumulative(direction):
-                    yield Observation(running, {"direction": direction, "le": le})
-
-        def counts(_: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(sum(self._counts[d]), {"direction": d}) for d in self.seen()]
-
-        def sums(_: CallbackOptions) -> Iterable[Observation]:
-            return [Observation(self._sums[d], {"direction": d}) for d in self.seen()]
-
-        self._provider = MeterProvider(metric_readers=list(metric_readers))
-        meter = self._provider.get_meter(METER_NAME)
-        meter.create_observable_counter(HISTOGRAM_NAME + ".bucket", [buckets], unit="{message}",
-                                        description="Pipe messages of at most le bytes (cumulative)")
-        meter.create_observable_counter(HISTOGRAM_NAME + ".count", [counts], unit="{message}",
-                                        description="Pipe messages")
-        meter.create_observable_counter(HISTOGRAM_NAME + ".sum", [sums], unit=HISTOGRAM_UNIT,
-                                        description="Bytes of the pipe messages")
 
     def record(self, direction: Direction, nbytes: int) -> None:
         self._counts[direction][bisect.bisect_left(self._bounds, nbytes)] += 1
@@ -139,13 +111,10 @@ class PipeMetrics:
 
         return generate_latest(self.registry)
 
-    def shutdown(self) -> None:
-        self._provider.shutdown()
-
 
 class _HistogramCollector:
-    """Renders the counts at scrape time, as the OpenTelemetry Prometheus exporter did: nothing
-    before the first frame, then one series per direction seen."""
+    """Renders the counts at scrape time: nothing before the first frame, then one series per
+    direction seen."""
 
     def __init__(self, metrics: PipeMetrics) -> None:
         self.metrics = metrics

@@ -19,7 +19,7 @@ import dataclasses
 
 from hopline.budget import Budget
 from hopline.harness.context import Bounds, Trigger
-from hopline.harness.events import EstimateSource
+from hopline.harness.loop_events import EstimateSource
 from hopline.harness.model import LlmTurnRequest, Message
 from hopline.harness.sizing import Sizing
 from hopline.harness.tokens import IncrementalEstimator, content_bytes, tokens_for_bytes

@@ -37,15 +37,15 @@ and a gap's (reason ``lost_past_commit_point``: ids the store lost, by a crash p
 or a failover to a replica that lacked them, SPEC T-10), said in its place among the replayed or
 caught-up events, or to every reader when a failover's loss is found.
 
-The modules: :mod:`.events` (one event's bytes), :mod:`.subscriber` (a connection's bounded queue,
+The modules: :mod:`.bus_event` (one event's bytes), :mod:`.subscriber` (a connection's bounded queue,
 warning, eviction, the half-full signal), :mod:`.commits` (the journal's queue, delivered in commit
 order), :mod:`.event_bus` (publishing, delivery, replay, another daemon's events). The names other
 modules use are re-exported here; the modules of this package import each other, never this one
 (no import circle).
 """
 
+from hopline.daemon.bus.bus_event import LOST_PAST_COMMIT_POINT, BusEvent, missing_ids, synthetic, wire_size
 from hopline.daemon.bus.event_bus import EventBus, JournalReadFailed
-from hopline.daemon.bus.events import LOST_PAST_COMMIT_POINT, BusEvent, missing_ids, synthetic, wire_size
 from hopline.daemon.bus.subscriber import Subscriber
 
 __all__ = ["LOST_PAST_COMMIT_POINT", "BusEvent", "EventBus", "JournalReadFailed", "Subscriber", "missing_ids",

@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable
 
-from hopline.daemon.bus.events import BusEvent
+from hopline.daemon.bus.bus_event import BusEvent
 from hopline.store.idempotency import KeyRecord
 from hopline.store.journal import EventJournal
 

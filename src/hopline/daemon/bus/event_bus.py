@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
+from hopline.daemon.bus.bus_event import LOST_PAST_COMMIT_POINT, BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.commits import CommitQueue
-from hopline.daemon.bus.events import LOST_PAST_COMMIT_POINT, BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.ring import Ring
 from hopline.daemon.bus.subscriber import Subscriber
 from hopline.errors import HoplineError

@@ -20,7 +20,7 @@ import functools
 import mmap
 import struct
 
-from hopline.daemon.bus.events import BusEvent
+from hopline.daemon.bus.bus_event import BusEvent
 
 # Storage layout, not a limit: the size of one mapping. What a ring holds beyond its live events is
 # at most the evicted part of its oldest mapping and the unwritten part of its newest (untouched

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 
 from hopline.budget import HOP_DAEMON_SSE
-from hopline.daemon.bus.events import BusEvent, synthetic
+from hopline.daemon.bus.bus_event import BusEvent, synthetic
 from hopline.vocabulary import CLIENT_EVICTED, SLOW_CLIENT_WARNING
 
 log = logging.getLogger("hopline.daemon.bus")  # the bus's one logger name, whichever module logs

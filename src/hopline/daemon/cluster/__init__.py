@@ -20,16 +20,17 @@
   which :mod:`.auth` checks on the receiving daemon; the owner's answer is the client's answer.
 * **Readers everywhere** (:mod:`.membership`, with the heartbeat): one ``LISTEN hopline_events``
   connection per daemon wakes this daemon's readers of a session, who read the rows from the journal.
-* **Metrics** (:mod:`.gauges`): this daemon's series labelled with its id, and the cluster's totals.
+* **Metrics** (:mod:`.gauges`, ``prometheus_client`` collectors): this daemon's series labelled with
+  its id, and the cluster's totals.
 
 The names other modules use are re-exported here; the modules of this package import each other,
 never this one (no import circle).
 """
 
 from hopline.daemon.cluster.auth import FORWARDED_SCOPE_KEY, ClusterAuth
-from hopline.daemon.cluster.gauges import cluster_metrics, with_daemon_label
+from hopline.daemon.cluster.gauges import ClusterGauges, DaemonLabelled
 from hopline.daemon.cluster.leases import Owner, new_daemon_id
 from hopline.daemon.cluster.membership import Cluster
 
-__all__ = ["FORWARDED_SCOPE_KEY", "Cluster", "ClusterAuth", "Owner", "cluster_metrics", "new_daemon_id",
-           "with_daemon_label"]
+__all__ = ["FORWARDED_SCOPE_KEY", "Cluster", "ClusterAuth", "ClusterGauges", "DaemonLabelled", "Owner",
+           "new_daemon_id"]

@@ -1,40 +1,54 @@
-"""The cluster in Prometheus text (SPEC X): this daemon's own series labelled with its id, and the
-store's view of the whole cluster."""
+"""The cluster's part of ``/metrics`` (SPEC X), as ``prometheus_client`` collectors: this daemon's
+own series labelled with its id, and the store's view of the whole cluster."""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-
-def with_daemon_label(exposition: str, daemon_id: str) -> str:
-    """A Prometheus text exposition with ``daemon="<id>"`` on every sample: its series are this
-    daemon's own (its pipe, its gateway); comment lines are kept as they are."""
-    label = f'daemon="{daemon_id}"'
-    out: list[str] = []
-    for line in exposition.splitlines():
-        if not line or line.startswith("#"):
-            out.append(line)
-        elif "{" in line.split(" ", 1)[0]:
-            name, _, rest = line.partition("{")
-            out.append(f"{name}{{{label},{rest}" if not rest.startswith("}") else f"{name}{{{label}{rest}")
-        else:
-            name, _, rest = line.partition(" ")
-            out.append(f"{name}{{{label}}} {rest}")
-    return "\n".join(out) + "\n"
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 
-def cluster_metrics(status: dict[str, Any]) -> str:
-    """What the store says of the whole cluster, the same on every daemon: no ``daemon`` label on
-    the totals; the per-daemon lease counts name the daemon they count."""
-    daemons = status.get("daemons") or []
-    lines = ["# HELP hopline_cluster_daemons Daemons registered in the store, by liveness.",
-             "# TYPE hopline_cluster_daemons gauge",
-             f'hopline_cluster_daemons{{state="live"}} {sum(1 for d in daemons if d["live"])}',
-             f'hopline_cluster_daemons{{state="gone"}} {sum(1 for d in daemons if not d["live"])}',
-             "# HELP hopline_cluster_expired_leases Session leases expired and not yet adopted.",
-             "# TYPE hopline_cluster_expired_leases gauge",
-             f"hopline_cluster_expired_leases {status.get('expiredLeases', 0)}",
-             "# HELP hopline_cluster_leases Live session leases held by each daemon.",
-             "# TYPE hopline_cluster_leases gauge"]
-    lines += [f'hopline_cluster_leases{{daemon="{d["id"]}"}} {d["leases"]}' for d in daemons if d["live"]]
-    return "\n".join(lines) + "\n"
+class DaemonLabelled(Collector):
+    """Every sample of ``collectors`` with ``daemon="<id>"`` first among its labels: those series
+    are this daemon's own (its pipe, its gateway), and another daemon exports the same names."""
+
+    def __init__(self, collectors: Iterable[Collector], daemon_id: str) -> None:
+        self.collectors = list(collectors)
+        self.daemon_id = daemon_id
+
+    def collect(self) -> Iterator[Metric]:
+        for collector in self.collectors:
+            for metric in collector.collect():
+                labelled = copy.copy(metric)
+                labelled.samples = [sample._replace(labels={"daemon": self.daemon_id, **sample.labels})
+                                    for sample in metric.samples]
+                yield labelled
+
+
+class ClusterGauges(Collector):
+    """What the store says of the whole cluster (a status read before the scrape), the same on
+    every daemon: no ``daemon`` label on the totals; the per-daemon lease counts name the daemon
+    they count."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        daemons = self.status.get("daemons") or []
+        live = [d for d in daemons if d["live"]]
+        by_state = GaugeMetricFamily("hopline_cluster_daemons",
+                                     "Daemons registered in the store, by liveness.", labels=["state"])
+        by_state.add_metric(["live"], len(live))
+        by_state.add_metric(["gone"], len(daemons) - len(live))
+        yield by_state
+        yield GaugeMetricFamily("hopline_cluster_expired_leases",
+                                "Session leases expired and not yet adopted.",
+                                value=self.status.get("expiredLeases", 0))
+        leases = GaugeMetricFamily("hopline_cluster_leases", "Live session leases held by each daemon.",
+                                   labels=["daemon"])
+        for daemon in live:
+            leases.add_metric([daemon["id"]], daemon["leases"])
+        yield leases

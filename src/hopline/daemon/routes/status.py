@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
 from hopline.budget import check_coherence, limits_json
 from hopline.compiled import STATE as COMPILED
-from hopline.daemon.cluster import cluster_metrics, with_daemon_label
+from hopline.daemon.cluster import ClusterGauges, DaemonLabelled
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.routes.sessions import ERRORS
-from hopline.daemon.store_errors import cluster_status_or_unavailable
+from hopline.daemon.storage_faults import cluster_status_or_unavailable
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
 
 
 def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
@@ -53,15 +56,18 @@ def status_router(parts: DaemonParts, route_class: Any) -> APIRouter:
 
     @router.get("/metrics", responses=ERRORS)
     async def metrics() -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST
+        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-        body = instruments.metrics.render()
+        own: list[Collector] = [instruments.metrics.registry]
         if gateway is not None:
-            body += gateway.state.metrics.render()
-        if cluster is not None:  # every series above is this daemon's own: labelled with its id
-            text = with_daemon_label(body.decode(), cluster.daemon_id)
-            text += cluster_metrics(await cluster_status_or_unavailable(cluster))
-            body = text.encode()
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
+            own.append(gateway.state.metrics.registry)
+        scrape = CollectorRegistry()
+        if cluster is None:
+            for registry in own:
+                scrape.register(registry)
+        else:  # every series above is this daemon's own: labelled with its id
+            scrape.register(DaemonLabelled(own, cluster.daemon_id))
+            scrape.register(ClusterGauges(await cluster_status_or_unavailable(cluster)))
+        return Response(generate_latest(scrape), media_type=CONTENT_TYPE_LATEST)
 
     return router

@@ -79,7 +79,8 @@ from hopline.harness.acp.requests import (
 )
 from hopline.harness.acp.sidecars import needs_offload, offload_update, writer_for
 from hopline.harness.context import repair
-from hopline.harness.events import (
+from hopline.harness.failures import failure_brief
+from hopline.harness.loop_events import (
     AgentText,
     Compacted,
     IterationProgress,
@@ -88,7 +89,6 @@ from hopline.harness.events import (
     ToolCallFinished,
     ToolCallStarted,
 )
-from hopline.harness.failures import failure_brief
 from hopline.harness.model import Model
 from hopline.harness.sessions import AgentSessionRecord, Page, SessionStore, page_updates
 from hopline.sidecars.store import SidecarStore

@@ -9,7 +9,7 @@ from typing import Any
 from acp import RequestError
 
 from hopline.harness.acp.sidecars import tool_meta
-from hopline.harness.events import ToolCallFinished, ToolCallStarted
+from hopline.harness.loop_events import ToolCallFinished, ToolCallStarted
 from hopline.harness.model import TurnFailure
 from hopline.vocabulary import META_TOOL
 

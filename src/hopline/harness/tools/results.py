@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hopline.budget import HoplineError
-from hopline.harness.events import ToolKind
+from hopline.harness.loop_events import ToolKind
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from hopline.budget import Budget
 from hopline.harness import git
-from hopline.harness.events import ToolKind
+from hopline.harness.loop_events import ToolKind
 from hopline.harness.testresults import same_behaviour, sides_of_diff
 from hopline.harness.tools.capping import Cut, cap_with_cut
 from hopline.harness.tools.commands import run_captured, shown_run
