@@ -4,7 +4,7 @@ The daemon (with its gateway and the offline scripted model) runs as ``python -m
 127.0.0.1 with port 0 (it binds a free port and prints its URL, which is read back from its output),
 a fresh random bearer token and a private data directory. A subprocess
 (rather than in-process uvicorn) keeps the stack's environment separate: ``hopline demo --naive``
-hands it the seed's old gateway limit without touching this process's budget. :func:`embedded_stack`
+hands it the incident's gateway limit without touching this process's budget. :func:`embedded_stack`
 waits until ``/health`` answers, and stops the child (SIGTERM, then SIGKILL) on the way out.
 """
 

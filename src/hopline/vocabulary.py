@@ -114,7 +114,7 @@ CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {OPENAI_API_KEY_ENV}
 STREAM_KIND = "streamKind"
 STREAM_KIND_GATE = "gate"
 
-# --- the gate workflow (ADR 0098): its agents and its stream's event types --------------------------
+# --- the gate workflow (SPEC K): its agents and its stream's event types ----------------------------
 GATE_AGENTS: tuple[str, ...] = ("qa_automation", "qa_performance_security", "qa_strategy", "appsec")
 GATE_STARTED = "gate_started"
 GATE_ROUND = "gate_round"

@@ -1,6 +1,6 @@
 """`hopline demo`: a gate run that ends clean (every gate passes after the dev agent's fix, 0 413s,
-compactions, sidecars), and the naive run that reproduces the seed's 413 with the dev session kept
-awaiting_gate."""
+compactions, sidecars), and the naive run that reproduces the original incident's 413 (K-5) with the
+dev session kept awaiting_gate."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_demo_naive_reproduces_the_413_and_the_dev_session_stays_awaiting_gate()
     assert summary["compactions"]["count"] == 0
     assert set(summary["verdicts"].values()) == {"error"}  # a dead gate is an error, never a pass
     assert all(g["attempt"] == 2 for g in summary["gates"])  # each was retried once
-    # RN-412: the dev session waited in awaiting_gate until every gate had ended, then moved on
+    # K-2: the dev session waited in awaiting_gate until every gate had ended, then moved on
     assert [(c["previous"], c["state"]) for c in summary["devStates"]] == [
         ("idle", "awaiting_gate"), ("awaiting_gate", "idle")]
     assert summary["devStayedAwaiting"] and summary["exitCode"] == 2

@@ -71,7 +71,7 @@ def test_a_hung_gate_is_stalled_retried_then_error_and_the_dev_session_waits(
             async for event in stream:
                 events.append(event)
                 if event.type == "gate_item" and event.data["item"] == "gate_stalled":
-                    # while the gate hangs, the dev session takes no prompt (RN-412)
+                    # while the gate hangs, the dev session takes no prompt (K-2)
                     answer = httpx.post(f"{daemon.url}/session/{dev}/prompt", headers=daemon.headers,
                                         json={"text": "carry on"})
                     refused.append(answer.status_code)

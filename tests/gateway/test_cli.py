@@ -80,7 +80,7 @@ def test_a_generated_token_is_never_printed_and_can_go_to_a_private_file(tmp_pat
 
 
 def test_refuses_to_start_on_an_incoherent_budget() -> None:
-    env = _env(API_JSON_BODY_LIMIT="100kb")  # under the 8 MiB engine ceiling: the seed's incident
+    env = _env(API_JSON_BODY_LIMIT="100kb")  # under the 8 MiB engine ceiling: the incident K-5 replays
     proc = subprocess.run([sys.executable, "-m", "hopline", "gateway", "--port", "0"], env=env,
                           capture_output=True, text=True, timeout=STARTUP_TIMEOUT_SECONDS)
     assert proc.returncode == 2

@@ -1,7 +1,7 @@
 """The whole tool loop over real HTTP: ToolLoop -> HttpModel -> gateway (scripted provider).
 
-The seed's scenario (ADR 0098): a gate agent, 60 iterations, 3-4 tool results of 32 KiB each.
-With the coordinated budget it never meets a 413; with the seed's old configuration (a gateway
+The scenario K-5 replays: a gate agent, 60 iterations, 3-4 tool results of 32 KiB each.
+With the coordinated budget it never meets a 413; with the incident's configuration (a gateway
 limit of 100 KB and the harness's naive rules) the turn dies with a 413, classified ``code``.
 """
 
@@ -101,7 +101,7 @@ async def test_gate_agent_60_iterations_over_http_never_meets_a_413(gateway_fact
 async def test_the_seed_incident_413_is_code_and_the_defaults_complete(gateway_factory: GatewayFactory,
                                                                        workspace: Path) -> None:
     harness_budget = Budget.defaults()
-    # The seed's api: Express's implicit 100 KB limit, and the engine's old (naive) rules.
+    # The incident's gateway: Express's implicit 100 KB limit, and the engine's naive rules.
     seed_api = Budget.defaults().replace(api_json_body_limit=100 * KiB)
     old_gateway = gateway_factory(seed_api, ScriptedProvider())
     result, model, _ = await _run_gate(old_gateway.url, workspace, harness_budget, sizing=NAIVE)

@@ -30,7 +30,7 @@ def test_naive_dev_is_refused_before_any_compaction_default_rules_are_not() -> N
     code, naive = simulate(*common, "--naive", env=env)
     assert code == 1
     summary = naive["summary"]
-    assert summary["gatewayLimitBytes"] == 100 * KiB  # the seed's implicit limit, whatever the env
+    assert summary["gatewayLimitBytes"] == 100 * KiB  # the incident's implicit limit, whatever the env
     refused = naive["iterations"][-1]
     assert refused["bodyBytes"] > 100 * KiB
     assert not any(r["compacted"] for r in naive["iterations"])

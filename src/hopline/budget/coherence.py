@@ -40,7 +40,7 @@ def _show(budget: Budget, key: str) -> str:
 
 
 def check_engine_within_gateway(budget: Budget) -> list[CoherenceFinding]:
-    """Error: the engine may build bodies the gateway refuses (the seed's 413)."""
+    """Error: the engine may build bodies the gateway refuses (a 413 of origin ``code``, K-5)."""
     if budget.transport_max_body_bytes <= budget.api_json_body_limit:
         return []
     keys = ("transport_max_body_bytes", "api_json_body_limit")

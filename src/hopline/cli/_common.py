@@ -49,10 +49,10 @@ def budget_or_exit() -> Budget:
         print(f"hopline: bad setting: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
 
-# `HOPLINE_NAIVE=1` replays the seed's incident on purpose (the seed's old rules: content-only
-# estimate, no transport bound, an implicit 100 KB gateway limit). Only then is an incoherent chain
-# reported and run anyway; outside naive mode an incoherent chain refuses to start.
-# The seed's gateway limit: Express's implicit `100kb`, part of the incident the naive mode replays.
+# `HOPLINE_NAIVE=1` replays the original incident on purpose (K-5: content-only estimate, no
+# transport bound, an implicit 100 KB gateway limit). Only then is an incoherent chain reported and
+# run anyway; outside naive mode an incoherent chain refuses to start.
+# The replayed gateway limit: Express's implicit `100kb`.
 NAIVE_GATEWAY_LIMIT = "100kb"
 
 

@@ -10,7 +10,7 @@ uvicorn does not have (SPEC D-10, B-5).
   naming the hop, the limit and the count, and is closed before anything is read. (uvicorn's own
   ``limit_concurrency`` answers with plain text, after reading the head.)
 
-- **A ceiling on a request head, before authentication** (SPEC T-4, issue #26): its bytes (request
+- **A ceiling on a request head, before authentication** (SPEC T-4): its bytes (request
   line, headers and the blank line, ``HOPLINE_REQUEST_HEAD_MAX_BYTES``) and its number of header
   fields (``HOPLINE_REQUEST_HEAD_MAX_HEADERS``). Past either, a 431 naming the setting, and the
   connection is closed; nothing more of it is read or parsed (a 40 MiB header costs no more than
@@ -335,19 +335,18 @@ def guarded_protocol(budget: Budget, hop: str) -> type[Any] | None:
 # The daemon's journal writer is a thread of its own: every commit it settles waits for the event
 # loop's thread to hand over the GIL, which a busy loop does only each switch interval (5 ms by
 # default). A prompt's round trip waits on several commits, so while one session floods, another's
-# round trip (bench/fair_share.py, 300,000 updates) had a p50 of 61-88 ms at 5 ms and 51-53 ms at
-# 0.5 ms, with the flood's own throughput unchanged, before the journal queue's per-session share
-# ceiling, which brought most of the gain. It is not free: in quick relay runs the daemon's CPU per
-# MiB at 1 KiB frames was about 12 % higher (1.04-1.14x naive against 1.25x at 5 ms).
+# round trip waits a switch interval per commit. A shorter interval shortens that wait and leaves
+# the flood's throughput as it is; its price is some CPU per relayed byte (bench/fair_share.py
+# measures both).
 DAEMON_SWITCH_INTERVAL_SECONDS = 0.0005
 
 
 def prepare_daemon_process() -> None:
     """Before the daemon's server runs: what was built so far (the modules, the app, its routes) lives
     as long as the process, so it leaves the collector's generations (``gc.freeze``) and a full
-    collection walks only what came after. Measured in ``hopline serve`` relaying 5 x 32768 frames
-    of 1 KiB: the 3 full collections took 33 ms each (the whole relay stalls meanwhile); with the
-    freeze, 2 of 15 ms. And the GIL changes hands every ``DAEMON_SWITCH_INTERVAL_SECONDS``."""
+    collection walks only what came after: a full collection stalls the whole relay, for a time
+    that grows with what it walks. And the GIL changes hands every
+    ``DAEMON_SWITCH_INTERVAL_SECONDS``."""
     gc.freeze()
     sys.setswitchinterval(DAEMON_SWITCH_INTERVAL_SECONDS)
 

@@ -1,4 +1,4 @@
-"""`hopline demo`: the main job, a gate run (SPEC C-3, K; ADR 0098).
+"""`hopline demo`: the main job, a gate run (SPEC C-3, K-5).
 
 Builds the sample pull request (``scripted.sample_pull_request``: large test logs, one planted issue per
 gate domain but QA automation's), starts the embedded stack (daemon, gateway, offline scripted model)
@@ -9,10 +9,10 @@ verdict within the ceiling, the largest llm-turn body against the engine ceiling
 limit, the compactions, the sidecars and the bytes they kept off the wire, the largest pipe frame,
 and the gateway's 413s: zero. Exit 0 when the last round passes with no 413.
 
-``--naive`` replays the seed's incident under the seed's rules (the gateway's implicit ``100kb``
+``--naive`` replays the original incident under its rules (K-5: the gateway's implicit ``100kb``
 limit, the content-only estimate, no transport bound): the gates die with 413 of origin ``code``,
 each is retried once and ends ``error`` (never a pass), and the dev session stays ``awaiting_gate``
-until every gate is terminal (RN-412) instead of moving on. Exit 1 when it is reproduced (2 when not,
+until every gate is terminal (K-2) instead of moving on. Exit 1 when it is reproduced (2 when not,
 or when the stack did not start).
 """
 
@@ -88,7 +88,7 @@ def _all_reports(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dev_stayed_awaiting(result: dict[str, Any]) -> bool:
-    """RN-412 held: the dev session left ``awaiting_gate`` only once every gate of the round had ended."""
+    """K-2 held: the dev session left ``awaiting_gate`` only once every gate of the round had ended."""
     changes = result.get("devStates") or []
     reports = _all_reports(result)
     for change in changes:
@@ -253,7 +253,8 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool) -> tuple[int, 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="hopline-demo-") as tmp:
         repo, base, head = make_sample_pull_request(Path(tmp) / "sample-pr")
-        mode = "naive (seed's rules: gateway limit 100kb, content-only estimate)" if naive else "gate --fix"
+        mode = ("naive (the incident's rules: gateway limit 100kb, content-only estimate)" if naive
+                else "gate --fix")
         console.print(f"[bold]hopline demo[/] — {mode}; a sample pull request ({base[:8]}..{head[:8]}) whose "
                       "test logs make large tool outputs; starting the embedded stack…")
         async with embedded_stack(env=stack_env(naive)) as stack, \
@@ -312,7 +313,7 @@ def register(app: typer.Typer) -> None:
             console = Console(highlight=False)
             print_summary(console, summary)
             if naive and code == 1:
-                console.print("[bold red]reproduced the seed's incident:[/] the gateway refused the gates' "
+                console.print("[bold red]reproduced the original incident:[/] the gateway refused the gates' "
                               "bodies with 413; origin [bold]code[/] (our side built a request the transport "
                               "refused), not model. The dev session stayed [bold]awaiting_gate[/] until "
                               "every gate had ended, with error verdicts: it never moved on as if they had "

@@ -1,4 +1,4 @@
-"""`hopline gate`: review a pull request's ``base..head`` with the four gate agents (ADR 0098).
+"""`hopline gate`: review a pull request's ``base..head`` with the four gate agents (SPEC K-1).
 
 Without ``--url`` it starts the embedded stack (``hopline serve`` on loopback) for the run. It posts
 ``POST /gate``, follows ``GET /gate/{id}/events`` with a live line per gate (its item, iteration,

@@ -65,7 +65,7 @@ def run_serve(*, host: str, port: int, data_dir: str, agent_cmd: str, agent_env:
     import sys
 
     budget = budget_or_exit()
-    # `hopline demo --naive` serves the seed's incoherent 100 KB gateway limit on purpose.
+    # `hopline demo --naive` serves the incident's incoherent 100 KB gateway limit on purpose (K-5).
     naive = require_coherent_or_exit(budget, "serve", show_warnings=True)
 
     from hopline.logs import configure_json_logging

@@ -1,11 +1,11 @@
 """`hopline simulate`: the real tool loop, in-process, with the scripted model over a generated
 workspace; one row per iteration (body bytes, estimate against the effective window, compactions).
 
-``--naive`` replays the whole of the seed's incident, as ``hopline demo --naive`` does: the old
+``--naive`` replays the whole of the original incident, as ``hopline demo --naive`` does (K-5): its
 rules (content-only estimate, window = context_window, no transport bound) against the gateway's
 implicit ``100kb`` limit, so it fails with a 413 of origin ``code`` on the default budget. The exit
 status is non-zero when the turn failed. Each row says which estimate decided (``usage``: the
-scripted model's reported prompt tokens plus what was added since; ``content``: the seed's).
+scripted model's reported prompt tokens plus what was added since; ``content``: the replayed incident's).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`hopline store check [--repair] [--json]`: the store checked by its operator (SPEC T-3, issue #25).
+"""`hopline store check [--repair] [--json]`: the store checked by its operator (SPEC T-3).
 
 Reads the journal the daemon would open (``--data-dir`` / ``--store`` as `hopline serve` takes
 them), checks it as the daemon's startup does, then reads every event and checks its checksum;

@@ -274,7 +274,7 @@ class DaemonClient:
         result: dict[str, Any] = await self._call("GET", "/daemon/status")
         return result
 
-    # --- gate runs (ADR 0098) -------------------------------------------------------------------
+    # --- gate runs (SPEC K) ---------------------------------------------------------------------
 
     async def start_gate(self, repo: str, *, base: str | None = None, head: str | None = None,
                          agents: list[str] | None = None, dev_session_id: str | None = None,

@@ -1,11 +1,11 @@
-"""The gate workflow in the daemon (ADR 0098): ``POST /gate``, ``GET /gate``, ``GET /gate/{id}``,
+"""The gate workflow in the daemon (SPEC K): ``POST /gate``, ``GET /gate``, ``GET /gate/{id}``,
 ``GET /gate/{id}/events`` (SSE, the rules of a session's stream) and ``POST /gate/{id}/cancel``.
 
 :class:`ManagerDriver` is the gate run's :class:`~hopline.gate.run.SessionDriver` over this daemon's
 session manager and event bus (in-process: no HTTP between them). :class:`GateRegistry` holds the
 runs: at most ``HOPLINE_MAX_GATE_RUNS`` in progress (then 429), their gate sessions sharing
 ``HOPLINE_GATE_CONCURRENCY`` slots; it says which dev session is ``awaiting_gate`` (its prompts are
-refused with 409 until the gate lets it go, RN-412), and at startup removes the checkouts of runs a
+refused with 409 until the gate lets it go, K-2), and at startup removes the checkouts of runs a
 previous daemon left behind.
 """
 
@@ -304,7 +304,7 @@ class GateRegistry:
         return None
 
     def check_prompt(self, session_id: str) -> None:
-        """RN-412: a dev session awaiting a gate takes no prompt of a client until the gate lets it go."""
+        """K-2: a dev session awaiting a gate takes no prompt of a client until the gate lets it go."""
         run = self.dev_gate(session_id)
         if run is not None and run.dev is not None:
             raise SessionError(409, "awaiting_gate",

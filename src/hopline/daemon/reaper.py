@@ -1,4 +1,4 @@
-"""A session's whole process tree ends with it (SPEC D-2, T-4; issue #26).
+"""A session's whole process tree ends with it (SPEC D-2, T-4).
 
 An agent child is started in its own session and process group, and made a *child subreaper*
 (``prctl(PR_SET_CHILD_SUBREAPER)``, set between fork and exec, kept across exec): a descendant

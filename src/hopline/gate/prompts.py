@@ -1,4 +1,4 @@
-"""What the gate's agents are asked (ADR 0098): each gate agent's domain and its verdict's form, the
+"""What the gate's agents are asked (SPEC K-1): each gate agent's domain and its verdict's form, the
 ask for a verdict once more, and the dev agent's fix prompt. Pure.
 
 The first line of a gate prompt is machine-read by the offline reviewer

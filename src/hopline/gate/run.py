@@ -1,4 +1,4 @@
-"""One gate run (ADR 0098): four gate agents review ``base..head`` on a read-only head checkout while
+"""One gate run (SPEC K-1): four gate agents review ``base..head`` on a read-only head checkout while
 the dev session, when one is attached, waits in ``awaiting_gate``.
 
 The run drives daemon sessions through :class:`SessionDriver` (create, prompt, events, cancel, delete,

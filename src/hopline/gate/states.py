@@ -1,4 +1,4 @@
-"""The gate's pending items, the dev agent's state machine (ADR 0098, RN-412) and a gate run's own
+"""The gate's pending items, the dev agent's state machine (SPEC K-2) and a gate run's own
 states. Pure: no I/O.
 
 Each gate agent of a run has one item, whose type is where that gate is. The dev session attached
@@ -34,7 +34,7 @@ class GateItem(enum.StrEnum):
     ERROR = "gate_error"  # no valid verdict: never a pass
 
 
-# RN-412: every type that keeps the dev session waiting. Declared once; the gate emits no other
+# K-2: every type that keeps the dev session waiting. Declared once; the gate emits no other
 # non-terminal type (tests/gate/test_states.py checks it on real runs).
 DEV_PENDING_TYPES: frozenset[GateItem] = frozenset({
     GateItem.QUEUED, GateItem.RUNNING, GateItem.RETRYING, GateItem.COMPACTING, GateItem.STALLED,

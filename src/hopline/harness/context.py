@@ -2,7 +2,7 @@
 
 * the effective window is ``min(context_window, transport_max_body_bytes // bytes_per_token)``:
   compaction must fire before the body passes the real HTTP ceiling, not only before the model
-  "forgets" its window (ADR 0098);
+  "forgets" its window (H-3);
 * ``group_by_iteration`` gives the only places a cut may fall;
 * ``plan_compaction`` / ``apply_compaction`` replace the oldest groups with one summary message;
 * ``repair`` restores the tool-use protocol before every send, and reports what it did.

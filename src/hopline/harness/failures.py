@@ -1,7 +1,7 @@
 """Turn failures (SPEC H-8): their classification and the loop's reaction, both as data.
 
-``413 -> code``, never ``model``: a body too large for a hop is our side's doing (the seed's
-incident was misattributed to the provider). Size errors carry ``size_error=True``; transient
+``413 -> code``, never ``model``: a body too large for a hop is our side's doing (blaming the
+provider sends the operator to the wrong fix). Size errors carry ``size_error=True``; transient
 provider errors carry ``retryable=True``. :func:`react` is the whole policy: a size error compacts
 and retries once, a transient error retries with bounded backoff, everything else fails the turn
 with its origin.

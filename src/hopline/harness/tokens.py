@@ -3,7 +3,8 @@
 ``bytes_per_token`` is the one place the bytes-per-token constant is read (from the budget).
 ``estimate`` counts the UTF-8 bytes of every message's content PLUS the JSON of assistant
 ``tool_calls``: an assistant message that calls tools has empty content, yet its arguments are real
-bytes in the HTTP body (the seed's first defect was to count them as zero).
+bytes in the HTTP body (counted as zero, a turn of large tool calls passes the gateway's limit
+unseen).
 
 ``IncrementalEstimator`` keeps per-message sizes and per-message encodings so that appending a
 message costs O(that message), and builds the exact body (same encoder as ``encode_request``) by

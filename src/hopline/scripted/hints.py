@@ -12,7 +12,7 @@ from typing import Any
 from hopline.budget import CEILINGS_BY_KEY, SCRIPTED_SEED_RANGE, Budget
 from hopline.wire.input import InputRefused
 
-# Each hint and the budget ceiling that bounds it (the seed's range is not a cost: a fixed range).
+# Each hint and the budget ceiling that bounds it (the hint ``seed`` is not a cost: a fixed range).
 HINT_CEILINGS: dict[str, str | None] = {
     "seed": None,
     "toolsPerIteration": "scripted_max_tools_per_iteration",

@@ -8,7 +8,7 @@ Those hints come from clients, so every boundary that takes them checks them
 
 It plans like a small agent: ``list_files`` first, then ``read_file`` / ``search_workspace`` /
 ``run_command`` on files seen in earlier tool results; with ``write_file`` available and
-``writeBytes`` set it writes files with large arguments (the seed's dev agent); it answers
+``writeBytes`` set it writes files with large arguments (as a dev agent does); it answers
 ``purpose="summary"`` requests with a bounded summary; after ``iterations`` tool iterations it
 gives a final answer. The iteration number travels in the tool call ids, so it survives compaction.
 

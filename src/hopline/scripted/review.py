@@ -1,5 +1,5 @@
 """Reviewing a diff deterministically: the rules and readers the offline scripted model plays the
-four gate agents with (ADR 0098; the steps are :mod:`hopline.scripted.review_plan`, the dev agent's
+four gate agents with (SPEC K-6; the steps are :mod:`hopline.scripted.review_plan`, the dev agent's
 fix :mod:`hopline.scripted.review_fix`). Pure: no I/O.
 
 A gate prompt starts with :data:`GATE_REVIEW_MARKER` and names its agent, its second line the test

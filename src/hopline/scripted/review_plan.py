@@ -1,4 +1,4 @@
-"""How the offline scripted model plays a gate agent, step by step (ADR 0098). Pure: no I/O.
+"""How the offline scripted model plays a gate agent, step by step (SPEC K-6). Pure: no I/O.
 
 Every agent reads the changed files' list (``git_diff`` stat), then each file's diff, and the parts
 of a long one that were cut (``read_file`` of the kept output, where ``_meta["hopline.cut"]`` says).

@@ -1,8 +1,8 @@
 """A sample pull request for ``hopline demo`` and the tests: a git repository whose ``main`` is the
 sample project and whose branch ``feature`` adds one commit with a change worth reviewing.
 
-The change adds large test logs (all tests pass; their diff makes the gates' tool outputs large, as
-the seed's legitimate PRs did) and one planted issue per gate agent's domain but the QA automation
+The change adds large test logs (all tests pass; their diff makes the gates' tool outputs large, as a
+legitimate PR's often are) and one planted issue per gate agent's domain but the QA automation
 gate's: ``eval(`` (performance and security, by ruff's S307), an AWS key id and a password
 (application security, by detect-secrets), a shell command built from input that only an analyzer
 finds (application security, by ruff's S602: no rule of hopline's own matches it), a new module with

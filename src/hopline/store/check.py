@@ -1,4 +1,4 @@
-"""The store checked (SPEC T-3, issue #25): at daemon startup, and by `hopline store check`.
+"""The store checked (SPEC T-3): at daemon startup, and by `hopline store check`.
 
 **Startup** (:func:`require_usable`): the SQLite journal must be a database that passes
 ``PRAGMA quick_check``, and agree with the segment files beside it (a segment file that no stored

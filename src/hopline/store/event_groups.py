@@ -1,9 +1,9 @@
-"""Row groups of both journals (SPEC D-5, T-3, issue 30): a run of small events in one row.
+"""Row groups of both journals (SPEC D-5, T-3): a run of small events in one row.
 
 A commit of a pipe read of 1 KiB frames is dozens of events of one session, their bytes already
-end to end in the session's segment file. One ``events`` row per event cost SQLite's insert (about
-1 us a row measured alone, 2-4 us beside the event loop) and the writer's row building; a run of
-them is stored as ONE row instead:
+end to end in the session's segment file. One ``events`` row per event would cost an insert and
+the writer's row building per event, more than the event's bytes; a run of them is stored as ONE
+row instead:
 
 * ``seq``: the run's LAST id (so ``MAX(seq)`` is still the session's last id); its ids are
   consecutive, ``seq - n + 1 .. seq``;

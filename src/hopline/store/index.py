@@ -1,9 +1,9 @@
 """The sidecar index's PostgreSQL connections (SPEC X): a small psycopg pool that survives a
 restart of the store.
 
-The index once held one connection and never reconnected: after ``pg_ctl restart`` psycopg reports
-that connection's state as UNKNOWN, which reads as "in a transaction", so every later statement
-failed on both daemons. Here each statement borrows a connection from a pool whose ``check``
+One connection held for good would never recover: after ``pg_ctl restart`` psycopg reports that
+connection's state as UNKNOWN, which reads as "in a transaction", so every later statement would
+fail on every daemon. So each statement borrows a connection from a pool whose ``check``
 callback tries it first (a dead one is replaced, not used); a transaction keeps one connection
 from its ``BEGIN`` to its end, and a connection that broke inside one is discarded with it (the
 transaction failed: nothing of it is retried on another connection). The outage is the only loss.

@@ -1,4 +1,4 @@
-"""The SQLite sidecar index checked (SPEC T-3, issue #25): at daemon startup, and by `hopline store
+"""The SQLite sidecar index checked (SPEC T-3): at daemon startup, and by `hopline store
 check`, as :mod:`hopline.store.check` does for the journal.
 
 The index must pass ``PRAGMA quick_check``, and must not be missing (or emptied) while sidecar

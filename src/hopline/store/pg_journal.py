@@ -245,9 +245,9 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
             if sessions:
                 # First, before any lock: COPY into this connection's temp table (a COPY waiting for
                 # a frozen daemon's data is ended by no timeout, and here holds nothing another
-                # daemon waits for); 3.6 us of CPU a row where INSERT ... unnest's text arrays took 19.
-                # A run of small events is one row (event_groups): 1 KiB frames relayed 0.81x
-                # SQLite's events per second with a row each, 1.0x with a row a run.
+                # daemon waits for), and binary COPY costs a fraction of an INSERT ... unnest's text
+                # arrays per row. A run of small events is one row (event_groups), so a row's cost
+                # is paid per commit's run, not per event.
                 async with self._conn.cursor().copy(sql.STAGING_COPY) as copy:
                     copy.set_types(sql.STAGING_TYPES)
                     for place, write in enumerate(group):

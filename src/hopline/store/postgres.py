@@ -90,13 +90,13 @@ CREATE TABLE counters (
     (2, "event checksums", """
 ALTER TABLE events ADD COLUMN crc BIGINT;
 """),
-    # Issue 30: a commit's run of small events of a session is one row (store/event_groups.py):
+    # A commit's run of small events of a session is one row (store/event_groups.py):
     # their bytes end to end in data, the index of their sizes and CRCs here (NULL: one event).
     (3, "event row groups", """
 ALTER TABLE events ADD COLUMN parts BYTEA;
 """),
-    # Issue 30: PostgreSQL compressed every stored row with pglz, 60 % of its CPU relaying 1 KiB
-    # frames; with lz4 its CPU there halved. A server built without lz4 keeps pglz.
+    # PostgreSQL's default pglz compression of every stored row costs most of its CPU in a relay of
+    # small frames; lz4 far less. A server built without lz4 keeps pglz.
     (4, "event data compressed with lz4", """
 DO $$ BEGIN
     ALTER TABLE events ALTER COLUMN data SET COMPRESSION lz4;
@@ -114,8 +114,8 @@ CREATE TABLE cluster_credential (
     set_at TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 """),
-    # Issue 49: a sidecar expires from its session's last activity on the store's clock, never while
-    # the session lives (sidecars/expiry.py); the sidecar rows' expires_at no longer decides it.
+    # A sidecar expires from its session's last activity on the store's clock, never while
+    # the session lives (sidecars/expiry.py); the sidecar rows' expires_at does not decide it.
     (7, "sidecar sessions' last activity", """
 CREATE TABLE sidecar_sessions (
     session_id TEXT PRIMARY KEY,

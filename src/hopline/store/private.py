@@ -1,4 +1,4 @@
-"""Private files (SPEC T-3, issue #25): the daemon's data dir is 0700 and every file in it 0600,
+"""Private files (SPEC T-3): the daemon's data dir is 0700 and every file in it 0600,
 whatever the umask. The modes are set explicitly (``chmod`` after creating), because a permissive
 umask only ever adds bits the creation mode asked for, and a directory made by ``mkdir(parents=...)``
 takes the umask's bits for its parents."""

@@ -9,10 +9,9 @@ Files and their directory are private (0600 / 0700, whatever the umask).
 The writer keeps only the newest pages of each file in the page cache (:data:`CACHE_STEP_BYTES`):
 written data is read back rarely (the bus's ring holds the recent events), so each step behind the
 end is handed back to the kernel once it is written out, and the next appends reuse those pages.
-Measured on the bench machine (a VM whose host takes back free guest memory): an append into
-pages the kernel has to take fresh cost ten times the CPU of one into reused pages (2.5 against
-0.3 ms per MiB), and which one a daemon got decided its relay figures; a daemon relaying gigabytes
-no longer fills the page cache with them either.
+On a VM whose host takes back free guest memory, an append into pages the kernel has to take fresh
+costs many times the CPU of one into reused pages; and a daemon relaying gigabytes does not fill the
+page cache with them.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ thread and ``HOPLINE_STORE_SYNC``: :mod:`hopline.store.sqlite_writer`). An event
 ``INLINE_MAX_BYTES`` (a few hundred bytes) is appended to its session's segment file
 (``journal.segments/``, one append-only file per session) and its row holds the offset and size (a
 commit's run of small such events shares ONE row, ``store/event_groups.py``; reads expand it):
-SQLite writes a blob twice (WAL, then the checkpoint) and slowly (about 2 ms per MiB here, each
-way; a 1 KiB row costs a whole page rewrite per commit), a file append once; reads take a run of
+SQLite writes a blob twice (WAL, then the checkpoint) and slowly (a 1 KiB row costs a whole page
+rewrite per commit), a file append once; reads take a run of
 contiguous small events in one ``pread``. Every write that touches a session also appends one
 self-describing record to its segment file (its events, small ones included, or a prompt opened
 or closed: :mod:`hopline.store.records`) and moves the session's ``segment_end`` in the same
@@ -57,15 +57,13 @@ log = logging.getLogger("hopline.store")
 
 # Storage layout, not a limit (new files only: a journal made with other pages keeps them). Data
 # over INLINE_MAX_BYTES lives in segment files, so a row is a key and a few integers, and a commit
-# writes each page it dirtied whole to the WAL. 64-row transactions of 1 KiB events: 2.7-5.0 us of
-# writer CPU per row with 4 KiB pages, 4.0-6.0 with the 32 KiB ones of when 1 MiB rows were inline.
+# writes each page it dirtied whole to the WAL: small pages keep that rewrite small.
 PAGE_SIZE_BYTES = 4 * 1024
 # Storage layout, not a limit: larger event data goes to the session's segment file (each session's
-# in one writev per transaction). Measured here, 1 KiB events in 64-row transactions: inline, the
-# writer spent 7.2 us of CPU per row and wrote 138 MiB of WAL for 36 MiB of data (every commit
-# rewrites its 32 KiB pages whole); external, 3.3 us and 44 MiB; in the daemon at 1 KiB, the
-# writer thread went from 6.3 to 3.7 us per event (it shares 2 cores with the event loop). Small
-# control events and word deltas stay in their rows.
+# in one writev per transaction): inline, every commit would rewrite the pages holding the data
+# whole, writing several times the data's bytes to the WAL and costing the writer thread (which
+# shares the cores with the event loop) CPU per row. Small control events and word deltas stay in
+# their rows.
 INLINE_MAX_BYTES = 256
 # Storage layout, not a limit: each connection's page cache (the writer's, the reader's). Writes go to
 # the right edges of the tables' trees and reads to recent pages, behind the kernel's own cache;

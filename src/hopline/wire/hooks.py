@@ -9,9 +9,9 @@ Sizes are frame bytes without the ``\\n`` (as :class:`hopline.wire.ndjson.Frame.
 same message measures the same in both directions.
 
 A reader that decodes many frames per read notifies them at once (:meth:`PipeTap.notify_read_frames`):
-the sizes hooks then get one list per read instead of one call per frame. At 1 KiB frames the
-per-frame calls (a tap, two byte hooks) cost ~0.3 us, about 2 % of the daemon's CPU per frame; the
-list form costs a fraction of that (SPEC W-3 holds: sizes only, after the frames were decoded).
+the sizes hooks then get one list per read instead of one call per frame: at small frames the
+per-frame calls (a tap, two byte hooks) are a visible share of the daemon's CPU per frame, the list
+form a fraction of it (SPEC W-3 holds: sizes only, after the frames were decoded).
 """
 
 from __future__ import annotations

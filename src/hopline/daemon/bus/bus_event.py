@@ -52,9 +52,9 @@ def wire_size(event_id: int | None, event_type: str, data_bytes: int) -> int:
     return head + len(_type_lines(event_type)) + len(b"\n\n") + data_bytes
 
 
-# orjson (3.13) returns a small document in a buffer of at least 8 KiB (measured: 64 events of
-# 1 KiB took 8 KiB of RSS each, (1 KiB when copied)): a ring of 8000 small events would hold 64 MiB
-# while its byte bound says 8 MiB. Events kept past the call are copied to their exact size.
+# orjson returns a small document in a buffer of at least 8 KiB: a ring of 8000 small events would
+# hold 64 MiB while its byte bound says 8 MiB. Events kept past the call are copied to their exact
+# size.
 EXACT_COPY_BELOW_BYTES = 64 * 1024  # where the slack stops mattering (a measure, not a limit)
 
 

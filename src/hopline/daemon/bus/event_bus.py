@@ -246,9 +246,8 @@ class EventBus:
         others compete at most ``journal_queue_share_max_events`` events. A flooding session is
         held at its share, and another is never held while within its own (the queue then passes
         its bounds by at most one pipe read per session): the other's events wait in the journal's
-        writer behind a share of the flood, not the whole queue. Measured (bench/fair_share.py,
-        another session's round trip while one floods 300,000 updates): p50 58-76 ms with a share of
-        half the queue (2,048 events), 29-41 ms with 512."""
+        writer behind a share of the flood, not the whole queue, so a smaller share shortens the
+        other's round trip (``bench/fair_share.py``)."""
         max_events, max_bytes = self.budget.journal_queue_max_events, self.budget.journal_queue_max_bytes
         if session_id is None:
             held = self.queued_events > max_events or self.queued_bytes > max_bytes
@@ -441,7 +440,7 @@ class EventBus:
                             self._delivered[session_id] = row.seq
                         if self._deliver(session_id, self.event_of(session_id, row)):
                             await asyncio.sleep(0)  # a stream about to drain runs first
-                        # Paced as the owner's pipe reader is (T-6, #27): a subscriber past half
+                        # Paced as the owner's pipe reader is (T-6): a subscriber past half
                         # its queue is waited for (bounded), so a page never evicts one that reads.
                         if (behind := self.catch_up(session_id)) is not None:
                             await behind

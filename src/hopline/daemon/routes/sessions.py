@@ -95,7 +95,7 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         shape = request_shape("POST /session/{id}/prompt", (session_id,), body)
         async with keys.claim(idempotency_key, shape) as claim:
             session = await session_of(session_id)
-            gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, RN-412)
+            gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, K-2)
             await owner.here(request, session)
             blocks = prompt_blocks(body.text, body.prompt, budget)
             return {"promptId": await manager.prompt(session, blocks, claim)}

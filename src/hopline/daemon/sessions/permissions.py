@@ -1,4 +1,4 @@
-"""The agent's requests to the daemon, bounded (SPEC D-2, D-10, T-4; issue #26), and the client's
+"""The agent's requests to the daemon, bounded (SPEC D-2, D-10, T-4), and the client's
 answers to its permission requests.
 
 The daemon serves one kind, ``session/request_permission``: it stays pending until a client

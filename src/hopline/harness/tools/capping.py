@@ -1,4 +1,4 @@
-"""Capping a tool's output for the model (SPEC H-7, ADR 0098's 32 KiB tool result). Pure.
+"""Capping a tool's output for the model (SPEC H-7). Pure.
 
 A result longer than ``HOPLINE_TOOL_RESULT_MAX_BYTES`` keeps its head and tail, with a marker in
 between that tells a model in words how many bytes were cut and how to read them. The same facts

@@ -1,5 +1,5 @@
 // An event a renderer could not show (a malformed update of any kind, from any agent): shown as the
-// daemon sent it, escaped (a text node, never markup), with a note; the stream goes on (issue #26).
+// daemon sent it, escaped (a text node, never markup), with a note; the stream goes on.
 
 import { h } from './dom.js';
 

@@ -1,4 +1,4 @@
-// Gate runs (ADR 0098): the daemon's runs (GET /gate, polled) with a form that starts one
+// Gate runs (SPEC K): the daemon's runs (GET /gate, polled) with a form that starts one
 // (POST /gate), and one run live (GET /gate/{id}/events): one table per round, a row per gate agent
 // with its item, iteration, compactions, largest body against the ceiling, 413s, verdict and
 // findings; each dev fix with its commit and how it was verified; the dev session's states. The
