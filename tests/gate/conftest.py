@@ -15,8 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
+from client.shapes import assert_shape
 from daemon.support import Daemon, running_daemon
-from hopline.client import DaemonClient
+from hopline.client import DaemonClient, GateRun, GateSummary
 from hopline.scripted.sample_pull_request import git
 
 GATE_AGENT = Path(__file__).parent / "agents" / "gate_agent.py"
@@ -81,7 +82,11 @@ async def follow(daemon: Daemon, gate_id: str) -> tuple[dict[str, Any], list[Any
                     break
         finally:
             await stream.aclose()
-        return await client.gate(gate_id), events
+        result = await client.gate(gate_id)
+        assert_shape(result, GateRun)  # every run a test follows holds the SDK's typed answer
+        for summary in await client.gates():
+            assert_shape(summary, GateSummary)
+        return dict(result), events
 
 
 def run_gate(daemon: Daemon, repo: Path, **options: Any) -> tuple[dict[str, Any], list[Any]]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from hopline.budget import Budget
+    from hopline.client import DaemonStatus
 
 DEMO_TOOLS_PER_ITERATION = 3
 GATE_CONCURRENCY_ENV = "HOPLINE_GATE_CONCURRENCY"
@@ -75,19 +77,19 @@ def gateway_statuses(metrics_text: str) -> dict[str, int]:
     return counts
 
 
-def _ceiling(status: dict[str, Any], name: str) -> int | None:
+def _ceiling(status: Mapping[str, Any], name: str) -> int | None:
     for c in (status.get("budget") or {}).get("ceilings") or []:
         if c.get("name") == name and "bytes" in c:
             return int(c["bytes"])
     return None
 
 
-def _all_reports(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _all_reports(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [a for r in result.get("history") or [] for a in r.get("agents") or []] + list(result.get("agents")
                                                                                          or [])
 
 
-def dev_stayed_awaiting(result: dict[str, Any]) -> bool:
+def dev_stayed_awaiting(result: Mapping[str, Any]) -> bool:
     """K-2 held: the dev session left ``awaiting_gate`` only once every gate of the round had ended."""
     changes = result.get("devStates") or []
     reports = _all_reports(result)
@@ -100,7 +102,7 @@ def dev_stayed_awaiting(result: dict[str, Any]) -> bool:
     return bool(changes)
 
 
-def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any], statuses: dict[str, int],
+def build_summary(*, naive: bool, result: Mapping[str, Any], status: DaemonStatus, statuses: dict[str, int],
                   budget: Budget, elapsed: float) -> dict[str, Any]:
     pipe = ((status.get("runtime") or {}).get("perf") or {}).get("pipe") or {}
     inbound = pipe.get("inbound") or {}
@@ -273,7 +275,7 @@ async def run_demo(budget: Budget, *, naive: bool, as_json: bool) -> tuple[int, 
     return _exit_code(naive, summary), summary
 
 
-def frames_line(status: dict[str, Any]) -> str:
+def frames_line(status: DaemonStatus) -> str:
     """The daemon's side of the live line: largest pipe frame, large-frame records, sidecars."""
     from hopline.budget import format_size
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from contextlib import aclosing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
     from hopline.budget import Budget
-    from hopline.client import DaemonClient, Event
+    from hopline.client import DaemonClient, Event, GateRun
 
 VERDICT_STYLES = {"pass": "bold green", "fail": "bold red", "error": "bold magenta"}
 
@@ -67,7 +68,7 @@ class GateView:
         self.rows: dict[str, dict[str, Any]] = {}
         self.round = 0
         self.dev_state: str | None = None
-        self.result: dict[str, Any] | None = None
+        self.result: GateRun | None = None
         self.notes: list[str] = []  # what the log above the table says (stalls, retries, dev states)
 
     def apply(self, event: Event) -> str | None:
@@ -162,7 +163,7 @@ def finding_line(agent: str, finding: dict[str, Any]) -> str:
     return f"{finding.get('severity')} {where} {agent}/{finding.get('rule')}: {message}"
 
 
-def plain_summary(result: dict[str, Any]) -> list[str]:
+def plain_summary(result: Mapping[str, Any]) -> list[str]:
     """The run's summary as plain lines (no table, nothing cut): one per gate, then the exit."""
     lines = []
     for agent in result.get("agents") or []:
@@ -177,7 +178,7 @@ def plain_summary(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary_table(result: dict[str, Any]) -> RenderableType:
+def summary_table(result: Mapping[str, Any]) -> RenderableType:
     """Per gate: verdict, findings, iterations, compactions (and any whose model summary failed),
     largest body against the ceiling, 413s."""
     from rich.markup import escape
@@ -207,7 +208,7 @@ def summary_table(result: dict[str, Any]) -> RenderableType:
     return table
 
 
-def print_result(console: Console, result: dict[str, Any]) -> None:
+def print_result(console: Console, result: Mapping[str, Any]) -> None:
     """Every round's findings, the dev fixes, and the summary: a table on a terminal, plain lines
     elsewhere (a CI log: nothing cut, every finding names its agent and rule)."""
     from rich.markup import escape
@@ -248,7 +249,7 @@ def print_result(console: Console, result: dict[str, Any]) -> None:
 
 
 async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | None,
-                      extra: Any = None) -> dict[str, Any]:
+                      extra: Any = None) -> GateRun:
     """Follow a run's events to ``gate_complete``, live on ``console`` (None: silently); its result.
 
     ``extra(view)`` (optional, awaited once per gate progress) returns a line shown under the table."""
@@ -284,7 +285,7 @@ async def follow_gate(client: DaemonClient, gate_id: str, *, console: Console | 
     return view.result if view.result is not None else await client.gate(gate_id)
 
 
-def write_sarif(path: Path, result: dict[str, Any]) -> None:
+def write_sarif(path: Path, result: Mapping[str, Any]) -> None:
     import orjson
 
     from hopline.gate.sarif import to_sarif

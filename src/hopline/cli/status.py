@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -12,6 +13,8 @@ from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from hopline.client import DaemonStatus
 
 
 def exact_size(value: Any) -> str:
@@ -51,7 +54,7 @@ def short_id(value: Any) -> str:
     return f"{value[:SHORT_ID_CHARS]}…" if isinstance(value, str) and value else "-"
 
 
-def print_status(console: Console, status: dict[str, Any]) -> None:
+def print_status(console: Console, status: Mapping[str, Any]) -> None:
     """The status object as tables, one per part, in the order an operator reads them."""
     _print_sessions(console, status)
     _print_gate_runs(console, status)
@@ -61,7 +64,7 @@ def print_status(console: Console, status: dict[str, Any]) -> None:
     _print_budget(console, status)
 
 
-def _print_sessions(console: Console, status: dict[str, Any]) -> None:
+def _print_sessions(console: Console, status: Mapping[str, Any]) -> None:
     """The sessions, one row each (the id short, no path; the hostile-child counters when set)."""
     from rich.table import Table
 
@@ -91,7 +94,7 @@ def _print_sessions(console: Console, status: dict[str, Any]) -> None:
         console.print(f"sessions: {sessions}")
 
 
-def _print_gate_runs(console: Console, status: dict[str, Any]) -> None:
+def _print_gate_runs(console: Console, status: Mapping[str, Any]) -> None:
     """The gate runs, one row each: state, exit code, round, the dev session, each gate's item or verdict."""
     from rich.table import Table
 
@@ -111,7 +114,7 @@ def _print_gate_runs(console: Console, status: dict[str, Any]) -> None:
         console.print(table)
 
 
-def _print_pipe(console: Console, status: dict[str, Any]) -> None:
+def _print_pipe(console: Console, status: Mapping[str, Any]) -> None:
     """The ACP pipe's counters, both directions."""
     from rich.table import Table
 
@@ -129,7 +132,7 @@ def _print_pipe(console: Console, status: dict[str, Any]) -> None:
     console.print(table)
 
 
-def _print_other_counters(console: Console, status: dict[str, Any]) -> None:
+def _print_other_counters(console: Console, status: Mapping[str, Any]) -> None:
     """Large frames, sidecars, SSE, delivery and warm children, as one key-value table."""
     other: dict[str, Any] = {}
     for key in ("largeFrames", "sidecars", "sse", "delivery", "warmChildren"):
@@ -143,7 +146,7 @@ def _print_other_counters(console: Console, status: dict[str, Any]) -> None:
         console.print(_kv_table("large frames, sidecars, SSE, delivery, warm children", other))
 
 
-def _print_cluster(console: Console, status: dict[str, Any]) -> None:
+def _print_cluster(console: Console, status: Mapping[str, Any]) -> None:
     """With several daemons: this daemon's cluster counters, each daemon and its leases."""
     from rich.table import Table
 
@@ -163,7 +166,7 @@ def _print_cluster(console: Console, status: dict[str, Any]) -> None:
         console.print(table)
 
 
-def _print_budget(console: Console, status: dict[str, Any]) -> None:
+def _print_budget(console: Console, status: Mapping[str, Any]) -> None:
     """The ceilings in force (the narrowest request ceiling marked), then coherence findings."""
     from rich.table import Table
 
@@ -210,7 +213,7 @@ def register(app: typer.Typer) -> None:
             print(f"hopline status: give --url or set {URL_ENV}", file=sys.stderr)
             raise typer.Exit(2)
 
-        async def fetch() -> dict[str, Any]:
+        async def fetch() -> DaemonStatus:
             async with DaemonClient(target, bearer or "", budget=budget) as client:
                 return await client.status()
 

@@ -1,5 +1,18 @@
-"""hopline's Python SDK: the daemon client and its bounded SSE reader (SPEC C-1)."""
+"""hopline's Python SDK: the daemon client, its bounded SSE reader and the API's answers, typed
+(SPEC C-1, A-1)."""
 
+from hopline.client.answers import (
+    Cancelled,
+    DaemonStatus,
+    GateRun,
+    GateSummary,
+    Health,
+    Loaded,
+    PermissionAnswered,
+    PermissionOutcome,
+    SessionRow,
+    TranscriptEvent,
+)
 from hopline.client.daemon import (
     DaemonClient,
     DaemonError,
@@ -13,17 +26,27 @@ from hopline.client.events import Event, SidecarRef, content_text
 from hopline.wire.sse import SseEventTooLarge, SseMessage, SseParser
 
 __all__ = [
+    "Cancelled",
     "DaemonClient",
     "DaemonError",
+    "DaemonStatus",
     "Event",
+    "GateRun",
+    "GateSummary",
+    "Health",
+    "Loaded",
     "NoDaemonUrl",
+    "PermissionAnswered",
+    "PermissionOutcome",
     "RequestTooLarge",
+    "SessionRow",
     "SidecarIntegrityError",
     "SidecarRef",
     "SseEventTooLarge",
     "SseMessage",
     "SseParser",
     "SseReconnectExhausted",
+    "TranscriptEvent",
     "TranscriptPage",
     "content_text",
 ]

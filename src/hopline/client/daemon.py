@@ -14,7 +14,7 @@ import hashlib
 import logging
 import os
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
@@ -29,6 +29,16 @@ from hopline.budget import (
     LimitExceeded,
 )
 from hopline.client import retry
+from hopline.client.answers import (
+    Cancelled,
+    DaemonStatus,
+    GateRun,
+    GateSummary,
+    Health,
+    Loaded,
+    PermissionAnswered,
+    TranscriptEvent,
+)
 from hopline.client.events import Event, SidecarRef, to_event
 from hopline.sidecars.projection import restore_update
 from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
@@ -105,7 +115,7 @@ _DROPS: tuple[type[Exception], ...] = (
 class TranscriptPage:
     """One page of ``GET /session/{id}/transcript``."""
 
-    def __init__(self, events: list[dict[str, Any]], next_cursor: Any) -> None:
+    def __init__(self, events: list[TranscriptEvent], next_cursor: str | None) -> None:
         self.events = events
         self.next_cursor = next_cursor
 
@@ -214,9 +224,8 @@ class DaemonClient:
                                                  "status": error.status, "error": error.type})
                 await asyncio.sleep(retry.pause(self.budget, attempt, error.retry_after))
 
-    async def health(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("GET", "/health")
-        return result
+    async def health(self) -> Health:
+        return cast(Health, await self._call("GET", "/health"))
 
     async def create_session(self, cwd: str | None = None, profile: str | None = None,
                              permission_mode: str | None = None,
@@ -241,20 +250,22 @@ class DaemonClient:
         result = await self._write("POST", f"/session/{session_id}/prompt", json=body, expect=(200, 202))
         return str(result["promptId"])
 
-    async def cancel(self, session_id: str) -> Any:
-        return await self._write("POST", f"/session/{session_id}/cancel", expect=(200, 202, 204))
+    async def cancel(self, session_id: str) -> Cancelled:
+        return cast(Cancelled, await self._write("POST", f"/session/{session_id}/cancel",
+                                                 expect=(200, 202, 204)))
 
-    async def load(self, session_id: str) -> Any:
-        return await self._call("POST", f"/session/{session_id}/load", expect=(200, 202))
+    async def load(self, session_id: str) -> Loaded:
+        return cast(Loaded, await self._call("POST", f"/session/{session_id}/load", expect=(200, 202)))
 
-    async def transcript(self, session_id: str, cursor: Any = None) -> TranscriptPage:
+    async def transcript(self, session_id: str, cursor: str | None = None) -> TranscriptPage:
         params = {"cursor": cursor} if cursor is not None else None
         result = await self._call("GET", f"/session/{session_id}/transcript", params=params)
         return TranscriptPage(list(result.get("events") or []), result.get("nextCursor"))
 
-    async def answer_permission(self, session_id: str, request_id: str, option_id: str) -> Any:
-        return await self._write("POST", f"/session/{session_id}/permission/{request_id}",
-                                 json={"optionId": option_id}, expect=(200, 202, 204))
+    async def answer_permission(self, session_id: str, request_id: str, option_id: str) -> PermissionAnswered:
+        answer = await self._write("POST", f"/session/{session_id}/permission/{request_id}",
+                                   json={"optionId": option_id}, expect=(200, 202, 204))
+        return cast(PermissionAnswered, answer)
 
     async def delete_session(self, session_id: str) -> None:
         await self._write("DELETE", f"/session/{session_id}", expect=(200, 202, 204), keyed=False,
@@ -270,9 +281,8 @@ class DaemonClient:
         result: dict[str, Any] = await self._call("GET", f"/session/{session_id}")
         return result
 
-    async def status(self) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("GET", "/daemon/status")
-        return result
+    async def status(self) -> DaemonStatus:
+        return cast(DaemonStatus, await self._call("GET", "/daemon/status"))
 
     # --- gate runs (SPEC K) ---------------------------------------------------------------------
 
@@ -293,15 +303,14 @@ class DaemonClient:
         result = await self._call("POST", "/gate", json=body, expect=(202,))
         return str(result["gateId"])
 
-    async def gates(self) -> list[dict[str, Any]]:
+    async def gates(self) -> list[GateSummary]:
         """``GET /gate``: the runs this daemon keeps in memory (in progress, and the latest ended)."""
         result = await self._call("GET", "/gate")
         return list(result.get("gates") or [])
 
-    async def gate(self, gate_id: str) -> dict[str, Any]:
+    async def gate(self, gate_id: str) -> GateRun:
         """``GET /gate/{id}``: the run's state, and its result once it ended."""
-        result: dict[str, Any] = await self._call("GET", f"/gate/{gate_id}")
-        return result
+        return cast(GateRun, await self._call("GET", f"/gate/{gate_id}"))
 
     async def cancel_gate(self, gate_id: str) -> bool:
         result = await self._call("POST", f"/gate/{gate_id}/cancel")

@@ -37,7 +37,7 @@ def retried(status: int, error_type: object) -> bool:
 
 def pause(budget: Budget, retry: int, retry_after: float | None) -> float:
     """The wait before retry number ``retry`` (from 1)."""
-    wait = budget.client_write_retry_backoff_seconds * 2 ** (retry - 1)
+    wait: float = budget.client_write_retry_backoff_seconds * 2 ** (retry - 1)
     if retry_after is not None:
         wait = max(wait, min(retry_after, budget.client_http_timeout_seconds))
     return wait

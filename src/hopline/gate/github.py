@@ -9,6 +9,7 @@ is annotated on its file. Values are escaped as the runner reads them (``%``, CR
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 _COMMANDS = {"error": "error", "warning": "warning", "note": "notice"}
@@ -35,7 +36,7 @@ def annotation(agent: str, finding: dict[str, Any]) -> str:
     return f"::{_COMMANDS.get(str(finding.get('severity')), 'warning')} {','.join(props)}::{_data(message)}"
 
 
-def annotate(result: dict[str, Any]) -> list[str]:
+def annotate(result: Mapping[str, Any]) -> list[str]:
     """Every finding of the run's last round (``GET /gate/{id}``'s ``agents``), as workflow commands,
     and one per gate that gave no verdict (an ``error``: it could not review the change)."""
     out = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from hopline import __version__
@@ -150,7 +151,7 @@ def _prints(agent: str, findings: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def to_sarif(result: dict[str, Any]) -> dict[str, Any]:
+def to_sarif(result: Mapping[str, Any]) -> dict[str, Any]:
     """The SARIF log of a gate run's result (``GET /gate/{id}``): one run per gate agent."""
     return {"$schema": SARIF_SCHEMA_URI, "version": SARIF_VERSION,
             "runs": [gate_run_to_sarif(agent, base=result["base"], head=result["head"],
