@@ -40,4 +40,5 @@ def test_every_runtime_dependency_is_imported_by_hopline_or_run_by_the_gate() ->
 
 def test_the_checker_sees_hoplines_imports() -> None:
     # Guards the mapping from import names to distributions: acp is agent-client-protocol's.
-    assert {"fastapi", "agent-client-protocol", "prometheus-client", "psycopg-pool"} <= _imported_distributions()
+    expected = {"fastapi", "agent-client-protocol", "prometheus-client", "psycopg-pool"}
+    assert expected <= _imported_distributions()

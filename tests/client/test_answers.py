@@ -17,6 +17,8 @@ from hopline.client import (
     Loaded,
     PermissionAnswered,
     SessionRow,
+    SessionShown,
+    SessionSummary,
     TranscriptEvent,
 )
 from hopline.embedded import EmbeddedStack
@@ -51,6 +53,13 @@ async def test_every_answer_of_a_session_has_its_declared_shape(daemon: Embedded
         assert_shape(status, DaemonStatus)
         assert [row["sessionId"] for row in status["sessions"]] == [session_id]
         assert_shape(status["sessions"][0], SessionRow)
+
+        listed, total = await client.sessions()
+        assert total >= 1 and session_id in [row["sessionId"] for row in listed]
+        for row in listed:
+            assert_shape(row, SessionSummary)
+        shown = await client.session(session_id)
+        assert_shape(shown, SessionShown)
 
         page = await client.transcript(session_id)
         assert page.events

@@ -9,7 +9,7 @@ events stay readable, and ``POST /session/{id}/load`` gives it a new agent.
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
@@ -54,7 +54,7 @@ def _when(created: Any) -> str:
     return datetime.datetime.fromtimestamp(created).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def print_sessions(rows: list[dict[str, Any]], total: int) -> None:
+def print_sessions(rows: Sequence[Mapping[str, Any]], total: int) -> None:
     """A table on a terminal; elsewhere one line per session, whole (a script's ``cut`` or ``awk``)."""
     from rich.console import Console
     from rich.table import Table

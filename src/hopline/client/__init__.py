@@ -11,6 +11,8 @@ from hopline.client.answers import (
     PermissionAnswered,
     PermissionOutcome,
     SessionRow,
+    SessionShown,
+    SessionSummary,
     TranscriptEvent,
 )
 from hopline.client.daemon import (
@@ -40,6 +42,8 @@ __all__ = [
     "PermissionOutcome",
     "RequestTooLarge",
     "SessionRow",
+    "SessionShown",
+    "SessionSummary",
     "SidecarIntegrityError",
     "SidecarRef",
     "SseEventTooLarge",

@@ -65,11 +65,34 @@ class TranscriptEvent(TypedDict):
     corrupt: NotRequired[JsonObject]
 
 
+class SessionSummary(TypedDict):
+    """One session of ``GET /session``: what it is doing here (``detached``: no agent here), and
+    from its record when it was made, for which workspace and profile."""
+
+    sessionId: str
+    state: str
+    activity: str
+    pendingPrompts: int
+    pendingPermissions: int
+    subscribers: int
+    created: float | None
+    cwd: str | None
+    profile: str | None
+    permissionMode: str | None
+
+
+class SessionShown(SessionSummary):
+    """``GET /session/{id}``: its summary and its last event id."""
+
+    lastEventId: int | None
+
+
 class SessionRow(TypedDict):
     """One session of ``GET /daemon/status``."""
 
     sessionId: str
     state: str
+    activity: str
     childPid: int | None
     exitCode: int | None
     pendingPrompts: int

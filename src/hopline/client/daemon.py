@@ -37,6 +37,8 @@ from hopline.client.answers import (
     Health,
     Loaded,
     PermissionAnswered,
+    SessionShown,
+    SessionSummary,
     TranscriptEvent,
 )
 from hopline.client.events import Event, SidecarRef, to_event
@@ -271,15 +273,14 @@ class DaemonClient:
         await self._write("DELETE", f"/session/{session_id}", expect=(200, 202, 204), keyed=False,
                           gone_is_done=True)
 
-    async def sessions(self, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    async def sessions(self, limit: int | None = None) -> tuple[list[SessionSummary], int]:
         """``GET /session``: the newest sessions (what each is doing), and how many there are."""
         result = await self._call("GET", "/session", params={"limit": limit} if limit is not None else None)
         return list(result.get("sessions") or []), int(result.get("total") or 0)
 
-    async def session(self, session_id: str) -> dict[str, Any]:
+    async def session(self, session_id: str) -> SessionShown:
         """``GET /session/{id}``: one session, what it is doing, and its last event id."""
-        result: dict[str, Any] = await self._call("GET", f"/session/{session_id}")
-        return result
+        return cast(SessionShown, await self._call("GET", f"/session/{session_id}"))
 
     async def status(self) -> DaemonStatus:
         return cast(DaemonStatus, await self._call("GET", "/daemon/status"))
