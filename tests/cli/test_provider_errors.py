@@ -100,7 +100,7 @@ def test_a_gate_sends_a_failing_model_no_more_retries_than_the_budget(provider: 
                                                                       tmp_path: Path) -> None:
     """The turn's loop retries a transient model failure HOPLINE_MODEL_RETRY_ATTEMPTS times; the gate
     does not start a second attempt that would send them all again."""
-    from hopline.gate.sample import make_sample_pull_request
+    from hopline.scripted.sample_pull_request import make_sample_pull_request
 
     repo, base, head = make_sample_pull_request(tmp_path / "pr", log_bytes=4096, logs=1)
     provider.fail_with = 503

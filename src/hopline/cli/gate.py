@@ -367,11 +367,11 @@ def check_gate_arguments(budget: Budget, *, agents: list[str], rounds: int | Non
 
 def check_repository(budget: Budget, repo: str, *, base: str | None, head: str | None) -> None:
     """What the daemon would answer with a 422 (no such directory, not a git work tree, a revision
-    that names no commit, no base to take), refused here with the same rules (:mod:`hopline.gate.git`)
+    that names no commit, no base to take), refused here with the same rules (:mod:`hopline.harness.git`)
     before any stack starts: exit 2."""
     from pathlib import Path
 
-    from hopline.gate.git import RepoError, default_base, repository_root, resolve_commit
+    from hopline.harness.git import RepoError, default_base, repository_root, resolve_commit
 
     try:
         root = repository_root(Path(repo), budget)
