@@ -14,6 +14,7 @@ from hopline.client.answers import (
     SessionShown,
     SessionSummary,
     TranscriptEvent,
+    TranscriptPage,
 )
 from hopline.client.daemon import (
     DaemonClient,
@@ -22,7 +23,6 @@ from hopline.client.daemon import (
     RequestTooLarge,
     SidecarIntegrityError,
     SseReconnectExhausted,
-    TranscriptPage,
 )
 from hopline.client.events import Event, SidecarRef, content_text
 from hopline.wire.sse import SseEventTooLarge, SseMessage, SseParser

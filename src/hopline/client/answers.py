@@ -1,4 +1,5 @@
-"""What the daemon's API answers, as the SDK returns it (SPEC C-1, A-1): one ``TypedDict`` per answer.
+"""What the daemon's API answers, as the SDK returns it (SPEC C-1, A-1): one ``TypedDict`` per answer
+(and a transcript's page, read a page at a time).
 
 The keys are the daemon's own (camelCase JSON), so an answer is the parsed body as it came, typed:
 no copy, no renaming. ``tests/client/test_answers.py`` holds each one to a real daemon's answers,
@@ -63,6 +64,15 @@ class TranscriptEvent(TypedDict):
     data: NotRequired[Any]
     omitted: NotRequired[JsonObject]
     corrupt: NotRequired[JsonObject]
+
+
+class TranscriptPage:
+    """One page of ``GET /session/{id}/transcript``: its events, and the cursor of the next page
+    while the journal holds more."""
+
+    def __init__(self, events: list[TranscriptEvent], next_cursor: str | None) -> None:
+        self.events = events
+        self.next_cursor = next_cursor
 
 
 class SessionSummary(TypedDict):

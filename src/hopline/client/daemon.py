@@ -39,7 +39,7 @@ from hopline.client.answers import (
     PermissionAnswered,
     SessionShown,
     SessionSummary,
-    TranscriptEvent,
+    TranscriptPage,
 )
 from hopline.client.events import Event, SidecarRef, to_event
 from hopline.sidecars.projection import restore_update
@@ -112,14 +112,6 @@ _DROPS: tuple[type[Exception], ...] = (
     httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout, httpx.ConnectError,
     httpx.ConnectTimeout, httpx.WriteError, httpx.PoolTimeout, _StreamEnded,
 )
-
-
-class TranscriptPage:
-    """One page of ``GET /session/{id}/transcript``."""
-
-    def __init__(self, events: list[TranscriptEvent], next_cursor: str | None) -> None:
-        self.events = events
-        self.next_cursor = next_cursor
 
 
 class DaemonClient:
