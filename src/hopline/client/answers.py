@@ -114,6 +114,7 @@ class SessionRow(TypedDict):
     lastEventId: int | None
     framesDropped: int
     lostBytes: int
+    lostEvents: int  # events the store lost that no daemon held to write back (T-10)
     stderr: JsonObject | None
     owned: NotRequired[bool]  # in a cluster: whether this daemon holds the session's lease
     devState: NotRequired[str]  # a dev session attached to a gate run
