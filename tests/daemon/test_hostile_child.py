@@ -265,7 +265,7 @@ def test_huge_and_numerous_headers_before_authentication_get_a_431(hostile: Daem
     for raw in answers:
         assert raw.startswith(b"HTTP/1.1 431"), raw[:100]
         error = orjson.loads(raw.partition(b"\r\n\r\n")[2])["error"]
-        assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limitBytes"] == 64 * 1024
+        assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limit"] == 64 * 1024
     assert grown < 32 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
     host, port = hostile.url.removeprefix("http://").split(":")
     fields = b"".join(b"a%d: b\r\n" % i for i in range(10_000))

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.gate.git import Checkout, RepoError, check_revision, default_base, resolve_commit
+from hopline.errors import RepoError
+from hopline.gate.git import Checkout, check_revision, default_base, resolve_commit
 from hopline.gate.sample import git
 from hopline.harness.git import run_git
 from hopline.harness.tools import ReviewRange, ToolError, Workspace

@@ -15,7 +15,6 @@ nothing of ours but the error tree.
 # ``from hopline.budget import HoplineError`` keeps working.
 from hopline.budget.ceiling import (
     MAX_SIZE_BYTES,
-    BudgetError,
     Ceiling,
     GiB,
     KiB,
@@ -27,7 +26,6 @@ from hopline.budget.ceiling import (
 from hopline.budget.coherence import (
     COHERENCE_CHECKS,
     CoherenceFinding,
-    IncoherentBudget,
     check_coherence,
     check_engine_within_gateway,
     check_iteration_fits_engine,
@@ -76,8 +74,7 @@ from hopline.budget.table import (
 from hopline.budget.values import (
     Budget,
 )
-from hopline.errors import HoplineError as HoplineError
-from hopline.errors import LimitExceeded as LimitExceeded
+from hopline.errors import BudgetError, HoplineError, IncoherentBudget, LimitExceeded
 
 __all__ = [
     "CEILINGS",

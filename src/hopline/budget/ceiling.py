@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from hopline.errors import HoplineError, LimitExceeded
+from hopline.errors import BudgetError, LimitExceeded
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -36,10 +36,6 @@ _SIZE_UNITS: Mapping[str, int] = {
     "tib": 1024 * GiB,
 }
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-class BudgetError(HoplineError, ValueError):
-    """A setting could not be read; the message names the variable and the value."""
 
 
 def parse_size(value: str | int) -> int:

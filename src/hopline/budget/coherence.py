@@ -11,7 +11,7 @@ from hopline.budget.ceiling import Unit, format_size
 from hopline.budget.settings import SETTINGS, Settings
 from hopline.budget.table import CEILINGS, CEILINGS_BY_KEY
 from hopline.budget.values import Budget
-from hopline.errors import HoplineError
+from hopline.errors import IncoherentBudget
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,14 +204,6 @@ def limits_json(budget: Budget, findings: list[CoherenceFinding],
         doc["settings"] = [{"name": s.name, "option": s.option, "value": settings.shown(s.key),
                             "source": settings.source(s.key)} for s in SETTINGS]
     return doc
-
-
-class IncoherentBudget(HoplineError, RuntimeError):
-    """The chain of ceilings is incoherent; a component refuses to start."""
-
-    def __init__(self, errors: list[CoherenceFinding]):
-        self.errors = errors
-        super().__init__("incoherent budget: " + "; ".join(f.message for f in errors))
 
 
 def require_coherent(budget: Budget) -> list[CoherenceFinding]:

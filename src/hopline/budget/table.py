@@ -11,23 +11,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hopline.budget.ceiling import Ceiling, GiB, KiB, MiB, Unit
-
-# Hops, as named in SPEC's diagram and in every error a hop answers with.
-HOP_DAEMON_API = "daemon.api"
-HOP_DAEMON_SSE = "daemon.sse"
-HOP_CLIENT_SSE = "client.sse"
-HOP_PIPE = "acp.pipe"
-HOP_ENGINE = "engine.llm_turn"
-HOP_GATEWAY = "gateway.llm_turn"
-HOP_PROVIDER = "gateway.provider"
-HOP_CONTEXT = "harness.context"
-HOP_TOOLS = "harness.tools"
-HOP_REPLAY = "daemon.replay"
-HOP_JOURNAL = "daemon.journal"
-HOP_SIDECARS = "daemon.sidecars"
-HOP_OBSERVE = "observe.large_frames"
-HOP_GATE = "daemon.gate"
-HOP_CLUSTER = "daemon.cluster"  # daemon <-> store and daemon <-> daemon (SPEC X)
+from hopline.errors import (
+    HOP_CLIENT_SSE,
+    HOP_CLUSTER,
+    HOP_CONTEXT,
+    HOP_DAEMON_API,
+    HOP_DAEMON_SSE,
+    HOP_ENGINE,
+    HOP_GATE,
+    HOP_GATEWAY,
+    HOP_JOURNAL,
+    HOP_OBSERVE,
+    HOP_PIPE,
+    HOP_PROVIDER,
+    HOP_REPLAY,
+    HOP_SIDECARS,
+    HOP_TOOLS,
+)
 
 CEILINGS: tuple[Ceiling, ...] = (
     # --- hop 4 / hop 3: the llm-turn request path -------------------------------------------

@@ -23,7 +23,7 @@ def run_client(command: str, main: Coroutine[Any, Any, T]) -> T:
     import asyncio
 
     from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-    from hopline.embedded import EmbeddedStackError
+    from hopline.errors import EmbeddedStackError
 
     try:
         return asyncio.run(main)

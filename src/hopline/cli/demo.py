@@ -227,7 +227,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     if error is not None:
         table.add_row("gate turn error", f"[bold red]origin {error.get('origin')}[/], status "
                       f"{error.get('status', '-')}, hop {error.get('hop', '-')}, body "
-                      f"{size(error.get('observedBytes'))}, limit {size(error.get('limitBytes'))}")
+                      f"{size(error.get('observed'))}, limit {size(error.get('limit'))}")
     sandbox = summary.get("sandbox") or {}
     if sandbox:
         table.add_row("sandbox for the PR's code", str(sandbox.get("kind")))

@@ -54,9 +54,9 @@ def body_against_ceiling(row: dict[str, Any]) -> str:
     when a hop refused a body as too large (413), the limit that refused it and that hop."""
     found = row.get("error")
     error: dict[str, Any] = found if isinstance(found, dict) else {}
-    if error.get("status") == 413 and isinstance(error.get("limitBytes"), int):
-        largest = max(int(row.get("maxBodyBytes") or 0), int(error.get("observedBytes") or 0))
-        return f"{_size(largest)} / {_size(error['limitBytes'])} ({error.get('hop')} refused it)"
+    if error.get("status") == 413 and isinstance(error.get("limit"), int):
+        largest = max(int(row.get("maxBodyBytes") or 0), int(error.get("observed") or 0))
+        return f"{_size(largest)} / {_size(error['limit'])} ({error.get('hop')} refused it)"
     return f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}"
 
 

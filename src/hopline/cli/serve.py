@@ -207,9 +207,7 @@ def _daemon_app_or_exit(budget: Budget, sock: socket.socket, root: Path, *, agen
 
     from hopline.budget import Settings
     from hopline.daemon.app import create_daemon_app
-    from hopline.gateway.providers import ProviderSettingError
-    from hopline.store.locations import StoreSettingError
-    from hopline.store.postgres import StoreUnavailable
+    from hopline.errors import ProviderSettingError, StoreSettingError, StoreUnavailable
 
     try:
         return create_daemon_app(budget, data_dir=root, agent_cmd=agent_cmd, server_token=server_token,

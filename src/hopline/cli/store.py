@@ -41,9 +41,10 @@ def check(
     import orjson
 
     from hopline.budget import Settings
+    from hopline.errors import StoreSettingError
     from hopline.store.check import check_sqlite
     from hopline.store.check import repair as repair_sqlite
-    from hopline.store.locations import StoreSettingError, sidecar_location, store_location
+    from hopline.store.locations import sidecar_location, store_location
 
     root = Path(data_dir) if data_dir else default_data_dir()
     try:
@@ -128,8 +129,9 @@ def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
     import psycopg
 
     from hopline.budget import redact_url
+    from hopline.errors import StoreUnavailable
     from hopline.store.event_groups import inline_events
-    from hopline.store.postgres import StoreUnavailable, connect
+    from hopline.store.postgres import connect
 
     damaged: list[dict[str, Any]] = []
     checked = 0

@@ -1,16 +1,9 @@
 """hopline's Python SDK: the daemon client and its bounded SSE reader (SPEC C-1)."""
 
-from hopline.client.daemon import (
-    DaemonClient,
-    DaemonError,
-    NoDaemonUrl,
-    RequestTooLarge,
-    SidecarIntegrityError,
-    SseReconnectExhausted,
-    TranscriptPage,
-)
+from hopline.client.daemon import DaemonClient, NoDaemonUrl, RequestTooLarge, TranscriptPage
 from hopline.client.events import Event, SidecarRef, content_text
-from hopline.wire.sse import SseEventTooLarge, SseMessage, SseParser
+from hopline.errors import DaemonError, SidecarIntegrityError, SseEventTooLarge, SseReconnectExhausted
+from hopline.wire.sse import SseMessage, SseParser
 
 __all__ = [
     "DaemonClient",

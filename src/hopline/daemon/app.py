@@ -41,13 +41,13 @@ from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.idle_sessions import IdleSessions
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.routes.owner import Forwarded
 from hopline.daemon.routes.sessions import session_router
 from hopline.daemon.routes.status import status_router
 from hopline.daemon.sessions.keys import Replayed
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.store_errors import install_object_store_error_handler, install_store_error_handlers
+from hopline.errors import StoreSettingError
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit
 from hopline.gateway.errors import bounded_json_route
@@ -62,7 +62,6 @@ from hopline.store.journal import EventJournal
 from hopline.store.locations import (
     SIDECARS_DIR,
     SYNC_FULL,
-    StoreSettingError,
     sidecar_location,
     store_location,
     store_sync,
@@ -272,10 +271,6 @@ def _routes(parts: DaemonParts) -> FastAPI:
     @app.exception_handler(SessionError)
     async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
         return _error(exc)
-
-    @app.exception_handler(Forwarded)
-    async def _forwarded(_: Request, exc: Forwarded) -> Response:
-        return exc.response
 
     @app.exception_handler(Replayed)
     async def _replayed(_: Request, exc: Replayed) -> Response:

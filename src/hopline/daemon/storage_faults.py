@@ -51,7 +51,7 @@ def is_disk_full(exc: BaseException) -> bool:
 
 def is_storage_fault(exc: BaseException) -> bool:
     """A failure of the store itself (not a bug of ours, not client input)."""
-    from hopline.store.postgres import StoreUnavailable
+    from hopline.errors import StoreUnavailable
 
     for link in _chain(exc):
         if isinstance(link, OSError | sqlite3.Error | StoreUnavailable):

@@ -17,10 +17,9 @@ from starlette.responses import JSONResponse
 
 from hopline.budget import HOP_CLUSTER
 from hopline.daemon.storage_faults import RETRY_SECONDS, STORAGE_UNAVAILABLE
+from hopline.errors import ObjectStoreUnavailable, StoreBusy, StoreUnavailable
 from hopline.gateway.errors import error_response
-from hopline.store.blobs import ObjectStoreUnavailable
-from hopline.store.bounded import StoreBusy, retry_after_of
-from hopline.store.postgres import StoreUnavailable
+from hopline.store.bounded import retry_after_of
 
 
 def store_unavailable_response(exc: BaseException) -> JSONResponse:

@@ -13,8 +13,9 @@ import contextlib
 import re
 from pathlib import Path
 
-from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
-from hopline.harness.git import GitError, add_worktree, driver_overrides, remove_worktree, run_git
+from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.errors import GitError, RepoError
+from hopline.harness.git import add_worktree, driver_overrides, remove_worktree, run_git
 from hopline.harness.sandbox_mounts import share_tree
 
 # A revision a client may name: a ref, a commit id, HEAD~2, main@{upstream}... never an option.
@@ -22,10 +23,6 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9._/@{}^~:+][A-Za-z0-9._/@{}^~:+-]{0,254}$"
 DEFAULT_BRANCH = "main"
 _COMMITTER = ["-c", "user.name=hopline dev agent", "-c", "user.email=dev-agent@hopline.invalid",
               "-c", "commit.gpgsign=false"]
-
-
-class RepoError(HoplineError, ValueError):
-    """The repository or a revision cannot be used; the message says which, never a path."""
 
 
 def _git(cwd: Path, budget: Budget, *args: str) -> str:

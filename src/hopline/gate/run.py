@@ -43,9 +43,10 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
+from hopline.errors import RepoError
 from hopline.gate import interpreter, testcmd
 from hopline.gate.driver import SessionDriver, Stalled, follow_turn
-from hopline.gate.git import Checkout, RepoError, changes_nothing, resolve_range
+from hopline.gate.git import Checkout, changes_nothing, resolve_range
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
 from hopline.gate.report import AgentReport, command_ran, track
 from hopline.gate.states import (
@@ -106,7 +107,7 @@ class _NoVerdict:
 
 
 # What a failed turn's error says that a report keeps (sizes and origins, never a message's payload).
-_ERROR_KEYS = ("origin", "status", "hop", "limitBytes", "observedBytes", "reason", "exitCode")
+_ERROR_KEYS = ("origin", "status", "hop", "setting", "limit", "observed", "unit", "reason", "exitCode")
 
 
 class GateRun:

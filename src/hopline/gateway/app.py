@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from hopline import __version__
 from hopline.budget import HOP_GATEWAY, Budget
+from hopline.errors import TurnFailure
 from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
 from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
 from hopline.gateway.errors import error_response
@@ -39,7 +40,7 @@ from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
-from hopline.harness.model import LlmTurnRequest, TurnFailure
+from hopline.harness.model import LlmTurnRequest
 from hopline.harness.scripted import check_model_params
 from hopline.wire.input import loads_bounded
 

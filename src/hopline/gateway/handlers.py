@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hopline.errors import InputRefused
 from hopline.gateway.errors import (
     STATUS_KINDS,
     RefusedBody,
@@ -17,7 +18,6 @@ from hopline.gateway.errors import (
     request_error_response,
 )
 from hopline.gateway.incidents import answer_incident_for
-from hopline.wire.input import InputRefused
 
 
 def install_error_handlers(app: FastAPI, hop: str) -> None:

@@ -35,7 +35,8 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PROVIDER, Budget, HoplineError, LimitExceeded, redact_url
+from hopline.budget import CEILINGS_BY_KEY, HOP_PROVIDER, Budget, LimitExceeded, redact_url
+from hopline.errors import Origin, ProviderSettingError, SseEventTooLarge, TurnFailure
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -44,10 +45,10 @@ from hopline.gateway.chat import (
     stream_error,
 )
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
 from hopline.vocabulary import OPENAI_API_KEY_ENV
 from hopline.wire.bounded import read_bounded
-from hopline.wire.sse import SseEventTooLarge, SseParser
+from hopline.wire.sse import SseParser
 
 PROVIDER_ENV = "HOPLINE_PROVIDER"
 OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -61,10 +62,6 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 _FRAMING_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection",
                               "accept"})
 _SSE_DONE = "[DONE]"
-
-
-class ProviderSettingError(HoplineError, ValueError):
-    """A provider setting could not be used; the message names the variable, never a value."""
 
 
 class ProviderFailure(TurnFailure):

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hopline.budget import HoplineError
+from hopline.errors import GitError
 
 # A commit id as hopline passes it to git: full or abbreviated hex, so it can never read as an option.
 COMMIT_RE = re.compile(r"^[0-9a-f]{4,64}$")
@@ -38,10 +38,6 @@ SAFE_CONFIG: tuple[str, ...] = ("-c", "core.hooksPath=/dev/null", "-c", "core.fs
 _PLAIN_PATHS = ("-c", "core.quotePath=false")
 _DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\."
                         r"(clean|smudge|process|required|textconv|command|driver)$")
-
-
-class GitError(HoplineError):
-    """git failed, timed out, or is missing; the message holds git's own first line (no payload)."""
 
 
 @dataclasses.dataclass(frozen=True)

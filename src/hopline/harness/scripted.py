@@ -30,12 +30,12 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_GATEWAY, SCRIPTED_SEED_RANGE, Budget
+from hopline.errors import InputRefused
 from hopline.harness import review, review_fix, review_plan
 from hopline.harness.context import SUMMARY_MARKER
 from hopline.harness.failures import classify_http_status
 from hopline.harness.model import EncodedRequest, LlmTurnRequest, LlmTurnResponse, Message, Usage
 from hopline.harness.tokens import estimate
-from hopline.wire.input import InputRefused
 
 PROVIDER_NAME = "scripted"
 _LISTING_RE = re.compile(r"^(\d+)\t(\S+)$", re.MULTILINE)

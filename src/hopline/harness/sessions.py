@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import HoplineError
+from hopline.errors import StoreError
 from hopline.store.private import private_dir, private_file
 from hopline.vocabulary import DATA_DIR_ENV
 
@@ -81,7 +81,7 @@ class AgentSessionRecord:
     updated_at: str
 
 
-class SessionNotFound(HoplineError, KeyError):
+class SessionNotFound(StoreError, KeyError):
     pass
 
 

@@ -16,7 +16,8 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from hopline.budget import SETTINGS_BY_KEY, HoplineError, redact_url
+from hopline.budget import SETTINGS_BY_KEY, redact_url
+from hopline.errors import StoreSettingError
 
 JOURNAL_FILE = "journal.sqlite3"
 SEGMENTS_DIR = "journal.segments"  # beside the journal file, wherever it is
@@ -44,10 +45,6 @@ def store_sync(value: str) -> str:
 def journal_quarantine(journal: Path) -> Path:
     """Where one check or recovery of the journal at ``journal`` moves what it quarantines."""
     return journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
-
-
-class StoreSettingError(HoplineError, ValueError):
-    """A store or sidecar URL that hopline cannot use; the message names the setting."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -127,7 +127,7 @@ MALFORMED: list[dict[str, Any]] = [
     {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": [None, 5, {"type": "content"}],
      "_meta": {"hopline.sidecar": "not a list"}},
     {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": {"type": "content"},
-     "_meta": {"hopline.dropped": {"bytes": "many", "limitBytes": None}}},
+     "_meta": {"hopline.dropped": {"bytes": "many", "limit": None}}},
     {"sessionUpdate": "plan", "entries": "not a list"},
     {"sessionUpdate": "plan", "entries": [None, 3, {"content": {"x": 1}, "status": [], "priority": {}}]},
     {"sessionUpdate": "available_commands_update", "availableCommands": "not a list"},

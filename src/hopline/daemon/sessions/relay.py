@@ -225,9 +225,9 @@ class Relay:
     def on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                        reason: str) -> None:
         limit = error.limit if isinstance(error, FrameTooLarge) else None
-        details: dict[str, Any] = {"limitBytes": limit}
+        details: dict[str, Any] = {}
         if limit is not None:
-            details["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+            details = CEILINGS_BY_KEY["pipe_max_frame_bytes"].exceeded(limit, size).fields()
         self.drop_frame(session, size, reason, decoded=False, **details)
         if session is not None and session.loading is not None and limit is not None:
             session.loading.frame_error_size = size
