@@ -27,8 +27,8 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from hopline.budget import DATA_DIR_ENV, SERVER_TOKEN_ENV
 from hopline.errors import EmbeddedStackError
-from hopline.vocabulary import DATA_DIR_ENV, SERVER_TOKEN_ENV
 
 log = logging.getLogger("hopline.embedded")
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hopline.budget import CEILINGS, HOP_DAEMON_API, HOP_DAEMON_SSE, HOP_GATE, Budget
+from hopline.budget import CEILINGS, FIXED, HOP_DAEMON_API, HOP_DAEMON_SSE, HOP_GATE, Budget
 from hopline.daemon.errors import SessionError
 
 from .support import running_daemon
@@ -20,7 +20,7 @@ LIMIT_KEYS = {"type", "hop", "setting", "limit", "observed", "unit", "message"}
 
 def test_every_ceiling_answers_the_one_shape() -> None:
     """Exactly the one shape's keys, a byte limit's as a count's: no other key names a limit."""
-    for ceiling in CEILINGS:
+    for ceiling in (*CEILINGS, *FIXED):
         error = ceiling.exceeded(1, 2).to_json()["error"]
         assert set(error) == LIMIT_KEYS, ceiling.key
         assert (error["limit"], error["observed"], error["unit"]) == (1, 2, ceiling.unit.value)

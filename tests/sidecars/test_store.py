@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hopline.budget import Budget
+from hopline.budget import SIDECAR_DIR_ENV, Budget
 from hopline.errors import SidecarWriterError
 from hopline.sidecars.entry import (
     SidecarEntry,
@@ -24,7 +24,6 @@ from hopline.sidecars.entry import (
 )
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter, open_store
-from hopline.vocabulary import SIDECAR_DIR_ENV
 
 from .conftest import CountingStore, FakeClock
 

@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import CEILINGS_BY_KEY, NAIVE_ENV
 from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit, run_client
-from hopline.vocabulary import GATE_AGENTS, NAIVE_ENV
+from hopline.vocabulary import GATE_AGENTS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,7 +45,7 @@ DEMO_EXPLORE_ITERATIONS = 12
 
 def naive_env() -> dict[str, str]:
     # The naive rules reach the stack through the daemon's environment, inherited by its agents.
-    return {"API_JSON_BODY_LIMIT": NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
+    return {CEILINGS_BY_KEY["api_json_body_limit"].name: NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
 
 
 def stack_env(naive: bool) -> dict[str, str]:
@@ -133,9 +134,9 @@ def build_summary(*, naive: bool, result: dict[str, Any], status: dict[str, Any]
                         # the compactions whose model summary failed (the extractive one was used), and why
                         "summarizerErrors": [e for a in reports for e in a.get("summarizerErrors") or []]},
         "largestBodyBytes": max((int(a.get("maxBodyBytes") or 0) for a in reports), default=0),
-        "engineCeilingBytes": _ceiling(status, "HOPLINE_TRANSPORT_MAX_BODY_BYTES")
+        "engineCeilingBytes": _ceiling(status, CEILINGS_BY_KEY["transport_max_body_bytes"].name)
         or budget.transport_max_body_bytes,
-        "gatewayLimitBytes": _ceiling(status, "API_JSON_BODY_LIMIT"),
+        "gatewayLimitBytes": _ceiling(status, CEILINGS_BY_KEY["api_json_body_limit"].name),
         "largestPipeFrame": {"bytes": int(max(int(inbound.get("maxBytes") or 0), int(outbound.get("maxBytes")
                                                                                      or 0))),
                              "direction": largest_dir},

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.budget import URL_ENV
 from hopline.cli._common import budget_or_exit, daemon_target, run_client
 from hopline.vocabulary import (
     DEV_STATE,
@@ -30,9 +32,7 @@ from hopline.vocabulary import (
     GATE_ROUND,
     GATE_STARTED,
     GATE_VERDICT,
-    URL_ENV,
 )
-from hopline.vocabulary import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

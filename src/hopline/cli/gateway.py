@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
+from hopline.budget import INTERNAL_TOKEN_ENV
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
-from hopline.vocabulary import INTERNAL_TOKEN_ENV
 
 
 def resolve_token(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str]:

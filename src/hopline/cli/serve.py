@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, URL_ENV
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 from hopline.compiled import STATE as COMPILED
-from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     import socket

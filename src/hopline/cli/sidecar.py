@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
+from hopline.budget import SERVER_TOKEN_ENV, URL_ENV
 from hopline.cli._common import budget_or_exit, daemon_target
-from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 
 def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None, url: str | None = None,

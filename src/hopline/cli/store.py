@@ -18,12 +18,14 @@ from typing import Any
 
 import typer
 
+from hopline.budget import DATA_DIR_ENV
+
 store_app = typer.Typer(name="store", help="Check (and repair) the daemon's store.", no_args_is_help=True)
 
 
 def default_data_dir() -> Path:
-    if os.environ.get("HOPLINE_DATA_DIR"):
-        return Path(os.environ["HOPLINE_DATA_DIR"])
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
 
 

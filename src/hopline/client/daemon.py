@@ -23,6 +23,8 @@ from hopline.budget import (
     CEILINGS_BY_KEY,
     HOP_CLIENT_SSE,
     HOP_DAEMON_API,
+    SERVER_TOKEN_ENV,
+    URL_ENV,
     Budget,
     LimitExceeded,
 )
@@ -30,7 +32,7 @@ from hopline.client import retry
 from hopline.client.events import Event, SidecarRef, to_event
 from hopline.errors import ClientError, ConfigError, DaemonError, SidecarIntegrityError, SseReconnectExhausted
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
+from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR
 from hopline.wire.sse import SseParser
 
 log = logging.getLogger("hopline.client")

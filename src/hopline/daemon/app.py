@@ -30,7 +30,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from hopline import __version__
-from hopline.budget import HOP_DAEMON_API, SETTINGS_BY_KEY, Budget, Settings, require_coherent
+from hopline.budget import (
+    GATEWAY_URL_ENV,
+    HOP_DAEMON_API,
+    SERVER_TOKEN_ENV,
+    SETTINGS_BY_KEY,
+    Budget,
+    Settings,
+    require_coherent,
+)
 from hopline.daemon.adoption import run_sweeps
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster, ClusterAuth, new_daemon_id
@@ -69,7 +77,6 @@ from hopline.store.locations import (
 from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import migrate, prove_token
 from hopline.store.sqlite_journal import SqliteJournal
-from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 
 log = logging.getLogger("hopline.daemon")
 

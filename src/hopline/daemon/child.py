@@ -25,13 +25,20 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
+from hopline.budget import (
+    AGENT_ENV,
+    HOPLINE_TOKEN_ENV,
+    NAIVE_ENV,
+    PERMISSION_MODE_ENV,
+    SECRET_SETTINGS_ENV,
+    Budget,
+    HoplineError,
+)
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
 from hopline.daemon.reaper import end_tree, subreaper_preexec
 from hopline.daemon.silence import SilenceDeadline
 from hopline.errors import AgentError
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError, NdjsonDecoder
 

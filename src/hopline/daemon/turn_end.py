@@ -51,7 +51,7 @@ def _project(payload: dict[str, Any], key: str, limit: int, sink: SidecarSink | 
     if sink is None:
         payload[key] = echoed(value, limit)
         return size
-    projected = project_fields({key: value}, sink, dataclasses.replace(budget, sidecar_threshold_bytes=limit))
+    projected = project_fields({key: value}, sink, budget.replace(sidecar_threshold_bytes=limit))
     moved = projected.update
     if key == "_meta":  # its own sidecar entries are in it already
         payload["_meta"] = moved["_meta"]

@@ -35,7 +35,19 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PROVIDER, Budget, LimitExceeded, redact_url
+from hopline.budget import (
+    CEILINGS_BY_KEY,
+    EXTRA_HEADERS_ENV,
+    HOP_PROVIDER,
+    MODEL_ENV,
+    OPENAI_API_KEY_ENV,
+    OPENAI_BASE_URL_ENV,
+    PROVIDER_ENV,
+    STREAM_ENV,
+    Budget,
+    LimitExceeded,
+    redact_url,
+)
 from hopline.errors import Origin, ProviderSettingError, SseEventTooLarge, TurnFailure
 from hopline.gateway.chat import (
     ChatStreamAssembler,
@@ -46,15 +58,9 @@ from hopline.gateway.chat import (
 )
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
-from hopline.vocabulary import OPENAI_API_KEY_ENV
 from hopline.wire.bounded import read_bounded
 from hopline.wire.sse import SseParser
 
-PROVIDER_ENV = "HOPLINE_PROVIDER"
-OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
-MODEL_ENV = "HOPLINE_MODEL"
-STREAM_ENV = "HOPLINE_PROVIDER_STREAM"
-EXTRA_HEADERS_ENV = "HOPLINE_PROVIDER_EXTRA_HEADERS"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 

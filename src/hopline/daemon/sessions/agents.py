@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hopline import __version__
-from hopline.budget import Budget
+from hopline.budget import DATA_DIR_ENV, SIDECAR_DIR_ENV, Budget
 from hopline.daemon.child import AcpChild, child_environment
 from hopline.daemon.credentials import takes_credentials
 from hopline.daemon.errors import SessionError, agent_timeout
@@ -30,12 +30,10 @@ from hopline.store.journal import EventJournal
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    DATA_DIR_ENV,
     META_CREDENTIALS,
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
-    SIDECAR_DIR_ENV,
 )
 
 PROTOCOL_VERSION = 1

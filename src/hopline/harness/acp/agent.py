@@ -60,7 +60,7 @@ from acp.schema import (
     NewSessionResponse,
 )
 
-from hopline.budget import Budget
+from hopline.budget import PERMISSION_MODE_ENV, Budget
 from hopline.errors import InputRefused
 from hopline.harness.acp.content import PROMPT_CAPABILITIES, echo_blocks, prompt_content
 from hopline.harness.acp.messages import (
@@ -105,7 +105,6 @@ from hopline.vocabulary import (
     META_SCRIPTED,
     META_TAKES_CREDENTIALS,
     META_TURN,
-    PERMISSION_MODE_ENV,
     PROGRESS_METHOD,
 )
 from hopline.vocabulary import REVIEW_META as META_REVIEW

@@ -17,14 +17,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hopline.budget import Budget
+from hopline.budget import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV, Budget
 from hopline.harness.acp.agent import HoplineAgent, LiveSession, ModelFactory, serve
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.requests import SessionCredentials
 from hopline.harness.acp.sidecars import store_from_env
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.logs import configure_json_logging
-from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 
 log = logging.getLogger("hopline.agent")
 

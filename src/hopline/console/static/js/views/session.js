@@ -2,7 +2,7 @@
 // compactions, the progress line, permission requests, the prompt box; the stream resumes with
 // Last-Event-ID after a dropped connection and says so.
 
-import { ceilingOf, getJson, postJson, sessionPath } from '../api.js';
+import { clientSseOptions, getJson, postJson, sessionPath } from '../api.js';
 import { h, render } from '../dom.js';
 import { amount, bytes, count, doing, exact, human, shortId, tokens } from '../format.js';
 import { fetchVerified, fileName, saveBytes, sidecarEntries } from '../sidecars.js';
@@ -123,11 +123,8 @@ class SessionView {
       return;
     }
     if (this.stopped) return;
-    // The client reader's ceilings, as the daemon's budget declares them (hop client.sse).
     this.streamOptions = {
-      maxEventBytes: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES'),
-      reconnectAttempts: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_ATTEMPTS'),
-      backoffSeconds: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_BACKOFF'),
+      ...clientSseOptions(budget),
       onEvent: (event) => this.onEvent(event),
       onState: (state) => this.onState(state),
     };
