@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from hopline.budget import HOP_GATEWAY, Budget, KiB
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.body_limit import BodyLimitStats
+from hopline.http.body_limit import BodyLimitStats
 
 from ._bodies import body_of_size
 from ._server import serve

@@ -12,8 +12,8 @@ import pytest
 
 from hopline.budget import HOP_GATEWAY, Budget, KiB
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.auth import SessionTokens
 from hopline.gateway.providers import ScriptedProvider
+from hopline.http.auth import SessionTokens
 
 from ._server import serve
 from .conftest import TOKEN, CountingProvider, Gateway, GatewayFactory

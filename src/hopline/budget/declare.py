@@ -6,8 +6,7 @@ field is the whole declaration: its variable, default, bounds and description (:
 :data:`Tokens`, :data:`Seconds`, :data:`Ratio`). Adding a setting is one field::
 
     class PipeLimits(HopSettings, hop=HOP_PIPE):
-        pipe_max_frame_bytes: Bytes = limit(64 * MiB, "HOPLINE_PIPE_MAX_FRAME_BYTES",
-                                            "ACP pipe max frame, daemon reader side")
+        pipe_max_frame_bytes: Bytes = limit(64 * MiB, <its variable>, <what it bounds>)
 
 A value hopline does not let anyone set is a named constant of its hop's model (:func:`fixed`), not a
 field: no variable reads it, and ``hopline limits`` lists it apart.

@@ -42,9 +42,9 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.budget import HOP_GATEWAY
-        from hopline.cli._http_server import uvicorn_config
         from hopline.gateway.app import create_gateway_app
         from hopline.gateway.providers import provider_from_env
+        from hopline.http.server import uvicorn_config
 
         budget = budget_or_exit()
         require_coherent_or_exit(budget, "gateway", show_warnings=True)  # as serve: HOPLINE_NAIVE=1 too

@@ -237,7 +237,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket) -> None:
     import uvicorn
 
     from hopline.budget import HOP_DAEMON_API
-    from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
+    from hopline.http.server import prepare_daemon_process, uvicorn_config
 
     class DaemonServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -247,7 +247,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket) -> None:
             await super().shutdown(sockets)
 
     # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
-    # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
+    # head deadline and the connection ceiling (http/server.py), else h11 without them.
     config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
                             timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
     server = DaemonServer(config)

@@ -56,11 +56,11 @@ from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.store_errors import install_object_store_error_handler, install_store_error_handlers
 from hopline.errors import StoreSettingError
-from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
-from hopline.gateway.body_limit import BodyLimit
-from hopline.gateway.errors import bounded_json_route
-from hopline.gateway.handlers import install_error_handlers
-from hopline.gateway.incidents import LastResort
+from hopline.http.auth import BearerTokenMiddleware, SessionTokens
+from hopline.http.body_limit import BodyLimit
+from hopline.http.errors import bounded_json_route
+from hopline.http.handlers import install_error_handlers
+from hopline.http.incidents import LastResort
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.expiry import Reaper

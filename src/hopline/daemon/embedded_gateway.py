@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopline.budget import Budget
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 
 INTERNAL_PREFIX = "/internal"
 

@@ -38,8 +38,8 @@ from hopline.errors import RepoError, StoreError
 from hopline.gate.git import Checkout
 from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState, RunState
-from hopline.gateway.errors import bounded_json_route
 from hopline.harness.scripted import scripted_hints
+from hopline.http.errors import bounded_json_route
 from hopline.sidecars.projection import restore_update
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import (

@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse
 from hopline.budget import HOP_CLUSTER
 from hopline.daemon.storage_faults import RETRY_SECONDS, STORAGE_UNAVAILABLE
 from hopline.errors import ObjectStoreUnavailable, StoreBusy, StoreUnavailable
-from hopline.gateway.errors import error_response
+from hopline.http.errors import error_response
 from hopline.store.bounded import retry_after_of
 
 

@@ -31,17 +31,17 @@ from pydantic import ValidationError
 from hopline import __version__
 from hopline.budget import HOP_GATEWAY, Budget
 from hopline.errors import TurnFailure
-from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
-from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
-from hopline.gateway.errors import error_response
-from hopline.gateway.handlers import install_error_handlers
-from hopline.gateway.incidents import LastResort
 from hopline.gateway.metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.providers import Provider
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
 from hopline.harness.model import LlmTurnRequest
 from hopline.harness.scripted import check_model_params
+from hopline.http.auth import BearerTokenMiddleware, SessionTokens
+from hopline.http.body_limit import BodyLimit, BodyLimitStats
+from hopline.http.errors import error_response
+from hopline.http.handlers import install_error_handlers
+from hopline.http.incidents import LastResort
 from hopline.wire.input import loads_bounded
 
 log = logging.getLogger("hopline.gateway")

@@ -23,7 +23,7 @@ from hopline.daemon.errors import SessionError, agent_timeout
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.sessions.relay import ChildEvents, Relay
 from hopline.daemon.sessions.state import DaemonSession
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal

@@ -37,7 +37,7 @@ from hopline.daemon.sessions.relay import Relay
 from hopline.daemon.sessions.state import LIVE_STATES, DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.daemon.storage_faults import is_storage_fault, refusal
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.bounded import store_errors

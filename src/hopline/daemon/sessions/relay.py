@@ -24,7 +24,7 @@ from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.permissions import AgentRequests, resolve_all
 from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import (
     FRAME_DROPPED,

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from hopline.budget import HOP_DAEMON_API, Budget
-from hopline.cli._http_server import guarded_protocol, h11_guarded_protocol, uvicorn_config
+from hopline.http.server import guarded_protocol, h11_guarded_protocol, uvicorn_config
 
 HEAD_MAX = 2048
 HEADERS_MAX = 10

@@ -1,7 +1,7 @@
 """hopline's HTTP error shape, for every error the daemon API and the gateway answer (SPEC D-10).
 
 One shape: ``{"error": {"type", "hop", "message", ...}}``, with the limit and the size or count
-seen when a ceiling refused the request. :func:`~hopline.gateway.handlers.install_error_handlers`
+seen when a ceiling refused the request. :func:`~hopline.http.handlers.install_error_handlers`
 puts FastAPI's own errors
 (request validation 422, unknown route 404, method 405) in that shape, never echoing the input,
 and answers every :class:`~hopline.wire.input.InputRefused` a route raises with a 400;
