@@ -18,7 +18,12 @@ from hopline.budget import HoplineError
 # Exceptions that must not be hopline errors, each with its reason (none today).
 NOT_HOPLINE_ERRORS: dict[str, str] = {}
 MIDDLE_BASES = (errors.ConfigError, errors.LimitExceeded, errors.InputError, errors.StoreError,
-                errors.AgentError, errors.ClusterError, errors.ClientError)
+                errors.AgentError, errors.ClusterError, errors.ClientError, errors.InternalError)
+# Exceptions directly under HoplineError, each with its reason.
+OUTSIDE_THE_MIDDLE: dict[str, str] = {
+    "hopline.daemon.errors.SessionError": "a daemon route's answer: its status, chosen where it is "
+                                          "raised, says input (4xx), an agent or the store (5xx)",
+}
 SOURCE = Path(hopline.__file__).parent
 
 
@@ -80,7 +85,8 @@ def test_a_class_more_than_one_package_names_lives_in_errors() -> None:
 
 
 def test_every_error_in_errors_is_under_a_middle_base() -> None:
-    """The tree has a middle layer (configuration, limits, input, store, agent, cluster, client)."""
+    """The tree has a middle layer (configuration, limits, input, store, agent, cluster, client,
+    hopline's own rules)."""
     for name, cls in vars(errors).items():
         if not (inspect.isclass(cls) and issubclass(cls, BaseException)) or cls.__module__ != errors.__name__:
             continue
@@ -88,3 +94,11 @@ def test_every_error_in_errors_is_under_a_middle_base() -> None:
             continue
         assert issubclass(cls, MIDDLE_BASES), name
     assert all(base.__bases__[0] is HoplineError for base in MIDDLE_BASES)
+
+
+def test_every_error_of_a_package_is_under_a_middle_base() -> None:
+    """A class a single package keeps is placed in the tree too: under the middle base it belongs to."""
+    outside = sorted(name for name, cls in _exception_classes().items()
+                     if cls is not HoplineError and cls not in MIDDLE_BASES
+                     and not issubclass(cls, MIDDLE_BASES))
+    assert outside == sorted(OUTSIDE_THE_MIDDLE)

@@ -17,8 +17,9 @@ The tree (every exception hopline raises on purpose derives from :class:`Hopline
     │   └── TurnFailure · ToolError · GitError
     ├── ClusterError           several daemons on one store (SPEC X)
     │   └── LeaseLost
-    └── ClientError            the SDK's side of the daemon API
-        └── DaemonError · SseReconnectExhausted · SidecarIntegrityError · EmbeddedStackError
+    ├── ClientError            the SDK's side of the daemon API
+    │   └── DaemonError · SseReconnectExhausted · SidecarIntegrityError · EmbeddedStackError
+    └── InternalError          a rule of hopline's own broken: a bug, never input (answered as a 500)
 
 A class lives here when more than one package names it (raises, catches or subclasses it); one that
 a single package uses stays in that package, under the middle base it belongs to
@@ -344,3 +345,12 @@ class SidecarIntegrityError(ClientError):
 
 class EmbeddedStackError(ClientError, RuntimeError):
     """The embedded daemon did not start; the message carries the tail of its stderr."""
+
+
+# --- hopline's own rules -------------------------------------------------------------------------
+
+
+class InternalError(HoplineError):
+    """A rule of hopline's own was broken (a transition a table forbids, a plan that breaks an
+    invariant): a bug in hopline, never input. Nothing answers it on purpose: an HTTP route's last
+    resort answers 500 ``internal_error`` with an ``incidentId``."""
