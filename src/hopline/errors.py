@@ -12,7 +12,7 @@ The tree (every exception hopline raises on purpose derives from :class:`Hopline
     │   └── InputRefused · RepoError
     ├── StoreError             where state lives failed, or holds what this hopline cannot read
     │   ├── StoreUnavailable ─ StoreBusy · StoreDamaged · ObjectStoreUnavailable
-    │   └── SidecarWriterError
+    │   └── DataDirBusy · SidecarWriterError
     ├── AgentError             an agent child, its model or its tools failed
     │   └── TurnFailure · ToolError · GitError
     ├── ClusterError           several daemons on one store (SPEC X)
@@ -199,6 +199,15 @@ class ObjectStoreUnavailable(StoreUnavailable, OSError):
     def __init__(self, message: str, retry_after: float) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class DataDirBusy(StoreError):
+    """Another live hopline daemon holds the data directory's lock: the message names it (its pid and
+    URL) and what to do; ``holder`` is what its lock file says."""
+
+    def __init__(self, message: str, holder: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class SidecarWriterError(StoreError, RuntimeError):

@@ -17,7 +17,7 @@ STREAM_ENV = "HOPLINE_PROVIDER_STREAM"
 EXTRA_HEADERS_ENV = "HOPLINE_PROVIDER_EXTRA_HEADERS"
 SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token
 INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"  # the gateway's operator token
-URL_ENV = "HOPLINE_URL"  # the daemon a client command talks to
+URL_ENV = "HOPLINE_URL"  # the daemon a client talks to (the SDK and every client command)
 DATA_DIR_ENV = "HOPLINE_DATA_DIR"
 AGENT_ENV = "HOPLINE_AGENT_ENV"  # the operator's list of variables passed to agent children
 PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
@@ -68,7 +68,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(EXTRA_HEADERS_ENV, "a JSON object of headers added to every provider request"),
     Variable(SERVER_TOKEN_ENV, "the daemon API's bearer token (hopline serve, and the commands that talk to "
              "a daemon)", "a fresh one per serve, printed", secret=True, common=True),
-    Variable(URL_ENV, "the daemon a client command (status, sidecar, gate --url) talks to", common=True),
+    Variable(URL_ENV, "the daemon a client talks to: the SDK's DaemonClient() and the client commands (run, "
+             "sessions, status, sidecar, gate)", common=True),
     Variable(DATA_DIR_ENV, "where a daemon and its agents keep their state",
              "$XDG_DATA_HOME/hopline, else ~/.local/share/hopline", common=True),
     Variable(AGENT_ENV, "variables of the daemon's environment passed on to agent children, "

@@ -119,7 +119,8 @@ def _lock_or_exit(root: Path) -> Any:
     """The data directory's lock (:mod:`hopline.store.dir_lock`), or exit 1 naming its holder."""
     import sys
 
-    from hopline.store.dir_lock import DataDirBusy, DataDirLock
+    from hopline.errors import DataDirBusy
+    from hopline.store.dir_lock import DataDirLock
 
     try:
         return DataDirLock.acquire(root)
