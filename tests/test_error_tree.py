@@ -23,6 +23,9 @@ MIDDLE_BASES = (errors.ConfigError, errors.LimitExceeded, errors.InputError, err
 OUTSIDE_THE_MIDDLE: dict[str, str] = {
     "hopline.daemon.errors.SessionError": "a daemon route's answer: its status, chosen where it is "
                                           "raised, says input (4xx), an agent or the store (5xx)",
+    "hopline.daemon.sessions.keys.Replayed": "no error: the first answer to an idempotency key, given "
+                                             "again out of the key's claim (before the write runs, or "
+                                             "after another daemon stored the key)",
 }
 SOURCE = Path(hopline.__file__).parent
 

@@ -12,7 +12,7 @@ The tree (every exception hopline raises on purpose derives from :class:`Hopline
     │   └── InputRefused · RepoError
     ├── StoreError             where state lives failed, or holds what this hopline cannot read
     │   ├── StoreUnavailable ─ StoreBusy · StoreDamaged · ObjectStoreUnavailable
-    │   └── DataDirBusy · SidecarWriterError
+    │   └── DataDirBusy · KeyTaken · KeyRecordDamaged · SidecarWriterError
     ├── AgentError             an agent child, its model or its tools failed
     │   └── TurnFailure · ToolError · GitError
     ├── ClusterError           several daemons on one store (SPEC X)
@@ -208,6 +208,22 @@ class DataDirBusy(StoreError):
     def __init__(self, message: str, holder: dict[str, Any]) -> None:
         super().__init__(message)
         self.holder = holder
+
+
+class KeyTaken(StoreError):
+    """Another write stored this idempotency key (and what it created) first: this one was not
+    applied."""
+
+    def __init__(self) -> None:
+        super().__init__("another request with this idempotency key was stored first")
+
+
+class KeyRecordDamaged(StoreError):
+    """A stored idempotency key's bytes fail their checksum: its answer cannot be given, nor the write
+    run again."""
+
+    def __init__(self) -> None:
+        super().__init__("the stored idempotency record fails its checksum")
 
 
 class SidecarWriterError(StoreError, RuntimeError):

@@ -34,7 +34,8 @@ from fastapi.responses import Response
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget, HoplineError
 from hopline.daemon.errors import SessionError
-from hopline.store.idempotency import FoundKey, KeyRecord, KeyRecordDamaged, KeyTaken
+from hopline.errors import KeyRecordDamaged, KeyTaken
+from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 
