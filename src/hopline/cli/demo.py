@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hopline.budget import Budget
 
 DEMO_TOOLS_PER_ITERATION = 3
-GATE_CONCURRENCY_ENV = "HOPLINE_GATE_CONCURRENCY"
+GATE_CONCURRENCY_ENV = CEILINGS_BY_KEY["gate_concurrency"].name
 # The iterations a demo gate agent explores the change for: with its checks and answering, each gate
 # runs 15 to 18 iterations and its bodies pass the compaction trigger twice, before any ceiling; more
 # would show the same thing again at the price of every turn's bytes through each hop.
