@@ -25,15 +25,8 @@ import signal
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
-from hopline.budget import (
-    AGENT_ENV,
-    HOPLINE_TOKEN_ENV,
-    NAIVE_ENV,
-    PERMISSION_MODE_ENV,
-    SECRET_SETTINGS_ENV,
-    Budget,
-    HoplineError,
-)
+from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
+from hopline.budget.variables import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
 from hopline.daemon.reaper import end_tree, subreaper_preexec
 from hopline.daemon.silence import SilenceDeadline
@@ -65,8 +58,7 @@ JSONRPC_METHOD_NOT_FOUND = -32601
 LARGE_READ_BYTES = 256 * 1024
 # I/O granularity too: after a read whose frames averaged at least this, the next read takes up to
 # LARGE_READ_BYTES, which then carries at most 64 such frames, as a 64 KiB read of 1 KiB frames
-# does (one journal commit, one burst per subscriber). Frames of 64 KiB read 64 KiB at a time
-# were one commit each: the daemon's CPU per MiB was 1.37x that of whole 256 KiB pipe reads.
+# does (one journal commit, one burst per subscriber), where 64 KiB reads were one commit each.
 LARGE_FRAME_BYTES = LARGE_READ_BYTES // 64
 # How many ids of requests given up before their answer came (a waiter cancelled, as when the
 # daemon stops while a warm child's initialize is in flight, or past its deadline) are remembered:

@@ -26,13 +26,13 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from hopline.budget import Budget
+from hopline.budget import CEILINGS_BY_KEY, Budget
 from hopline.errors import StoreBusy, StoreUnavailable
 from hopline.store.postgres import aconnect
 
 T = TypeVar("T")
 
-STATEMENT_TIMEOUT_SETTING = "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS"
+STATEMENT_TIMEOUT_SETTING = CEILINGS_BY_KEY["store_statement_timeout_seconds"].name
 
 
 def retry_after_of(exc: BaseException, default: float = 1.0) -> int:
