@@ -23,7 +23,7 @@ import httpx
 from bench.common import BENCH_DIR, HOST, PYTHON, REPO_ROOT, Settings, free_port, started, tail
 from bench.cpu import CpuWindow
 from bench.sse_client import SseCounter, stream_sse
-from hopline.vocabulary import SERVER_TOKEN_ENV
+from hopline.budget import SERVER_TOKEN_ENV
 
 TIMEOUT_S = 90.0
 

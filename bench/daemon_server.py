@@ -32,7 +32,7 @@ from typing import Any
 import uvicorn
 
 from hopline.budget import HOP_DAEMON_API, Budget
-from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
+from hopline.http.server import prepare_daemon_process, uvicorn_config
 
 
 def main() -> None:

@@ -13,9 +13,10 @@ import sys
 import uvicorn
 
 from hopline.budget import HOP_GATEWAY, Budget
-from hopline.cli._http_server import uvicorn_config
+from hopline.errors import TurnFailure
 from hopline.gateway.app import create_gateway_app
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
+from hopline.http.server import uvicorn_config
 
 
 class UnreachableProvider:

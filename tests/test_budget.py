@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,27 +9,23 @@ import pytest
 
 from hopline.budget import (
     CEILINGS,
-    COHERENCE_CHECKS,
+    CEILINGS_BY_KEY,
+    COHERENCE_RULES,
+    FIXED,
+    HOP_MODELS,
     MAX_SIZE_BYTES,
     Budget,
     BudgetError,
+    CoherenceFinding,
     IncoherentBudget,
     Unit,
     check_coherence,
-    check_engine_within_gateway,
-    check_iteration_fits_engine,
-    check_pipe_ends_agree,
-    check_sidecar_quotas_nested,
-    check_sidecar_stub_within_sse_event,
-    check_sidecar_under_large_frame,
-    check_sse_event_within_client_reader,
-    check_sse_queue_holds_largest_events,
-    check_stream_carries_response,
-    check_summarization_fits_engine,
     format_size,
     parse_size,
     require_coherent,
 )
+from hopline.budget.declare import unit_of
+from hopline.budget.hops import ContextLimits, PipeLimits
 
 
 @pytest.mark.parametrize(
@@ -87,21 +82,48 @@ def test_format_size() -> None:
     assert format_size(12) == "12 B"
 
 
-def test_table_and_budget_fields_match_one_to_one() -> None:
-    """Budget's fields are declared by hand (typed, for mypy): they are the table's keys exactly,
-    each typed as its row's unit, and each row's default of that type."""
-    fields = {f.name: f.type for f in dataclasses.fields(Budget) if f.name != "sources"}
-    keys = [c.key for c in CEILINGS]
-    assert len(keys) == len(set(keys)), "a key is in the table twice"
-    assert sorted(set(keys) - set(fields)) == [], "rows with no Budget field"
-    assert sorted(set(fields) - set(keys)) == [], "Budget fields with no row"
+def test_each_setting_is_declared_once_typed_as_its_unit() -> None:
+    """A key is a field of one hop's model only, its type says its unit, its default is of that
+    type; every variable and every fixed value's name is one setting's."""
+    owners: dict[str, str] = {}
+    for model in HOP_MODELS:
+        for key in model.model_fields:
+            assert key not in owners, f"{key} is declared by {owners[key]} and {model.__name__}"
+            owners[key] = model.__name__
+    assert sorted(owners) == sorted(c.key for c in CEILINGS)
+    assert set(Budget.model_fields) == set(owners)  # Budget gathers the models, no field of its own
     whole = {Unit.BYTES, Unit.COUNT, Unit.TOKENS}
-    for c in CEILINGS:
-        expected = "int" if c.unit in whole else "float"
-        assert fields[c.key] == expected, (c.key, fields[c.key], c.unit)
+    for c in (*CEILINGS, *FIXED):
         assert type(c.default) is (int if c.unit in whole else float), (c.key, c.default)
-    names = [c.name for c in CEILINGS]
-    assert len(names) == len(set(names))
+    for c in CEILINGS:
+        assert unit_of(Budget.model_fields[c.key]) is c.unit and c.env is not None
+    names = [c.name for c in (*CEILINGS, *FIXED)]
+    assert len(names) == len(set(names)) == len(CEILINGS_BY_KEY)
+    assert len({model.hop for model in HOP_MODELS}) == len(HOP_MODELS)
+
+
+def test_a_fixed_value_is_a_constant_no_variable_changes() -> None:
+    """COMPACTION_THRESHOLD reads as budget.compaction_threshold and as its model's constant; no
+    variable moves it (its name, prefixed or not, is ignored); code may replace it."""
+    assert ContextLimits.compaction_threshold == 0.7 == Budget.defaults().compaction_threshold
+    env = {"COMPACTION_THRESHOLD": "0.5", "HOPLINE_COMPACTION_THRESHOLD": "0.5"}
+    read = Budget.from_env(env)
+    assert read.compaction_threshold == 0.7 and read.source("compaction_threshold") == "default"
+    assert read.to_env() == {}
+    replaced = Budget.defaults().replace(compaction_threshold=0.5)
+    assert replaced.compaction_threshold == 0.5 and replaced.source("compaction_threshold") == "override"
+    assert Budget.defaults().compaction_threshold == 0.7  # the defaults are not changed by a copy
+    with pytest.raises(BudgetError, match="COMPACTION_THRESHOLD"):
+        Budget.defaults().replace(compaction_threshold=0.99)  # over its bound (0.95)
+    with pytest.raises(TypeError, match="no_such_key"):
+        Budget.defaults().replace(no_such_key=1)
+
+
+def test_a_hop_model_reads_its_own_variables() -> None:
+    pipe = PipeLimits.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "1MiB", "API_JSON_BODY_LIMIT": "1"})
+    assert pipe.pipe_max_frame_bytes == 1024 * 1024 and pipe.source("pipe_max_frame_bytes") == (
+        "HOPLINE_PIPE_MAX_FRAME_BYTES")
+    assert not hasattr(pipe, "api_json_body_limit")
 
 
 def test_defaults_are_the_spec_table() -> None:
@@ -168,13 +190,19 @@ def test_replace_validates_and_marks_override() -> None:
         Budget.defaults().replace(transport_max_body_bytes=0)
 
 
-def _with(**changes: object) -> Budget:
+def _with(**changes: int | float) -> Budget:
     return Budget.defaults().replace(**changes)
 
 
+def _found(rule: str, budget: Budget) -> list[CoherenceFinding]:
+    """The findings of one coherence rule (a model validator of Budget) on ``budget``."""
+    assert rule in COHERENCE_RULES
+    return [f for f in budget.findings if f.rule == rule]
+
+
 def test_engine_within_gateway_at_the_boundary_and_over() -> None:
-    assert check_engine_within_gateway(_with(transport_max_body_bytes=10 * 1024 * 1024)) == []
-    [f] = check_engine_within_gateway(_with(transport_max_body_bytes=10 * 1024 * 1024 + 1))
+    assert _found("engine_within_gateway", _with(transport_max_body_bytes=10 * 1024 * 1024)) == []
+    [f] = _found("engine_within_gateway", _with(transport_max_body_bytes=10 * 1024 * 1024 + 1))
     assert f.severity == "error"
 
 
@@ -191,8 +219,8 @@ def test_the_seeds_incoherent_chain_names_both_variables() -> None:
 
 def test_sse_event_within_client_reader() -> None:
     limit = 16 * 1024 * 1024
-    assert check_sse_event_within_client_reader(_with(sse_max_event_bytes=limit)) == []
-    [f] = check_sse_event_within_client_reader(_with(sse_max_event_bytes=limit + 1))
+    assert _found("sse_event_within_client_reader", _with(sse_max_event_bytes=limit)) == []
+    [f] = _found("sse_event_within_client_reader", _with(sse_max_event_bytes=limit + 1))
     assert f.severity == "error"
     assert set(f.settings) == {"HOPLINE_SSE_MAX_EVENT_BYTES", "HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES"}
 
@@ -201,8 +229,8 @@ def test_iteration_fits_engine_is_a_warning() -> None:
     # room above the trigger: 30 % of 8 MiB = 2,516,582 bytes; 8 x (32 KiB + args)
     room = int(8 * 1024 * 1024 * 0.3)
     fits = room // 8 - 32 * 1024
-    assert check_iteration_fits_engine(_with(tool_arguments_max_bytes=fits)) == []
-    [f] = check_iteration_fits_engine(_with(tool_arguments_max_bytes=fits + 1))
+    assert _found("iteration_fits_engine", _with(tool_arguments_max_bytes=fits)) == []
+    [f] = _found("iteration_fits_engine", _with(tool_arguments_max_bytes=fits + 1))
     assert f.severity == "warning"
     assert "HOPLINE_TOOL_ARGUMENTS_MAX_BYTES" in f.settings
     assert require_coherent(_with(tool_arguments_max_bytes=fits + 1)) == [f]
@@ -211,39 +239,38 @@ def test_iteration_fits_engine_is_a_warning() -> None:
 def test_summarization_fits_engine() -> None:
     ceiling = 8 * 1024 * 1024
     ok = ceiling - 64 * 1024
-    assert check_summarization_fits_engine(_with(summary_chunk_bytes=ok)) == []
-    [f] = check_summarization_fits_engine(_with(summary_chunk_bytes=ok + 1))
+    assert _found("summarization_fits_engine", _with(summary_chunk_bytes=ok)) == []
+    [f] = _found("summarization_fits_engine", _with(summary_chunk_bytes=ok + 1))
     assert f.severity == "error"
 
 
 def test_pipe_ends_agree() -> None:
-    assert check_pipe_ends_agree(Budget.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "32MiB"})) == []
-    [f] = check_pipe_ends_agree(Budget.from_env({"HOPLINE_AGENT_MAX_FRAME_BYTES": "50MiB"}))
+    assert _found("pipe_ends_agree", Budget.from_env({"HOPLINE_PIPE_MAX_FRAME_BYTES": "32MiB"})) == []
+    [f] = _found("pipe_ends_agree", Budget.from_env({"HOPLINE_AGENT_MAX_FRAME_BYTES": "50MiB"}))
     assert f.severity == "error"
     assert f.settings == ("HOPLINE_PIPE_MAX_FRAME_BYTES", "HOPLINE_AGENT_MAX_FRAME_BYTES")
 
 
 def test_sidecar_rules() -> None:
     store = 2 * 1024**3
-    assert check_sidecar_quotas_nested(_with(sidecar_max_session_bytes=store)) == []
-    [f] = check_sidecar_quotas_nested(_with(sidecar_max_session_bytes=store + 1))
+    assert _found("sidecar_quotas_nested", _with(sidecar_max_session_bytes=store)) == []
+    [f] = _found("sidecar_quotas_nested", _with(sidecar_max_session_bytes=store + 1))
     assert f.severity == "error"
     large = 256 * 1024
-    assert check_sidecar_under_large_frame(_with(sidecar_threshold_bytes=large - 1)) == []
-    [w] = check_sidecar_under_large_frame(_with(sidecar_threshold_bytes=large))
+    assert _found("sidecar_under_large_frame", _with(sidecar_threshold_bytes=large - 1)) == []
+    [w] = _found("sidecar_under_large_frame", _with(sidecar_threshold_bytes=large))
     assert w.severity == "warning"
     sse = 16 * 1024 * 1024
-    assert check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse - 1)) == []
-    [e] = check_sidecar_stub_within_sse_event(_with(sidecar_threshold_bytes=sse))
+    assert _found("sidecar_stub_within_sse_event", _with(sidecar_threshold_bytes=sse - 1)) == []
+    [e] = _found("sidecar_stub_within_sse_event", _with(sidecar_threshold_bytes=sse))
     assert e.severity == "error"
 
 
 def test_sse_queue_holds_four_of_the_largest_inline_events() -> None:
     threshold = 12 * 1024 * 1024  # the relay bench's: whole 8 MiB frames cross every hop
-    assert check_sse_queue_holds_largest_events(
-        _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold)) == []
-    [w] = check_sse_queue_holds_largest_events(
-        _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold - 1))
+    rule = "sse_queue_holds_largest_events"
+    assert _found(rule, _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold)) == []
+    [w] = _found(rule, _with(sidecar_threshold_bytes=threshold, sse_queue_max_bytes=4 * threshold - 1))
     assert w.severity == "warning"
     assert w.settings == ("HOPLINE_SSE_QUEUE_MAX_BYTES", "HOPLINE_SIDECAR_THRESHOLD_BYTES")
     assert str(4 * threshold - 1) in w.message and str(threshold) in w.message
@@ -263,8 +290,8 @@ def test_serve_says_a_coherence_warning_at_start_up(tmp_path: Path) -> None:
 
 def test_stream_carries_response() -> None:
     response = 10 * 1024 * 1024
-    assert check_stream_carries_response(_with(provider_stream_max_bytes=response)) == []
-    [f] = check_stream_carries_response(_with(provider_stream_max_bytes=response - 1))
+    assert _found("stream_carries_response", _with(provider_stream_max_bytes=response)) == []
+    [f] = _found("stream_carries_response", _with(provider_stream_max_bytes=response - 1))
     assert f.severity == "error"
     assert f.settings == ("HOPLINE_PROVIDER_RESPONSE_MAX_BYTES", "HOPLINE_PROVIDER_STREAM_MAX_BYTES")
 
@@ -280,10 +307,11 @@ def test_provider_and_plan_rows() -> None:
         Budget.from_env({"HOPLINE_PLAN_MAX_ENTRIES": "1"})
 
 
-def test_every_check_is_named_and_runs_on_defaults() -> None:
-    for check in COHERENCE_CHECKS:
-        assert check.__name__.startswith("check_")
-        assert check(Budget.defaults()) == []
+def test_every_rule_runs_as_the_budget_is_built() -> None:
+    assert len(COHERENCE_RULES) == 10 and Budget.defaults().findings == []
+    incoherent = Budget.from_env({"HOPLINE_AGENT_MAX_FRAME_BYTES": "50MiB"})
+    assert [f.rule for f in incoherent.findings] == ["pipe_ends_agree"]
+    assert check_coherence(incoherent) == incoherent.findings
 
 
 def _hopline(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -310,7 +338,10 @@ def test_limits_cli_on_defaults() -> None:
     assert by_name["API_JSON_BODY_LIMIT"]["bytes"] == 10_485_760
     assert by_name["HOPLINE_TRANSPORT_MAX_BODY_BYTES"]["bytes"] == 8_388_608
     assert by_name["API_JSON_BODY_LIMIT"]["source"] == "default"
-    assert by_name["COMPACTION_THRESHOLD"]["value"] == 0.7
+    assert "COMPACTION_THRESHOLD" not in by_name
+    fixed = {row["name"]: row for row in doc["fixed"]}
+    assert fixed["COMPACTION_THRESHOLD"] == {"name": "COMPACTION_THRESHOLD", "hop": "harness.context",
+                                             "value": 0.7, "unit": "ratio"}
     assert doc["narrowestRequestCeiling"] == "HOPLINE_TRANSPORT_MAX_BODY_BYTES"
     assert doc["errors"] == [] and doc["warnings"] == []
 

@@ -8,11 +8,8 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import SETTINGS, Budget, Settings, check_coherence, limits_json, redact_url
-from hopline.store.locations import (
-    StoreSettingError,
-    sidecar_location,
-    store_location,
-)
+from hopline.errors import StoreSettingError
+from hopline.store.locations import sidecar_location, store_location
 
 
 def test_settings_come_from_the_environment_and_the_option_wins() -> None:

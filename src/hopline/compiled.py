@@ -27,7 +27,9 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-ENV = "HOPLINE_COMPILED"
+from hopline.budget.variables import COMPILED_ENV
+
+ENV = COMPILED_ENV
 MANIFEST = "manifest.json"
 PACKAGE_ROOT = Path(__file__).resolve().parent
 BUILD_DIR = PACKAGE_ROOT.parent.parent / "build" / "compiled"  # the checkout's build/compiled

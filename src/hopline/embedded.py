@@ -27,8 +27,8 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
-from hopline.budget import HoplineError
-from hopline.vocabulary import DATA_DIR_ENV, SERVER_TOKEN_ENV
+from hopline.budget import DATA_DIR_ENV, SERVER_TOKEN_ENV
+from hopline.errors import EmbeddedStackError
 
 log = logging.getLogger("hopline.embedded")
 
@@ -38,10 +38,6 @@ FALLBACK_STARTUP_TIMEOUT_SECONDS = 30.0
 FALLBACK_STOP_TIMEOUT_SECONDS = 10.0
 _POLL_SECONDS = 0.05
 _STDERR_TAIL_CHARS = 4000
-
-
-class EmbeddedStackError(HoplineError, RuntimeError):
-    """The embedded daemon did not start; the message carries the tail of its stderr."""
 
 
 @dataclasses.dataclass

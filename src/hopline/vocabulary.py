@@ -1,5 +1,6 @@
-"""The names more than one package speaks: SSE event types, ``_meta`` keys, extension methods and
-environment variables. Each is spelled here once; the modules that use a name import it.
+"""The names more than one package speaks: SSE event types, ``_meta`` keys and extension methods.
+Each is spelled here once; the modules that use a name import it (environment variables are
+declared with the settings, in :mod:`hopline.budget`).
 
 Imports nothing: any folder may use it (``budget`` does not need it).
 """
@@ -88,25 +89,6 @@ REASON_OWNER_LOST = "owner_lost"  # turn_error of a prompt whose daemon died (it
 # --- idempotent writes (SPEC T-12): the SDK sends the key, the daemon stores it ---------------------
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"  # "true" on an answer given again, the write not run again
-
-# --- environment variables ------------------------------------------------------------------------
-SERVER_TOKEN_ENV = "HOPLINE_SERVER_TOKEN"  # the daemon API's bearer token
-URL_ENV = "HOPLINE_URL"  # the daemon a client talks to (the SDK and every client command)
-INTERNAL_TOKEN_ENV = "HOPLINE_INTERNAL_TOKEN"  # the gateway's operator token
-SIDECAR_WRITE_TOKEN_ENV = "HOPLINE_SIDECAR_WRITE_TOKEN"
-GATEWAY_URL_ENV = "HOPLINE_GATEWAY_URL"  # what an agent child posts llm-turns to
-DATA_DIR_ENV = "HOPLINE_DATA_DIR"
-SIDECAR_DIR_ENV = "HOPLINE_SIDECAR_DIR"
-PERMISSION_MODE_ENV = "HOPLINE_PERMISSION_MODE"
-NAIVE_ENV = "HOPLINE_NAIVE"
-AGENT_ENV = "HOPLINE_AGENT_ENV"  # the operator's list of variables passed to agent children
-OPENAI_API_KEY_ENV = "OPENAI_API_KEY"
-HOPLINE_ENV_PREFIX = "HOPLINE_"  # every setting of hopline's own (stores, tokens, limits) starts so
-# hopline's own tokens: never handed to a child process, whatever the operator names (D-11).
-HOPLINE_TOKEN_ENV: frozenset[str] = frozenset({SERVER_TOKEN_ENV, INTERNAL_TOKEN_ENV, SIDECAR_WRITE_TOKEN_ENV})
-# ...and the provider key: never in a tool's environment. A third-party agent that calls its
-# provider itself (qwen --acp) gets the key only when the operator names it (HOPLINE_AGENT_ENV).
-CREDENTIAL_ENV: frozenset[str] = HOPLINE_TOKEN_ENV | {OPENAI_API_KEY_ENV}
 
 # --- journal streams that are not sessions -------------------------------------------------------
 # A gate run's events are a journaled stream of their own (its id is the stream's key); its row in

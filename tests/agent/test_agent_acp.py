@@ -268,7 +268,8 @@ async def test_failed_turn_answers_a_json_rpc_error_with_its_origin(tmp_path: Pa
         assert err.value.code == -32603
         data = err.value.data
         assert data["origin"] == "model" and data["message"]
-        assert set(data) <= {"origin", "message", "hop", "limitBytes", "observedBytes", "retryable"}
+        assert set(data) <= {"origin", "message", "status", "hop", "setting", "limit", "observed", "unit",
+                             "retryable"}
         assert data["retryable"] is True  # a transient failure, retried as the budget allows (here: 0)
         # the session stays usable: the failure did not leave a turn running
         with pytest.raises(RequestError) as again:

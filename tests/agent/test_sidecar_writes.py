@@ -24,20 +24,14 @@ from acp.schema import ClientCapabilities, SessionNotification
 from acp.transports import spawn_stdio_transport
 
 from agent.acp_peer import AGENT_CMD, SPAWN_TIMEOUT, RecordingClient, agent_env
-from hopline.budget import Budget
+from hopline.budget import SIDECAR_DIR_ENV, Budget
 from hopline.harness.acp.messages import tool_result_update_of
 from hopline.harness.acp.sidecars import needs_offload, offload_update, store_from_env, writer_for
 from hopline.harness.loop_events import ToolCallFinished
 from hopline.sidecars.projection import preview_text
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.writer import SidecarWriter
-from hopline.vocabulary import (
-    CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    META_CREDENTIALS,
-    META_SIDECAR,
-    META_TOOL,
-    SIDECAR_DIR_ENV,
-)
+from hopline.vocabulary import CREDENTIAL_SIDECAR_WRITE_TOKEN, META_CREDENTIALS, META_SIDECAR, META_TOOL
 
 TIMEOUT = 60.0
 KiB = 1024

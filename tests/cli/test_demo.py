@@ -111,7 +111,7 @@ def test_demo_naive_reproduces_the_413_and_the_dev_session_stays_awaiting_gate()
     assert summary["gateway413s"] >= 4  # every gate, on every attempt
     error = summary["turnError"]
     assert (error["origin"], error["status"], error["hop"]) == ("code", 413, "gateway.llm_turn")
-    assert error["limitBytes"] == 100 * 1024 < error["observedBytes"]
+    assert error["limit"] == 100 * 1024 < error["observed"]
     # The incident: the content-only estimate never asked for a compaction before the 413.
     assert summary["compactions"]["count"] == 0
     assert set(summary["verdicts"].values()) == {"error"}  # a dead gate is an error, never a pass

@@ -132,8 +132,8 @@ def test_a_gate_refused_as_too_large_shows_the_limit_that_refused_it() -> None:
 
     naive = {"agent": "appsec", "verdict": "error", "findings": [], "iterations": 4, "compactions": 0,
              "maxBodyBytes": 90 * 1024, "ceilingBytes": 8 * 1024 * 1024, "http413s": 2, "attempt": 2,
-             "error": {"origin": "code", "status": 413, "hop": "gateway.llm_turn", "limitBytes": 100 * 1024,
-                       "observedBytes": 120 * 1024}}
+             "error": {"origin": "code", "status": 413, "hop": "gateway.llm_turn", "limit": 100 * 1024,
+                       "observed": 120 * 1024}}
     assert body_against_ceiling(naive) == "120 KiB / 100 KiB (gateway.llm_turn refused it)"
     within = {**naive, "error": None, "maxBodyBytes": 300 * 1024}
     assert body_against_ceiling(within) == "300 KiB / 8 MiB"

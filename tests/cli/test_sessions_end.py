@@ -214,7 +214,9 @@ def test_idle_sessions_are_reaped_with_their_journal_kept(tmp_path: Path) -> Non
         events = api(daemon, "GET", f"/session/{reaped}/transcript").json()["events"]
         types = [e["type"] for e in events]
         assert "turn_complete" in types and types[-1] == "session_reaped"  # the journal stays, and says why
-        assert events[-1]["data"]["setting"] == "HOPLINE_SESSION_IDLE_SECONDS"
+        said = events[-1]["data"]  # the one limit shape: the setting, its limit, the idle time seen
+        assert (said["hop"], said["setting"]) == ("daemon.api", "HOPLINE_SESSION_IDLE_SECONDS")
+        assert (said["limit"], said["unit"]) == (idle, "seconds") and said["observed"] >= idle
         assert api(daemon, "GET", f"/session/{reaped}").json()["state"] == "detached"
         loaded = api(daemon, "POST", f"/session/{reaped}/load")
         assert loaded.status_code == 200, loaded.text

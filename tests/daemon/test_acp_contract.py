@@ -74,9 +74,9 @@ async def test_blocks_reach_a_third_party_agent_exactly_as_posted(tmp_path: Path
                                                     "data": "A" * 8192}])
             assert over.status_code == 413, over.text
             error = over.json()["error"]
-            assert error["type"] == "prompt_block_too_large" and error["sizeError"] is True
-            assert error["setting"] == "HOPLINE_PROMPT_BLOCK_MAX_BYTES" and error["limitBytes"] == 8192
-            assert error["observedBytes"] > 8192 and error["block"] == 0 and error["hop"] == "daemon.api"
+            assert error["type"] == "prompt_block_too_large" and error["unit"] == "bytes"
+            assert error["setting"] == "HOPLINE_PROMPT_BLOCK_MAX_BYTES" and error["limit"] == 8192
+            assert error["observed"] > 8192 and error["block"] == 0 and error["hop"] == "daemon.api"
             # not ACP: named, and never relayed
             bad = await post_prompt(client, sid, [{"type": "resource_link", "uri": "file:///x"}])
             assert bad.status_code == 422 and bad.json()["error"]["type"] == "invalid_prompt"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from hopline.errors import StoreUnavailable
 from hopline.store.bounded import BoundedConnection
-from hopline.store.postgres import StoreUnavailable
 from services import PostgresCluster
 
 pytestmark = pytest.mark.e2e

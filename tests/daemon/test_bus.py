@@ -137,7 +137,9 @@ async def test_oversize_event_is_never_emitted(make_bus: MakeBus) -> None:
     event = sub.pop_nowait()
     assert event is not None and event.type == "frame_dropped" and event.id is None
     data = orjson.loads(event.data)
-    assert data["limitBytes"] == 2048 and data["bytes"] > 4096 and data["reason"] == "sse_max_event_bytes"
+    assert data["limit"] == 2048 and data["bytes"] > 4096 and data["reason"] == "sse_max_event_bytes"
+    assert data["observed"] > 4096 and data["unit"] == "bytes"
+    assert data["setting"] == "HOPLINE_SSE_MAX_EVENT_BYTES"
     assert await bus.journal.last_id("s1") == 0
 
 

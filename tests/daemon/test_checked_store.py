@@ -18,7 +18,8 @@ import pytest
 from hopline.budget import Budget
 from hopline.daemon.bus import EventBus
 from hopline.daemon.storage_faults import refusal
-from hopline.store.check import StoreDamaged, check_sqlite, repair, require_usable
+from hopline.errors import StoreDamaged
+from hopline.store.check import check_sqlite, repair, require_usable
 from hopline.store.integrity import (
     CHECKSUM_MISMATCH,
     QUARANTINED,

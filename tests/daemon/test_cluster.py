@@ -254,7 +254,7 @@ async def test_two_daemons_racing_to_adopt_exactly_one_wins(pg_url: str) -> None
     with psycopg.connect(pg_url, autocommit=True) as conn:
         for i in range(20):  # twenty sessions whose owner died: leases expired
             conn.execute("INSERT INTO leases VALUES (%s, 'dead', 1, now() - interval '1 s')", (f"s{i}",))
-    from hopline.store.bounded import StoreBusy
+    from hopline.errors import StoreBusy
 
     async def attempt(cluster: Cluster, session_id: str) -> bool:
         try:

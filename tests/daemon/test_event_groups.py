@@ -304,7 +304,8 @@ async def test_repair_of_a_damaged_journal_copies_groups_whole_and_says_every_id
 
 
 async def test_a_journal_in_a_newer_format_is_refused_and_never_repaired(tmp_path: Path) -> None:
-    from hopline.store.check import StoreDamaged, require_usable
+    from hopline.errors import StoreDamaged
+    from hopline.store.check import require_usable
     from hopline.store.event_groups import JOURNAL_FORMAT, JournalTooNew
 
     journal, _ = await _journal(tmp_path, [KiB] * 3)

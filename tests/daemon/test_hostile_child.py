@@ -114,7 +114,8 @@ async def test_a_flood_of_permission_requests_stays_at_the_ceiling(hostile: Daem
         assert status["delivery"]["droppedFrames"]["max_pending_permissions"] >= 20000 - 32
         assert (await client.post(f"/session/{sid}/cancel")).status_code == 200
         events = await read_events(client, sid, turns_done(1))
-        assert texts(events)[-1] == "perms: cancelled=32 error-32000=19968"
+        assert texts(events)[-1] == ("perms: cancelled=32 "
+                                      "error-32000/HOPLINE_MAX_PENDING_PERMISSIONS/count=19968")
         assert len([e for e in events if e.type == "permission_request"]) == 32
         assert grown < 64 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
         assert (await client.delete(f"/session/{sid}")).status_code == 200
@@ -133,7 +134,8 @@ async def test_pending_permission_bytes_are_bounded(few_bytes: Daemon, tmp_path:
         assert status["delivery"]["lostByReason"]["max_pending_permission_bytes"] == 20 - pending
         await client.post(f"/session/{sid}/cancel")
         events = await read_events(client, sid, turns_done(1))
-        assert texts(events)[-1] == f"perms: cancelled={pending} error-32000={20 - pending}"
+        refused = f"error-32000/HOPLINE_MAX_PENDING_PERMISSION_BYTES/bytes={20 - pending}"
+        assert texts(events)[-1] == f"perms: cancelled={pending} {refused}"
         await client.delete(f"/session/{sid}")
 
 
@@ -265,7 +267,7 @@ def test_huge_and_numerous_headers_before_authentication_get_a_431(hostile: Daem
     for raw in answers:
         assert raw.startswith(b"HTTP/1.1 431"), raw[:100]
         error = orjson.loads(raw.partition(b"\r\n\r\n")[2])["error"]
-        assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limitBytes"] == 64 * 1024
+        assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limit"] == 64 * 1024
     assert grown < 32 * MiB, f"RSS grew {grown / MiB:.1f} MiB"
     host, port = hostile.url.removeprefix("http://").split(":")
     fields = b"".join(b"a%d: b\r\n" % i for i in range(10_000))

@@ -343,7 +343,7 @@ async def test_an_over_limit_chunked_upload_still_reads_the_413_json(daemon: Dae
     assert status.startswith(b"HTTP/1.1 413")
     error = payload["error"]
     assert error["type"] == "request_entity_too_large" and error["hop"] == "daemon.api"
-    assert error["limitBytes"] == MiB and error["receivedBytes"] > MiB
+    assert error["limit"] == MiB and error["receivedBytes"] > MiB
 
 
 def test_a_body_that_ends_in_the_message_passing_the_limit_is_answered_at_once(small_body: Daemon) -> None:
@@ -356,7 +356,7 @@ def test_a_body_that_ends_in_the_message_passing_the_limit_is_answered_at_once(s
     whole = head.encode() + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     status, _, payload = split_response(raw_exchange(small_body, "", [whole]))
     assert status.startswith(b"HTTP/1.1 413")
-    assert payload["error"]["limitBytes"] == 16 * 1024 and payload["error"]["receivedBytes"] == len(body)
+    assert payload["error"]["limit"] == 16 * 1024 and payload["error"]["receivedBytes"] == len(body)
 
 
 # --- connections: the request head's deadline and the connection ceiling (slowloris) -----------

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from hopline.budget import Budget
-from hopline.store.idempotency import KeyRecord, KeyRecordDamaged, KeyTaken
+from hopline.errors import KeyRecordDamaged, KeyTaken
+from hopline.store.idempotency import KeyRecord
 from hopline.store.journal import EventJournal
 from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import migrate

@@ -13,13 +13,13 @@ import psycopg
 import pytest
 
 from hopline.budget import Budget
+from hopline.errors import LeaseLost, StoreUnavailable
 from hopline.store.journal import EventJournal
-from hopline.store.pg_journal import LeaseLost, PgJournal
+from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import (
     EVENTS_CHANNEL,
     OLDEST_SERVER,
     ServerTooOld,
-    StoreUnavailable,
     migrate,
     require_supported_server,
 )

@@ -10,23 +10,19 @@ from typing import Any
 import httpx
 import pytest
 
-from hopline.budget import CEILINGS, HOP_DAEMON_API, HOP_DAEMON_SSE, HOP_GATE, Budget
+from hopline.budget import CEILINGS, FIXED, HOP_DAEMON_API, HOP_DAEMON_SSE, HOP_GATE, Budget
 from hopline.daemon.errors import SessionError
 
 from .support import running_daemon
 
 LIMIT_KEYS = {"type", "hop", "setting", "limit", "observed", "unit", "message"}
-BYTE_ONLY_KEYS = {"limitBytes", "observedBytes", "sizeError"}  # the first shape's, see hopline.errors
-
-
-def _limit_keys(error: dict[str, Any]) -> set[str]:
-    return set(error) - BYTE_ONLY_KEYS
 
 
 def test_every_ceiling_answers_the_one_shape() -> None:
-    for ceiling in CEILINGS:
+    """Exactly the one shape's keys, a byte limit's as a count's: no other key names a limit."""
+    for ceiling in (*CEILINGS, *FIXED):
         error = ceiling.exceeded(1, 2).to_json()["error"]
-        assert set(error) >= LIMIT_KEYS, ceiling.key
+        assert set(error) == LIMIT_KEYS, ceiling.key
         assert (error["limit"], error["observed"], error["unit"]) == (1, 2, ceiling.unit.value)
         assert (error["hop"], error["setting"]) == (ceiling.hop, ceiling.name)
 
@@ -36,7 +32,7 @@ def test_a_count_and_a_byte_limit_of_a_route_have_the_same_keys() -> None:
                                     hop=HOP_DAEMON_API).body["error"]
     size = SessionError.over_limit(413, "request_entity_too_large", "daemon_json_body_limit", 10, 11, "over",
                                    hop=HOP_DAEMON_API).body["error"]
-    assert _limit_keys(count) == _limit_keys(size) == LIMIT_KEYS
+    assert set(count) == set(size) == LIMIT_KEYS
     assert (count["unit"], size["unit"]) == ("count", "bytes")
 
 

@@ -41,7 +41,7 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
             assert len(dropped) == 1 and dropped[0].id is None
             data = dropped[0].data
             assert data["direction"] == "inbound" and data["reason"] == "frame_too_large"
-            assert data["limitBytes"] == MiB and data["bytes"] > MiB
+            assert data["limit"] == MiB and data["bytes"] > MiB
             assert data["setting"] == "HOPLINE_PIPE_MAX_FRAME_BYTES"
             # the frames around the dropped one arrived, and the turn completed
             kinds = [e.data["update"]["sessionUpdate"] for e in events if e.type == "session_update"]
@@ -75,9 +75,9 @@ async def test_frame_over_the_pipe_max_is_dropped_and_the_session_goes_on(tmp_pa
                     continue
                 assert response.status_code == 422
                 error = response.json()["error"]
-                assert error["hop"] == "daemon.replay" and error["limitBytes"] == 64 * 1024
-                assert error["observedBytes"] > 64 * 1024
-                observed = error["observedBytes"]
+                assert error["hop"] == "daemon.replay" and error["limit"] == 64 * 1024
+                assert error["observed"] > 64 * 1024
+                observed = error["observed"]
                 assert error["message"] == (f"bulk replay of {observed} bytes exceeds the limit of "
                                             f"{64 * 1024} bytes (HOPLINE_BULK_REPLAY_MAX_BYTES)")
             # an idle stream gets heartbeat comments (D-3)

@@ -28,8 +28,10 @@ def test_at_the_limit_passes_one_byte_over_is_stubbed() -> None:
     stub = project("s", over)
     assert stub["toolCallId"] == "c1" and stub["status"] == "completed"
     dropped = stub["_meta"]["hopline.dropped"]
-    assert dropped == {"bytes": len(orjson.dumps(over)), "limitBytes": limit, "hop": "daemon.sse",
-                       "reason": "sse_max_event_bytes", "lostBytes": len(orjson.dumps(over))}
+    size = len(orjson.dumps(over))
+    assert dropped == {"bytes": size, "hop": "daemon.sse", "setting": "HOPLINE_SSE_MAX_EVENT_BYTES",
+                       "limit": limit, "observed": size, "unit": "bytes", "reason": "sse_max_event_bytes",
+                       "lostBytes": size}
     assert str(limit) in stub["content"][0]["content"]["text"]
     assert len(orjson.dumps(stub)) < 1024
 

@@ -29,8 +29,8 @@ from starlette.routing import Route
 from gateway._server import bound_socket, serve
 from hopline.budget import Budget
 from hopline.daemon.app import create_daemon_app
-from hopline.gateway.auth import SessionTokens
 from hopline.gateway.providers import OpenAIProvider
+from hopline.http.auth import SessionTokens
 from hopline.logs import JsonLineFormatter
 
 from .support import read_events, running_daemon

@@ -311,8 +311,8 @@ async def test_clients_cannot_raise_a_ceiling(daemon: Daemon, tmp_path: Path) ->
                                                     limit + 1)
         assert status_line.startswith(b"HTTP/1.1 413")
         error = orjson.loads(body)["error"]
-        assert error["hop"] == "daemon.api" and error["limitBytes"] == limit
-        assert error["observedBytes"] == limit + 1
+        assert error["hop"] == "daemon.api" and error["limit"] == limit
+        assert error["observed"] == limit + 1
 
         async def chunked() -> AsyncIterator[bytes]:  # no Content-Length: cut off while reading
             yield over[: len(over) // 2]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
-from hopline.harness.git import Checkout, RepoError, check_revision, default_base, resolve_commit, run_git
+from hopline.errors import RepoError
+from hopline.harness.git import Checkout, check_revision, default_base, resolve_commit, run_git
 from hopline.harness.tools import ReviewRange, ToolError, Workspace
 from hopline.scripted.sample_pull_request import git
 

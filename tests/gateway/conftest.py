@@ -9,8 +9,8 @@ import pytest
 
 from hopline.budget import Budget
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.body_limit import BodyLimitStats
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Usage
+from hopline.http.body_limit import BodyLimitStats
 
 from ._server import ServerThread, serve
 

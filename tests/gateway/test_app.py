@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from hopline.budget import HOP_GATEWAY, Budget, KiB
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.body_limit import BodyLimitStats
+from hopline.http.body_limit import BodyLimitStats
 
 from ._bodies import body_of_size
 from ._server import serve
@@ -112,7 +112,7 @@ def test_mounted_under_internal_keeps_the_path_the_token_and_the_limit() -> None
         auth = {"authorization": f"Bearer {TOKEN}", **JSON}
         assert client.post(url, content=body_of_size(limit), headers=auth).status_code == 200
         over = client.post(url, content=body_of_size(limit + 1), headers=auth)
-        assert over.status_code == 413 and over.json()["error"]["limitBytes"] == limit
+        assert over.status_code == 413 and over.json()["error"]["limit"] == limit
         assert client.post(url, content=body_of_size(limit), headers=JSON).status_code == 401
         assert client.get("/internal/health").json()["status"] == "ok"
         # The daemon's own routes are outside the gateway's token and limit.

@@ -40,14 +40,14 @@ def test_exactly_the_limit_passes_and_one_byte_more_is_413(gateway_factory: Gate
     error = over.json()["error"]
     assert error["type"] == "request_entity_too_large"
     assert error["hop"] == HOP_GATEWAY
-    assert error["limitBytes"] == SMALL_LIMIT
+    assert error["limit"] == SMALL_LIMIT
     assert error["origin"] == "code"
     if chunked:
         # Cut while reading: it read past the limit, by at most one received message.
         assert SMALL_LIMIT < error["receivedBytes"] <= SMALL_LIMIT + gw.stats.max_message_bytes
     else:
         # Refused on Content-Length alone: not one body byte was read.
-        assert error["observedBytes"] == SMALL_LIMIT + 1
+        assert error["observed"] == SMALL_LIMIT + 1
         assert gw.stats.last_consumed_bytes == 0
     assert len(gw.provider.requests) == 1  # only the at-limit body reached the provider
 
@@ -59,8 +59,8 @@ def test_default_ten_mebibyte_limit_is_exact(gateway_factory: GatewayFactory) ->
     assert _post(gw, body_of_size(10 * MiB)).status_code == 200
     over = _post(gw, body_of_size(10 * MiB + 1))
     assert over.status_code == 413
-    assert over.json()["error"]["limitBytes"] == 10 * MiB
-    assert over.json()["error"]["observedBytes"] == 10 * MiB + 1
+    assert over.json()["error"]["limit"] == 10 * MiB
+    assert over.json()["error"]["observed"] == 10 * MiB + 1
 
 
 def test_a_one_gibibyte_chunked_upload_is_cut_off_unbuffered(gateway_factory: GatewayFactory) -> None:
@@ -98,7 +98,7 @@ def test_a_one_gibibyte_chunked_upload_is_cut_off_unbuffered(gateway_factory: Ga
             response = client.post(gw.turn_url, content=upload(),
                                    headers={**gw.auth, "content-type": "application/json"})
             status = response.status_code
-            assert response.json()["error"]["limitBytes"] == limit
+            assert response.json()["error"]["limit"] == limit
     except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
         status = None  # the server closed the connection on us mid-upload: also a refusal
     finally:
@@ -156,7 +156,7 @@ def test_a_declared_one_gibibyte_body_is_refused_unread(gateway_factory: Gateway
         with httpx.Client(timeout=30) as client:
             response = client.post(gw.turn_url, content=upload(), headers=headers)
         assert response.status_code == 413
-        assert response.json()["error"]["observedBytes"] == declared
+        assert response.json()["error"]["observed"] == declared
     except (httpx.WriteError, httpx.RemoteProtocolError, httpx.ReadError):
         pass  # closed at once: the body is far over what the server discards
     assert gw.stats.refused == 1

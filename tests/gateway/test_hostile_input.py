@@ -12,8 +12,8 @@ import pytest
 
 from hopline.budget import HOP_GATEWAY, Budget, KiB
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.auth import SessionTokens
 from hopline.gateway.providers import ScriptedProvider
+from hopline.http.auth import SessionTokens
 
 from ._server import serve
 from .conftest import TOKEN, CountingProvider, Gateway, GatewayFactory
@@ -137,7 +137,7 @@ def test_an_over_limit_chunked_upload_sent_whole_still_reads_the_413(gateway_fac
     status, _, payload = raw.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 413")
     error = orjson.loads(payload)["error"]
-    assert error["hop"] == HOP_GATEWAY and error["limitBytes"] == limit and error["receivedBytes"] > limit
+    assert error["hop"] == HOP_GATEWAY and error["limit"] == limit and error["receivedBytes"] > limit
     # cut at the first received message past the limit; the rest was drained, never handed to the app
     assert error["receivedBytes"] <= limit + gw.stats.max_message_bytes
 

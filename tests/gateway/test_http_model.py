@@ -18,9 +18,11 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from hopline.budget import HOP_ENGINE, HOP_GATEWAY, Budget, KiB, MiB
+from hopline.errors import TurnFailure
 from hopline.gateway.providers import ScriptedProvider
-from hopline.harness.http_model import HttpModel
-from hopline.harness.model import EncodedRequest, LlmTurnRequest, TurnFailure, encode_request
+from hopline.harness.failures import classify_http_status, over_ceiling
+from hopline.harness.http_model import HttpModel, failure_from_error
+from hopline.harness.model import EncodedRequest, LlmTurnRequest, encode_request
 from hopline.scripted.naive import NAIVE
 
 from ._bodies import body_of_size
@@ -220,3 +222,25 @@ async def test_nothing_listening_is_a_retryable_model_failure() -> None:
         with pytest.raises(TurnFailure) as caught:
             await model.complete(_encoded(1 * KiB))
     assert caught.value.origin == "model" and caught.value.retryable
+
+
+@pytest.mark.parametrize("failure", [
+    over_ceiling(9 * 1024 * 1024, 8 * 1024 * 1024),
+    classify_http_status(400, "maximum context length is 128000 tokens", body_bytes=600_000),
+    classify_http_status(429, "slow down", body_bytes=1200),
+    TurnFailure("model", "malformed model output: no message"),
+], ids=["over-ceiling", "context-length", "rate-limited", "malformed"])
+def test_a_failure_read_back_from_its_json_inside_a_stream_keeps_its_reaction(failure: TurnFailure) -> None:
+    """The gateway's error line (answered 200, so no status says 413): the type alone says a size
+    error, and the byte limit travels in the one limit shape."""
+    error = orjson.loads(orjson.dumps(failure.to_json()))["error"]
+    shape = {"type", "origin", "message", "status", "hop", "setting", "limit", "observed", "unit",
+             "retryable"}
+    assert set(error) <= shape  # the one limit shape's keys: no other spelling of a size
+    back = failure_from_error(error, None, None)
+    assert (back.origin, back.size_error, back.retryable) == (failure.origin, failure.size_error,
+                                                              failure.retryable)
+    assert (back.limit_bytes, back.observed_bytes) == (failure.limit_bytes, failure.observed_bytes)
+    assert back.hop == (failure.hop or HOP_GATEWAY)  # a failure that names no hop is the gateway's
+    if failure.observed_bytes is not None:
+        assert error["unit"] == "bytes"

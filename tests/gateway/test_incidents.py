@@ -16,8 +16,8 @@ from starlette.types import Receive, Scope, Send
 
 from hopline.budget import Budget, HoplineError
 from hopline.gateway.app import create_gateway_app
-from hopline.gateway.incidents import LastResort
 from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
+from hopline.http.incidents import LastResort
 from hopline.logs import JsonLineFormatter
 
 from ._server import serve

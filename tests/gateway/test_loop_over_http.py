@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget, KiB
+from hopline.errors import TurnFailure
 from hopline.gateway.providers import ScriptedProvider
 from hopline.harness.http_model import HttpModel
 from hopline.harness.loop import ToolLoop, TurnResult
 from hopline.harness.loop_events import LoopEvent, ToolCallFinished
-from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, TurnFailure
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink
 from hopline.harness.profiles import get_profile
 from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.scripted.naive import NAIVE

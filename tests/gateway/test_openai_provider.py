@@ -15,9 +15,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from hopline.budget import HOP_PROVIDER, Budget
+from hopline.errors import TurnFailure
 from hopline.gateway.providers import OpenAIProvider, ProviderFailure, provider_from_env
 from hopline.harness.http_model import HttpModel
-from hopline.harness.model import LlmTurnRequest, TurnFailure, encode_request
+from hopline.harness.model import LlmTurnRequest, encode_request
 
 from ._server import ServerThread
 from .conftest import TOKEN, GatewayFactory

@@ -13,17 +13,17 @@ import orjson
 import pytest
 
 from hopline.budget import HOP_PROVIDER, Budget
+from hopline.errors import ProviderSettingError, TurnFailure
 from hopline.gateway.providers import (
     OpenAIProvider,
     ProviderFailure,
-    ProviderSettingError,
     TextDelta,
     parse_extra_headers,
     provider_from_env,
     text_pieces,
 )
 from hopline.harness.http_model import HttpModel
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure, encode_request
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, encode_request
 from hopline.harness.summarize import SUMMARY_SYSTEM_PROMPT
 from hopline.harness.tools import tool_schemas
 from strict_openai import Reply, StrictOpenAI

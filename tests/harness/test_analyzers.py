@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from hopline.budget import Budget
+from hopline.errors import ToolError
 from hopline.gate.prompts import gate_prompt
 from hopline.gate.verdict import parse_verdict
 from hopline.harness.analyzers import BY_NAME, RecordScanner, files_for, skip_reason
 from hopline.harness.rules import one_per_concern, rule_of, severity_of
 from hopline.harness.tools.policy import check_review_command
-from hopline.harness.tools.results import ToolError
 from hopline.harness.tools.reviewing import ReviewRange
 from hopline.harness.tools.workspace import Workspace, added_lines_listing, whole_characters
 from hopline.scripted import review_plan

@@ -6,6 +6,7 @@ from typing import Any
 import httpx
 import pytest
 
+from hopline.errors import TurnFailure
 from hopline.harness.failures import (
     Attempt,
     Reaction,
@@ -14,7 +15,6 @@ from hopline.harness.failures import (
     classify_http_status,
     react,
 )
-from hopline.harness.model import TurnFailure
 
 STATUS_TABLE = [
     (413, "", "code", True, False),

@@ -73,7 +73,7 @@ def test_naive_on_defaults_fails_like_the_seed_with_origin_code() -> None:
     assert summary["stopReason"] == "failed" and summary["compactions"] == 0
     failure = summary["failures"][-1]
     assert failure["origin"] == "code" and failure["status"] == 413 and failure["hop"] == "gateway.llm_turn"
-    assert failure["limitBytes"] == 100 * KiB < failure["observedBytes"] == summary["maxBodyBytes"]
+    assert failure["limit"] == 100 * KiB < failure["observed"] == summary["maxBodyBytes"]
 
 
 def test_the_model_window_comes_from_the_env_and_the_flag_wins() -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from daemon.support import start_daemon, stop_daemon_proc
 from hopline.budget import Budget
+from hopline.errors import StoreDamaged
 from hopline.sidecars.index import INDEX_FILE, INDEX_SCHEMA
 from hopline.sidecars.store import SidecarStore
-from hopline.store.check import StoreDamaged
 from hopline.store.index_check import QUARANTINE_DIR, index_problem, repair_index, require_usable_index
 from hopline.store.locations import SIDECARS_DIR
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from hopline.budget import Budget
+from hopline.errors import ObjectStoreUnavailable
 from hopline.sidecars.entry import SidecarRefused
 from hopline.sidecars.store import open_sidecar_store
-from hopline.store.blobs import ObjectStoreUnavailable, S3Blobs
+from hopline.store.blobs import S3Blobs
 from hopline.store.locations import sidecar_location, store_location
 from services import HangingProxy, S3Server, free_port
 

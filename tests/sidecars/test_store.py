@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hopline.budget import Budget
+from hopline.budget import SIDECAR_DIR_ENV, Budget
+from hopline.errors import SidecarWriterError
 from hopline.sidecars.entry import (
     SidecarEntry,
     SidecarRefused,
@@ -22,8 +23,7 @@ from hopline.sidecars.entry import (
     safe_media_type,
 )
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_store
-from hopline.vocabulary import SIDECAR_DIR_ENV
+from hopline.sidecars.writer import SidecarWriter, open_store
 
 from .conftest import CountingStore, FakeClock
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hopline.wire.input import MAX_DECIMAL_ID, InputRefused, loads_bounded, nesting_depth, parse_decimal_id
+from hopline.errors import InputRefused
+from hopline.wire.input import MAX_DECIMAL_ID, loads_bounded, nesting_depth, parse_decimal_id
 
 
 def nested(depth: int) -> bytes:

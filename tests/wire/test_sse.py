@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopline.wire.sse import SseEventTooLarge, SseParser
+from hopline.errors import SseEventTooLarge
+from hopline.wire.sse import SseParser
 
 STREAM = (b"\xef\xbb\xbf: heartbeat\n\nid: 1\r\nevent: a\r\ndata: x\r\ndata:  y\r\n\r\n"
           b"id: 2\revent: b\rdata: cr\r\rretry: 5\ndata: {\"k\": 1}\n\n")

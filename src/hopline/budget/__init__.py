@@ -1,21 +1,25 @@
-"""The budget (SPEC B): every hop's ceilings and the settings, one concern per module.
+"""The budget (SPEC B): hopline's configuration, each setting declared once.
 
-- :mod:`.ceiling`: one row (:class:`Ceiling`, :class:`Unit`) and the byte sizes settings are written in;
-- :mod:`.table`: the rows (:data:`CEILINGS`) and the hops they guard;
-- :mod:`.values`: :class:`Budget`, the values in force, read from the environment;
-- :mod:`.settings`: the settings that are not ceilings (store, sidecars, cluster), :func:`redact_url`;
-- :mod:`.coherence`: the coherence checks (B-4), :func:`limits_json`, :func:`require_coherent`.
+- :mod:`.declare`: how a setting is declared: a typed field of its hop's model (its variable,
+  default, bounds, unit and description), a fixed value (a named constant), the unit types;
+- :mod:`.hops`: one model per hop (``PipeLimits``, ``GatewayLimits``...), whose fields are the table;
+- :mod:`.table`: the table as the models declare it (:data:`CEILINGS`, :data:`FIXED`);
+- :mod:`.model`: :class:`Budget`, the hop models gathered, and the coherence rules (B-4) as its
+  model validators;
+- :mod:`.settings`: the settings that are URLs or a credential (:class:`Settings`), :func:`redact_url`;
+- :mod:`.variables`: every other variable hopline reads, each name spelled once;
+- :mod:`.coherence`: :func:`check_coherence`, :func:`require_coherent`, :func:`limits_json`;
+- :mod:`.environment`: the warnings for a variable hopline ignores (a fixed value's name, a typo);
+- :mod:`.reference`: ``docs/configuration.md`` (``hopline limits --markdown``);
+- :mod:`.ceiling`: :class:`Ceiling`, its :class:`Unit`, and the byte sizes settings are written in.
 
 Every public name is re-exported here, so ``from hopline.budget import X`` serves every caller; the
 modules of this package import each other, never this one (no import circle). The package imports
 nothing of ours but the error tree.
 """
 
-# The error tree's root and the one limit shape live in hopline.errors; re-exported here, so
-# ``from hopline.budget import HoplineError`` keeps working.
 from hopline.budget.ceiling import (
     MAX_SIZE_BYTES,
-    BudgetError,
     Ceiling,
     GiB,
     KiB,
@@ -24,25 +28,11 @@ from hopline.budget.ceiling import (
     format_size,
     parse_size,
 )
-from hopline.budget.coherence import (
-    COHERENCE_CHECKS,
-    CoherenceFinding,
-    IncoherentBudget,
-    check_coherence,
-    check_engine_within_gateway,
-    check_iteration_fits_engine,
-    check_pipe_ends_agree,
-    check_sidecar_quotas_nested,
-    check_sidecar_stub_within_sse_event,
-    check_sidecar_under_large_frame,
-    check_sse_event_within_client_reader,
-    check_sse_queue_holds_largest_events,
-    check_stream_carries_response,
-    check_summarization_fits_engine,
-    limits_json,
-    require_coherent,
-    worst_case_iteration_bytes,
-)
+from hopline.budget.coherence import check_coherence, limits_json, require_coherent
+from hopline.budget.environment import KNOWN_NAMES, environment_warnings
+from hopline.budget.hops import HOP_MODELS
+from hopline.budget.model import COHERENCE_RULES, Budget, CoherenceFinding
+from hopline.budget.reference import common_table, reference_markdown
 from hopline.budget.settings import (
     SECRET_SETTINGS_ENV,
     SETTINGS,
@@ -54,6 +44,36 @@ from hopline.budget.settings import (
 from hopline.budget.table import (
     CEILINGS,
     CEILINGS_BY_KEY,
+    FIXED,
+    MAX_QUEUED_RANGE,
+    REQUEST_PATH,
+    SCRIPTED_SEED_RANGE,
+)
+from hopline.budget.variables import (
+    AGENT_ENV,
+    COMPILED_ENV,
+    CREDENTIAL_ENV,
+    DATA_DIR_ENV,
+    EXTRA_HEADERS_ENV,
+    GATEWAY_URL_ENV,
+    HOPLINE_ENV_PREFIX,
+    HOPLINE_TOKEN_ENV,
+    INTERNAL_TOKEN_ENV,
+    MODEL_ENV,
+    NAIVE_ENV,
+    OPENAI_API_KEY_ENV,
+    OPENAI_BASE_URL_ENV,
+    PERMISSION_MODE_ENV,
+    PROVIDER_ENV,
+    SERVER_TOKEN_ENV,
+    SIDECAR_DIR_ENV,
+    SIDECAR_WRITE_TOKEN_ENV,
+    STREAM_ENV,
+    URL_ENV,
+    VARIABLES,
+    Variable,
+)
+from hopline.errors import (
     HOP_CLIENT_SSE,
     HOP_CLUSTER,
     HOP_CONTEXT,
@@ -69,20 +89,25 @@ from hopline.budget.table import (
     HOP_REPLAY,
     HOP_SIDECARS,
     HOP_TOOLS,
-    MAX_QUEUED_RANGE,
-    REQUEST_PATH,
-    SCRIPTED_SEED_RANGE,
+    BudgetError,
+    HoplineError,
+    IncoherentBudget,
+    LimitExceeded,
 )
-from hopline.budget.values import (
-    Budget,
-)
-from hopline.errors import HoplineError as HoplineError
-from hopline.errors import LimitExceeded as LimitExceeded
 
 __all__ = [
+    "AGENT_ENV",
     "CEILINGS",
     "CEILINGS_BY_KEY",
-    "COHERENCE_CHECKS",
+    "COHERENCE_RULES",
+    "COMPILED_ENV",
+    "CREDENTIAL_ENV",
+    "DATA_DIR_ENV",
+    "EXTRA_HEADERS_ENV",
+    "FIXED",
+    "GATEWAY_URL_ENV",
+    "HOPLINE_ENV_PREFIX",
+    "HOPLINE_TOKEN_ENV",
     "HOP_CLIENT_SSE",
     "HOP_CLUSTER",
     "HOP_CONTEXT",
@@ -92,19 +117,34 @@ __all__ = [
     "HOP_GATE",
     "HOP_GATEWAY",
     "HOP_JOURNAL",
+    "HOP_MODELS",
     "HOP_OBSERVE",
     "HOP_PIPE",
     "HOP_PROVIDER",
     "HOP_REPLAY",
     "HOP_SIDECARS",
     "HOP_TOOLS",
+    "INTERNAL_TOKEN_ENV",
+    "KNOWN_NAMES",
     "MAX_QUEUED_RANGE",
     "MAX_SIZE_BYTES",
+    "MODEL_ENV",
+    "NAIVE_ENV",
+    "OPENAI_API_KEY_ENV",
+    "OPENAI_BASE_URL_ENV",
+    "PERMISSION_MODE_ENV",
+    "PROVIDER_ENV",
     "REQUEST_PATH",
     "SCRIPTED_SEED_RANGE",
     "SECRET_SETTINGS_ENV",
+    "SERVER_TOKEN_ENV",
     "SETTINGS",
     "SETTINGS_BY_KEY",
+    "SIDECAR_DIR_ENV",
+    "SIDECAR_WRITE_TOKEN_ENV",
+    "STREAM_ENV",
+    "URL_ENV",
+    "VARIABLES",
     "Budget",
     "BudgetError",
     "Ceiling",
@@ -118,21 +158,14 @@ __all__ = [
     "Setting",
     "Settings",
     "Unit",
+    "Variable",
     "check_coherence",
-    "check_engine_within_gateway",
-    "check_iteration_fits_engine",
-    "check_pipe_ends_agree",
-    "check_sidecar_quotas_nested",
-    "check_sidecar_stub_within_sse_event",
-    "check_sidecar_under_large_frame",
-    "check_sse_event_within_client_reader",
-    "check_sse_queue_holds_largest_events",
-    "check_stream_carries_response",
-    "check_summarization_fits_engine",
+    "common_table",
+    "environment_warnings",
     "format_size",
     "limits_json",
     "parse_size",
     "redact_url",
+    "reference_markdown",
     "require_coherent",
-    "worst_case_iteration_bytes",
 ]

@@ -1,5 +1,5 @@
-"""One row of the budget table (SPEC B-1): :class:`Ceiling`, its :class:`Unit`, and the byte sizes
-a setting is written in (``10mb``, ``8MiB``, ``262144``).
+"""A limit as declared (SPEC B-1): :class:`Ceiling`, its :class:`Unit`, and the byte sizes a setting
+is written in (``10mb``, ``8MiB``, ``262144``).
 
 This module imports nothing of ours but the error tree.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from hopline.errors import HoplineError, LimitExceeded
+from hopline.errors import BudgetError, LimitExceeded
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -36,10 +36,6 @@ _SIZE_UNITS: Mapping[str, int] = {
     "tib": 1024 * GiB,
 }
 _SIZE_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-class BudgetError(HoplineError, ValueError):
-    """A setting could not be read; the message names the variable and the value."""
 
 
 def parse_size(value: str | int) -> int:
@@ -93,7 +89,8 @@ class Unit(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Ceiling:
-    """One declared ceiling: its attribute name on :class:`Budget`, default, env var, unit, hop."""
+    """One limit as its declaration states it (:func:`hopline.budget.declare.ceiling_of`): its key on
+    :class:`~hopline.budget.Budget`, hop, unit, default, variable (``None``: a fixed value), bounds."""
 
     key: str
     hop: str
@@ -103,31 +100,16 @@ class Ceiling:
     description: str
     minimum: int | float = 1
     maximum: int | float | None = None
+    common: bool = False  # one of the few settings a person sets
 
     @property
     def name(self) -> str:
-        """The public name: the env var when there is one, else the upper-cased key."""
+        """The public name: the variable, or a fixed value's upper-cased key."""
         return self.env or self.key.upper()
 
-    def parse(self, raw: str) -> int | float:
-        """Parse ``raw`` for this ceiling; the error names the variable and the value."""
-        try:
-            value: int | float
-            if self.unit is Unit.BYTES:
-                value = parse_size(raw)
-            elif self.unit is Unit.RATIO or self.unit is Unit.SECONDS:
-                value = float(raw.strip())
-                if value != value or value in (float("inf"), float("-inf")):
-                    raise ValueError("not a finite number")
-            else:
-                text = raw.strip()
-                if not re.fullmatch(r"-?\d+", text):
-                    raise ValueError("not a whole number")
-                value = int(text)
-        except ValueError as exc:
-            raise BudgetError(f"{self.name}={raw!r}: {exc}") from None
-        self.validate(value, raw)
-        return value
+    @property
+    def fixed(self) -> bool:
+        return self.env is None
 
     def exceeded(self, limit: int | float, observed: int | float, message: str | None = None, *,
                  hop: str | None = None, kind: str = "ceiling_exceeded", **extra: Any) -> LimitExceeded:
@@ -136,8 +118,9 @@ class Ceiling:
         return LimitExceeded(hop or self.hop, self.name, limit, observed, message, unit=self.unit.value,
                              kind=kind, **extra)
 
-    def validate(self, value: int | float, shown: object) -> None:
+    def validate(self, value: int | float) -> None:
+        """Within this ceiling's bounds, or :class:`BudgetError` naming it."""
         if value < self.minimum:
-            raise BudgetError(f"{self.name}={shown!r}: must be at least {self.minimum}")
+            raise BudgetError(f"{self.name}={value!r}: must be at least {self.minimum}")
         if self.maximum is not None and value > self.maximum:
-            raise BudgetError(f"{self.name}={shown!r}: must be at most {self.maximum}")
+            raise BudgetError(f"{self.name}={value!r}: must be at most {self.maximum}")

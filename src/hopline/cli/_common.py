@@ -11,8 +11,16 @@ from typing import Any, TypeVar
 
 import typer
 
-from hopline.budget import Budget, BudgetError, IncoherentBudget, require_coherent
-from hopline.vocabulary import NAIVE_ENV, SERVER_TOKEN_ENV, URL_ENV
+from hopline.budget import (
+    NAIVE_ENV,
+    SERVER_TOKEN_ENV,
+    URL_ENV,
+    Budget,
+    BudgetError,
+    IncoherentBudget,
+    environment_warnings,
+    require_coherent,
+)
 
 T = TypeVar("T")
 
@@ -23,7 +31,7 @@ def run_client(command: str, main: Coroutine[Any, Any, T]) -> T:
     import asyncio
 
     from hopline.client import DaemonError, SseEventTooLarge, SseReconnectExhausted
-    from hopline.embedded import EmbeddedStackError
+    from hopline.errors import EmbeddedStackError
 
     try:
         return asyncio.run(main)
@@ -42,7 +50,10 @@ def daemon_target(url: str | None, token: str | None) -> tuple[str | None, str |
 
 
 def budget_or_exit() -> Budget:
-    """The budget from the environment; a bad setting exits 2 with the variable named."""
+    """The budget from the environment; a bad setting exits 2 with the variable named. A variable
+    hopline ignores although it looks like its own (a fixed value's name, a typo) is warned about."""
+    for warning in environment_warnings(os.environ):
+        print(f"hopline: warning: {warning}", file=sys.stderr)
     try:
         return Budget.from_env()
     except BudgetError as exc:

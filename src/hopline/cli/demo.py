@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import CEILINGS_BY_KEY, NAIVE_ENV
 from hopline.cli._common import NAIVE_GATEWAY_LIMIT, budget_or_exit, run_client
-from hopline.vocabulary import GATE_AGENTS, NAIVE_ENV
+from hopline.vocabulary import GATE_AGENTS
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from hopline.client import DaemonStatus
 
 DEMO_TOOLS_PER_ITERATION = 3
-GATE_CONCURRENCY_ENV = "HOPLINE_GATE_CONCURRENCY"
+GATE_CONCURRENCY_ENV = CEILINGS_BY_KEY["gate_concurrency"].name
 # The iterations a demo gate agent explores the change for: with its checks and answering, each gate
 # runs 15 to 18 iterations and its bodies pass the compaction trigger twice, before any ceiling; more
 # would show the same thing again at the price of every turn's bytes through each hop.
@@ -46,7 +47,7 @@ DEMO_EXPLORE_ITERATIONS = 12
 
 def naive_env() -> dict[str, str]:
     # The naive rules reach the stack through the daemon's environment, inherited by its agents.
-    return {"API_JSON_BODY_LIMIT": NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
+    return {CEILINGS_BY_KEY["api_json_body_limit"].name: NAIVE_GATEWAY_LIMIT, NAIVE_ENV: "1"}
 
 
 def stack_env(naive: bool) -> dict[str, str]:
@@ -135,9 +136,9 @@ def build_summary(*, naive: bool, result: Mapping[str, Any], status: DaemonStatu
                         # the compactions whose model summary failed (the extractive one was used), and why
                         "summarizerErrors": [e for a in reports for e in a.get("summarizerErrors") or []]},
         "largestBodyBytes": max((int(a.get("maxBodyBytes") or 0) for a in reports), default=0),
-        "engineCeilingBytes": _ceiling(status, "HOPLINE_TRANSPORT_MAX_BODY_BYTES")
+        "engineCeilingBytes": _ceiling(status, CEILINGS_BY_KEY["transport_max_body_bytes"].name)
         or budget.transport_max_body_bytes,
-        "gatewayLimitBytes": _ceiling(status, "API_JSON_BODY_LIMIT"),
+        "gatewayLimitBytes": _ceiling(status, CEILINGS_BY_KEY["api_json_body_limit"].name),
         "largestPipeFrame": {"bytes": int(max(int(inbound.get("maxBytes") or 0), int(outbound.get("maxBytes")
                                                                                      or 0))),
                              "direction": largest_dir},
@@ -229,7 +230,7 @@ def print_summary(console: Console, summary: dict[str, Any]) -> None:
     if error is not None:
         table.add_row("gate turn error", f"[bold red]origin {error.get('origin')}[/], status "
                       f"{error.get('status', '-')}, hop {error.get('hop', '-')}, body "
-                      f"{size(error.get('observedBytes'))}, limit {size(error.get('limitBytes'))}")
+                      f"{size(error.get('observed'))}, limit {size(error.get('limit'))}")
     sandbox = summary.get("sandbox") or {}
     if sandbox:
         table.add_row("sandbox for the PR's code", str(sandbox.get("kind")))

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import SERVER_TOKEN_ENV as TOKEN_ENV
+from hopline.budget import URL_ENV
 from hopline.cli._common import budget_or_exit, daemon_target, run_client
 from hopline.vocabulary import (
     DEV_STATE,
@@ -31,9 +33,7 @@ from hopline.vocabulary import (
     GATE_ROUND,
     GATE_STARTED,
     GATE_VERDICT,
-    URL_ENV,
 )
-from hopline.vocabulary import SERVER_TOKEN_ENV as TOKEN_ENV
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -55,9 +55,9 @@ def body_against_ceiling(row: dict[str, Any]) -> str:
     when a hop refused a body as too large (413), the limit that refused it and that hop."""
     found = row.get("error")
     error: dict[str, Any] = found if isinstance(found, dict) else {}
-    if error.get("status") == 413 and isinstance(error.get("limitBytes"), int):
-        largest = max(int(row.get("maxBodyBytes") or 0), int(error.get("observedBytes") or 0))
-        return f"{_size(largest)} / {_size(error['limitBytes'])} ({error.get('hop')} refused it)"
+    if error.get("status") == 413 and isinstance(error.get("limit"), int):
+        largest = max(int(row.get("maxBodyBytes") or 0), int(error.get("observed") or 0))
+        return f"{_size(largest)} / {_size(error['limit'])} ({error.get('hop')} refused it)"
     return f"{_size(row.get('maxBodyBytes'))} / {_size(row.get('ceilingBytes'))}"
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
+from hopline.budget import INTERNAL_TOKEN_ENV
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
-from hopline.vocabulary import INTERNAL_TOKEN_ENV
 
 
 def resolve_token(environ: dict[str, str] | os._Environ[str]) -> tuple[str, str]:
@@ -42,14 +42,13 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from hopline.budget import HOP_GATEWAY
-        from hopline.cli._http_server import uvicorn_config
-        from hopline.gateway.app import create_gateway_app
-        from hopline.gateway.providers import provider_from_env
+        from hopline.daemon.embedded_gateway import gateway_provider, standalone_gateway
+        from hopline.http.server import uvicorn_config
 
         budget = budget_or_exit()
         require_coherent_or_exit(budget, "gateway", show_warnings=True)  # as serve: HOPLINE_NAIVE=1 too
         try:
-            provider = provider_from_env(budget)
+            provider = gateway_provider(budget)
         except ValueError as exc:
             print(f"hopline gateway: bad setting: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
@@ -73,6 +72,6 @@ def register(app: typer.Typer) -> None:
         print(f"hopline gateway: token from {source}{where}; provider {provider.name}; "
               f"body limit {budget.api_json_body_limit} bytes", file=sys.stderr, flush=True)
 
-        app_ = create_gateway_app(budget, token=token, provider=provider)
+        app_ = standalone_gateway(budget, token=token, provider=provider)
         config = uvicorn_config(app_, budget, HOP_GATEWAY, log_level="warning")
         uvicorn.Server(config).run(sockets=[sock])

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hopline.budget import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, URL_ENV
 from hopline.cli._common import bind_or_exit, budget_or_exit, require_coherent_or_exit
 from hopline.compiled import STATE as COMPILED
-from hopline.vocabulary import AGENT_ENV, DATA_DIR_ENV, INTERNAL_TOKEN_ENV, SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     import socket
@@ -119,7 +119,8 @@ def _lock_or_exit(root: Path) -> Any:
     """The data directory's lock (:mod:`hopline.store.dir_lock`), or exit 1 naming its holder."""
     import sys
 
-    from hopline.store.dir_lock import DataDirBusy, DataDirLock
+    from hopline.errors import DataDirBusy
+    from hopline.store.dir_lock import DataDirLock
 
     try:
         return DataDirLock.acquire(root)
@@ -207,9 +208,7 @@ def _daemon_app_or_exit(budget: Budget, sock: socket.socket, root: Path, *, agen
 
     from hopline.budget import Settings
     from hopline.daemon.app import create_daemon_app
-    from hopline.gateway.providers import ProviderSettingError
-    from hopline.store.locations import StoreSettingError
-    from hopline.store.postgres import StoreUnavailable
+    from hopline.errors import ProviderSettingError, StoreSettingError, StoreUnavailable
 
     try:
         return create_daemon_app(budget, data_dir=root, agent_cmd=agent_cmd, server_token=server_token,
@@ -239,7 +238,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket) -> None:
     import uvicorn
 
     from hopline.budget import HOP_DAEMON_API
-    from hopline.cli._http_server import prepare_daemon_process, uvicorn_config
+    from hopline.http.server import prepare_daemon_process, uvicorn_config
 
     class DaemonServer(uvicorn.Server):
         async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -249,7 +248,7 @@ def _serve_daemon(daemon: Any, budget: Budget, sock: socket.socket) -> None:
             await super().shutdown(sockets)
 
     # uvloop (uvicorn[standard]) when it imports, else asyncio's loop; httptools with the request
-    # head deadline and the connection ceiling (cli/_http_server.py), else h11 without them.
+    # head deadline and the connection ceiling (http/server.py), else h11 without them.
     config = uvicorn_config(daemon, budget, HOP_DAEMON_API, loop="auto",
                             timeout_graceful_shutdown=math.ceil(budget.serve_stop_grace_seconds))
     server = DaemonServer(config)

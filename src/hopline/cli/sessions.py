@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
+from hopline.budget import SERVER_TOKEN_ENV, URL_ENV
 from hopline.cli._common import budget_or_exit, daemon_target, run_client
-from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 if TYPE_CHECKING:
     from hopline.client import DaemonClient

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import typer
 
+from hopline.budget import SERVER_TOKEN_ENV, URL_ENV
 from hopline.cli._common import budget_or_exit, daemon_target
-from hopline.vocabulary import SERVER_TOKEN_ENV, URL_ENV
 
 
 def fetch_hint(session_id: str, sidecar_id: str, *, data_dir: str | None = None, url: str | None = None,
@@ -48,11 +48,10 @@ def _from_data_dir(data_dir: Path, session_id: str, sidecar_id: str) -> int:
     import hashlib
 
     from hopline.budget import Settings
+    from hopline.errors import ObjectStoreUnavailable, StoreDamaged
     from hopline.sidecars.entry import is_valid_sidecar_id
     from hopline.sidecars.index import INDEX_FILE
     from hopline.sidecars.store import index_root, open_sidecar_store
-    from hopline.store.blobs import ObjectStoreUnavailable
-    from hopline.store.check import StoreDamaged
     from hopline.store.locations import SIDECARS_DIR, sidecar_location, store_location
 
     settings = Settings.from_env()
@@ -115,7 +114,7 @@ def register(app: typer.Typer) -> None:
         import asyncio
 
         from hopline.client import DaemonError
-        from hopline.client.daemon import SidecarIntegrityError
+        from hopline.errors import SidecarIntegrityError
 
         if data_dir is not None:
             raise typer.Exit(_from_data_dir(Path(data_dir), session_id, sidecar_id))

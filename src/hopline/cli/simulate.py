@@ -111,9 +111,7 @@ def _failures_of(result: Any) -> list[dict[str, Any]]:
                                       for f in result.summarizer_failures]
     if result.failure is not None:
         failure = result.failure
-        failures.append({"origin": failure.origin, "message": failure.message, "hop": failure.hop,
-                         "status": failure.status, "limitBytes": failure.limit_bytes,
-                         "observedBytes": failure.observed_bytes})
+        failures.append({"hop": failure.hop, "status": failure.status, **failure.fields()})
     return failures
 
 

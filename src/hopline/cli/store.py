@@ -18,12 +18,14 @@ from typing import Any
 
 import typer
 
+from hopline.budget import DATA_DIR_ENV
+
 store_app = typer.Typer(name="store", help="Check (and repair) the daemon's store.", no_args_is_help=True)
 
 
 def default_data_dir() -> Path:
-    if os.environ.get("HOPLINE_DATA_DIR"):
-        return Path(os.environ["HOPLINE_DATA_DIR"])
+    if os.environ.get(DATA_DIR_ENV):
+        return Path(os.environ[DATA_DIR_ENV])
     return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "hopline"
 
 
@@ -41,9 +43,10 @@ def check(
     import orjson
 
     from hopline.budget import Settings
+    from hopline.errors import StoreSettingError
     from hopline.store.check import check_sqlite
     from hopline.store.check import repair as repair_sqlite
-    from hopline.store.locations import StoreSettingError, sidecar_location, store_location
+    from hopline.store.locations import sidecar_location, store_location
 
     root = Path(data_dir) if data_dir else default_data_dir()
     try:
@@ -128,8 +131,9 @@ def _check_postgres(dsn: str, repair: bool) -> dict[str, Any]:
     import psycopg
 
     from hopline.budget import redact_url
+    from hopline.errors import StoreUnavailable
     from hopline.store.event_groups import inline_events
-    from hopline.store.postgres import StoreUnavailable, connect
+    from hopline.store.postgres import connect
 
     damaged: list[dict[str, Any]] = []
     checked = 0

@@ -16,16 +16,10 @@ from hopline.client.answers import (
     TranscriptEvent,
     TranscriptPage,
 )
-from hopline.client.daemon import (
-    DaemonClient,
-    DaemonError,
-    NoDaemonUrl,
-    RequestTooLarge,
-    SidecarIntegrityError,
-    SseReconnectExhausted,
-)
+from hopline.client.daemon import DaemonClient, NoDaemonUrl, RequestTooLarge
 from hopline.client.events import Event, SidecarRef, content_text
-from hopline.wire.sse import SseEventTooLarge, SseMessage, SseParser
+from hopline.errors import DaemonError, SidecarIntegrityError, SseEventTooLarge, SseReconnectExhausted
+from hopline.wire.sse import SseMessage, SseParser
 
 __all__ = [
     "Cancelled",

@@ -23,9 +23,9 @@ from hopline.budget import (
     CEILINGS_BY_KEY,
     HOP_CLIENT_SSE,
     HOP_DAEMON_API,
-    HOP_SIDECARS,
+    SERVER_TOKEN_ENV,
+    URL_ENV,
     Budget,
-    HoplineError,
     LimitExceeded,
 )
 from hopline.client import retry
@@ -42,31 +42,12 @@ from hopline.client.answers import (
     TranscriptPage,
 )
 from hopline.client.events import Event, SidecarRef, to_event
+from hopline.errors import ClientError, ConfigError, DaemonError, SidecarIntegrityError, SseReconnectExhausted
 from hopline.sidecars.projection import restore_update
-from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR, SERVER_TOKEN_ENV, URL_ENV
+from hopline.vocabulary import IDEMPOTENCY_HEADER, META_SIDECAR
 from hopline.wire.sse import SseParser
 
 log = logging.getLogger("hopline.client")
-
-class DaemonError(HoplineError):
-    """The daemon answered an API call with an error status."""
-
-    def __init__(self, status: int, body: Any, method: str, route: str) -> None:
-        self.status = status
-        self.body = body
-        self.retry_after: float | None = None  # the answer's Retry-After, in seconds
-        # The daemon answers {"error": {"type", "hop", "message", ...}}; a limit passed adds
-        # "setting", "limit", "observed", "unit" (hopline.errors.LimitExceeded).
-        error = body.get("error") if isinstance(body, dict) else None
-        fields: dict[str, Any] = error if isinstance(error, dict) else body if isinstance(body, dict) else {}
-        self.hop = str(fields.get("hop") or HOP_DAEMON_API)
-        self.type = fields.get("type")
-        detail = fields.get("message") or fields.get("detail") or (fields or body)
-        unit = f" {fields['unit']}" if isinstance(fields.get("unit"), str) else ""
-        sizes = "".join(f", {key} {fields[key]}{unit}" for key in ("limit", "observed") if key in fields)
-        # Named, not super(): a subclass may also be a LimitExceeded (RequestTooLarge).
-        answered = f" -> {status}" if status else ""  # 0: no answer at all (a transport failure)
-        HoplineError.__init__(self, f"hop {self.hop}: {method} {route}{answered}: {detail}{sizes}")
 
 
 class RequestTooLarge(DaemonError, LimitExceeded):
@@ -81,29 +62,11 @@ class RequestTooLarge(DaemonError, LimitExceeded):
         DaemonError.__init__(self, 413, self.to_json(), method, route)
 
 
-class NoDaemonUrl(HoplineError, ValueError):
+class NoDaemonUrl(ConfigError):
     """``DaemonClient()`` was given no URL and ``$HOPLINE_URL`` is not set."""
 
 
-class SseReconnectExhausted(HoplineError):
-    """The event stream dropped and every reconnect attempt failed."""
-
-    def __init__(self, attempts: int, last_event_id: int | None, cause: BaseException) -> None:
-        self.attempts = attempts
-        self.last_event_id = last_event_id
-        super().__init__(f"hop {HOP_CLIENT_SSE}: event stream lost after {attempts} reconnect attempts "
-                         f"(last event id {last_event_id}): {type(cause).__name__}: {cause}")
-
-
-class SidecarIntegrityError(HoplineError):
-    """A fetched sidecar does not match its declared size or sha256."""
-
-    def __init__(self, sidecar_id: str, message: str) -> None:
-        self.sidecar_id = sidecar_id
-        super().__init__(f"hop {HOP_SIDECARS}: sidecar {sidecar_id}: {message}")
-
-
-class _StreamEnded(HoplineError):
+class _StreamEnded(ClientError):
     """The server ended the SSE response (no error): resume like a drop."""
 
 

@@ -212,8 +212,9 @@ class TurnTracker:
         parts = [f"turn failed: origin {e.get('origin', '?')}"]
         if e.get("hop"):
             parts.append(f"hop {e['hop']}")
-        if e.get("observedBytes") is not None:
-            parts.append(f"body {e['observedBytes']} bytes")
-        if e.get("limitBytes") is not None:
-            parts.append(f"limit {e['limitBytes']} bytes")
+        unit = e.get("unit", "bytes")
+        if e.get("observed") is not None:
+            parts.append(f"body {e['observed']} {unit}")
+        if e.get("limit") is not None:
+            parts.append(f"limit {e['limit']} {unit}")
         return ", ".join(parts) + f": {e.get('message', '')}"

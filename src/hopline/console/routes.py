@@ -12,7 +12,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget
-from hopline.gateway.body_limit import send_json
+from hopline.http.body_limit import send_json
 from hopline.observe.pipe import PipeObservability
 from hopline.observe.pipe_histogram import HISTOGRAM_NAME, HISTOGRAM_UNIT
 

@@ -30,7 +30,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from hopline import __version__
-from hopline.budget import HOP_DAEMON_API, SETTINGS_BY_KEY, Budget, Settings, require_coherent
+from hopline.budget import (
+    GATEWAY_URL_ENV,
+    HOP_DAEMON_API,
+    SERVER_TOKEN_ENV,
+    SETTINGS_BY_KEY,
+    Budget,
+    Settings,
+    require_coherent,
+)
 from hopline.daemon.adoption import run_sweeps
 from hopline.daemon.bus import EventBus
 from hopline.daemon.cluster import Cluster, ClusterAuth, new_daemon_id
@@ -41,18 +49,18 @@ from hopline.daemon.gates import GateRegistry, gate_router
 from hopline.daemon.idle_sessions import IdleSessions
 from hopline.daemon.parts import DaemonParts
 from hopline.daemon.projection import InboundProjector, oversize_replacement
-from hopline.daemon.routes.owner import Forwarded
 from hopline.daemon.routes.sessions import session_router
 from hopline.daemon.routes.status import status_router
 from hopline.daemon.sessions.keys import Replayed
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
 from hopline.daemon.storage_faults import install_object_store_error_handler, install_store_error_handlers
-from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
-from hopline.gateway.body_limit import BodyLimit
-from hopline.gateway.errors import bounded_json_route
-from hopline.gateway.handlers import install_error_handlers
-from hopline.gateway.incidents import LastResort
+from hopline.errors import StoreSettingError
+from hopline.http.auth import BearerTokenMiddleware, SessionTokens
+from hopline.http.body_limit import BodyLimit
+from hopline.http.errors import bounded_json_route
+from hopline.http.handlers import install_error_handlers
+from hopline.http.incidents import LastResort
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars import SidecarStore, sidecar_projector
 from hopline.sidecars.expiry import Reaper
@@ -62,7 +70,6 @@ from hopline.store.journal import EventJournal
 from hopline.store.locations import (
     SIDECARS_DIR,
     SYNC_FULL,
-    StoreSettingError,
     sidecar_location,
     store_location,
     store_sync,
@@ -70,7 +77,6 @@ from hopline.store.locations import (
 from hopline.store.pg_journal import PgJournal
 from hopline.store.postgres import migrate, prove_token
 from hopline.store.sqlite_journal import SqliteJournal
-from hopline.vocabulary import GATEWAY_URL_ENV, SERVER_TOKEN_ENV
 
 log = logging.getLogger("hopline.daemon")
 
@@ -271,10 +277,6 @@ def _routes(parts: DaemonParts) -> FastAPI:
     @app.exception_handler(SessionError)
     async def _session_error(_: Request, exc: SessionError) -> JSONResponse:
         return _error(exc)
-
-    @app.exception_handler(Forwarded)
-    async def _forwarded(_: Request, exc: Forwarded) -> Response:
-        return exc.response
 
     @app.exception_handler(Replayed)
     async def _replayed(_: Request, exc: Replayed) -> Response:

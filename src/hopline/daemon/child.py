@@ -26,11 +26,12 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Protocol
 
 from hopline.budget import SECRET_SETTINGS_ENV, Budget, HoplineError
+from hopline.budget.variables import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.daemon.pipe_chunks import PipeChunks, start_child
 from hopline.daemon.reaper import end_tree, subreaper_preexec
 from hopline.daemon.silence import SilenceDeadline
+from hopline.errors import AgentError
 from hopline.observe.pipe import PipeObservability
-from hopline.vocabulary import AGENT_ENV, HOPLINE_TOKEN_ENV, NAIVE_ENV, PERMISSION_MODE_ENV
 from hopline.wire.jsonrpc import message_kind
 from hopline.wire.ndjson import READ_CHUNK_BYTES, Frame, FrameError, NdjsonDecoder
 
@@ -66,7 +67,7 @@ LARGE_FRAME_BYTES = LARGE_READ_BYTES // 64
 ABANDONED_IDS_KEPT = 64
 
 
-class AgentExited(HoplineError):
+class AgentExited(AgentError):
     def __init__(self, returncode: int | None) -> None:
         super().__init__(f"the agent process exited with code {returncode}")
         self.returncode = returncode
@@ -94,7 +95,7 @@ class AgentUnresponsive(AgentExited):
         self.silence = silence
 
 
-class AgentRpcError(HoplineError):
+class AgentRpcError(AgentError):
     """The child answered a request with a JSON-RPC error."""
 
     def __init__(self, error: Mapping[str, Any]) -> None:

@@ -1,5 +1,7 @@
 """The gateway embedded in the daemon (SPEC C-2): built with the daemon's budget, served under
-``/internal`` of the daemon's own address, started and stopped inside the daemon's lifespan.
+``/internal`` of the daemon's own address, started and stopped inside the daemon's lifespan. The one
+door to :mod:`hopline.gateway` (an import-linter contract): ``hopline gateway`` builds the gateway
+alone through :func:`standalone_gateway`.
 
 Its agents reach it at the daemon's URL (``HOPLINE_GATEWAY_URL``), each with its own session token
 (D-11); the gateway's bearer token and body limit are its own, not the daemon's.
@@ -15,7 +17,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopline.budget import Budget
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 
 INTERNAL_PREFIX = "/internal"
 
@@ -29,6 +31,21 @@ def embedded_gateway(budget: Budget, *, internal_token: str, provider: Any,
     return create_gateway_app(budget, token=internal_token,
                               provider=provider if provider is not None else provider_from_env(budget),
                               route_prefix="", session_tokens=session_tokens)
+
+
+def gateway_provider(budget: Budget) -> Any:
+    """The provider the environment names (:func:`hopline.gateway.providers.provider_from_env`);
+    a ``ValueError`` names the setting it cannot use."""
+    from hopline.gateway.providers import provider_from_env
+
+    return provider_from_env(budget)
+
+
+def standalone_gateway(budget: Budget, *, token: str, provider: Any) -> FastAPI:
+    """The gateway served alone (``hopline gateway``), at its own address."""
+    from hopline.gateway.app import create_gateway_app
+
+    return create_gateway_app(budget, token=token, provider=provider)
 
 
 @contextlib.asynccontextmanager

@@ -27,17 +27,18 @@ import orjson
 from fastapi import APIRouter, Header, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, HOP_GATE, MAX_QUEUED_RANGE, Budget
 from hopline.client.events import Event
 from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
 from hopline.daemon.routes.sse import open_event_stream
 from hopline.daemon.sessions.manager import SessionManager
 from hopline.daemon.sessions.ownership import Ownership
+from hopline.errors import RepoError, StoreError
 from hopline.gate.run import CHECKOUT_DIR, DEFAULT_ROUNDS, RUN_FILE, GateRequest, GateRun
 from hopline.gate.states import DevState, RunState
-from hopline.gateway.errors import bounded_json_route
-from hopline.harness.git import Checkout, RepoError
+from hopline.harness.git import Checkout
+from hopline.http.errors import bounded_json_route
 from hopline.scripted.hints import scripted_hints
 from hopline.sidecars.projection import restore_update
 from hopline.store.journal import EventJournal
@@ -149,7 +150,7 @@ class ManagerDriver:
         return await asyncio.to_thread(restore)
 
 
-class SidecarUnavailable(HoplineError):
+class SidecarUnavailable(StoreError):
     """A moved field of an update cannot be read back (truncated, reaped, or changed)."""
 
 

@@ -52,8 +52,9 @@ def stub_update(update: dict[str, Any], size: int, limit: int, title_max_chars: 
         if isinstance(title, str):
             stub["title"] = title[:title_max_chars]
         stub["content"] = [{"type": "content", "content": {"type": "text", "text": note}}]
-    stub["_meta"] = {META_DROPPED: {"bytes": size, "limitBytes": limit, "hop": HOP_DAEMON_SSE,
-                                        "reason": "sse_max_event_bytes", "lostBytes": size}}
+    exceeded = CEILINGS_BY_KEY["sse_max_event_bytes"].exceeded(limit, size)
+    stub["_meta"] = {META_DROPPED: {"bytes": size, **exceeded.fields(), "reason": "sse_max_event_bytes",
+                                    "lostBytes": size}}
     return stub
 
 

@@ -28,11 +28,10 @@ from starlette.responses import JSONResponse
 from hopline.budget import HOP_CLUSTER, HOP_JOURNAL
 from hopline.daemon.bus import EventBus
 from hopline.daemon.errors import SessionError
-from hopline.gateway.errors import error_response
-from hopline.store.blobs import ObjectStoreUnavailable
-from hopline.store.bounded import StoreBusy, retry_after_of
+from hopline.errors import ObjectStoreUnavailable, StoreBusy, StoreUnavailable
+from hopline.http.errors import error_response
+from hopline.store.bounded import retry_after_of
 from hopline.store.idempotency import KeyRecord
-from hopline.store.postgres import StoreUnavailable
 
 STORAGE_FULL = "storage_full"
 STORAGE_UNAVAILABLE = "storage_unavailable"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import orjson
 
+from hopline.budget import CEILINGS_BY_KEY
 from hopline.daemon.storage_faults import is_storage_fault, refusal
 from hopline.store.integrity import corrupt_json
 from hopline.store.journal import EventJournal
@@ -39,8 +40,9 @@ async def transcript_page(journal: EventJournal, session_id: str, after: int, *,
         else:
             piece = b'{"id":%d,"type":%s,"data":%s}' % (row.seq, orjson.dumps(row.type), row.data)
         if len(piece) + 1 > page_max_bytes - envelope_bytes:
+            over = CEILINGS_BY_KEY["transcript_page_max_bytes"].exceeded(page_max_bytes, len(row.data))
             piece = orjson.dumps({"id": row.seq, "type": row.type,
-                                  "omitted": {"bytes": len(row.data), "limitBytes": page_max_bytes,
+                                  "omitted": {"bytes": len(row.data), **over.fields(),
                                               "resumeWithLastEventId": row.seq - 1}})
         if parts and total + len(piece) + 1 > page_max_bytes:
             break

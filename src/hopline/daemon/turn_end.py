@@ -23,8 +23,10 @@ from hopline.daemon.errors import echoed, echoed_message
 from hopline.sidecars.projection import SidecarSink, project_fields
 from hopline.vocabulary import META_SIDECAR, META_TURN
 
-# Fields of a hopline agent's error data that its turn_error has always carried at the top level.
-_LIFTED = ("status", "hop", "limitBytes", "observedBytes", "retryable")
+# Fields of a hopline agent's error data that its turn_error carries at the top level: the status,
+# the hop, and a limit passed in the one limit shape (hopline.errors.TurnFailure.fields), and
+# whether the failure was a transient one the agent's loop already retried.
+_LIFTED = ("status", "hop", "setting", "limit", "observed", "unit", "retryable")
 # An origin is one word of H-8 (code, model, tool, cancelled, ...): a longer one is not an origin.
 _ORIGIN_CHARS = 32
 
@@ -49,7 +51,7 @@ def _project(payload: dict[str, Any], key: str, limit: int, sink: SidecarSink | 
     if sink is None:
         payload[key] = echoed(value, limit)
         return size
-    projected = project_fields({key: value}, sink, dataclasses.replace(budget, sidecar_threshold_bytes=limit))
+    projected = project_fields({key: value}, sink, budget.replace(sidecar_threshold_bytes=limit))
     moved = projected.update
     if key == "_meta":  # its own sidecar entries are in it already
         payload["_meta"] = moved["_meta"]

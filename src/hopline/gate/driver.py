@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from hopline.budget import Budget, HoplineError
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
+from hopline.errors import AgentError
 
 log = logging.getLogger("hopline.gate")
 
@@ -52,7 +53,7 @@ class SessionDriver(Protocol):
         ...
 
 
-class Stalled(HoplineError):
+class Stalled(AgentError):
     """No event of a session for ``HOPLINE_GATE_STALL_SECONDS``."""
 
 

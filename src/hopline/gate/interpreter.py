@@ -25,8 +25,9 @@ import tomllib
 from pathlib import Path
 
 from hopline.budget import Budget
+from hopline.errors import GitError
 from hopline.gate.testcmd import GATE_CONFIG, TestCommandError
-from hopline.harness.git import GitError, run_git
+from hopline.harness.git import run_git
 from hopline.harness.sandbox import SandboxKind, try_run
 from hopline.harness.sandbox_mounts import SANDBOX_UID, drops_user, interpreter_dirs
 

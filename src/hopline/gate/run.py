@@ -43,6 +43,7 @@ from typing import Any
 from hopline.budget import Budget
 from hopline.client.events import Event
 from hopline.client.turn import TurnTracker
+from hopline.errors import RepoError
 from hopline.gate import interpreter, testcmd
 from hopline.gate.driver import SessionDriver, Stalled, follow_turn
 from hopline.gate.prompts import fix_prompt, gate_prompt, verdict_retry_prompt
@@ -60,7 +61,7 @@ from hopline.gate.states import (
 )
 from hopline.gate.verdict import ParsedVerdict, VerdictInvalid, error_verdict, parse_verdict
 from hopline.gate.verify import FixVerifier, verified_commit
-from hopline.harness.git import Checkout, RepoError, changes_nothing, resolve_range
+from hopline.harness.git import Checkout, changes_nothing, resolve_range
 from hopline.harness.sandbox import Sandbox, detect_sandbox
 from hopline.vocabulary import (
     DEV_STATE,
@@ -106,7 +107,7 @@ class _NoVerdict:
 
 
 # What a failed turn's error says that a report keeps (sizes and origins, never a message's payload).
-_ERROR_KEYS = ("origin", "status", "hop", "limitBytes", "observedBytes", "reason", "exitCode")
+_ERROR_KEYS = ("origin", "status", "hop", "setting", "limit", "observed", "unit", "reason", "exitCode")
 
 
 class GateRun:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hopline.budget import HoplineError
+from hopline.errors import InternalError
 
 
 class GateItem(enum.StrEnum):
@@ -78,7 +78,7 @@ DEV_TRANSITIONS: Mapping[tuple[DevState, DevEvent], DevState] = {
 NO_MOVE_WHILE_PENDING = "NO_MOVE_WHILE_PENDING"
 
 
-class DevStateError(HoplineError, RuntimeError):
+class DevStateError(InternalError, RuntimeError):
     """A transition the table or an invariant forbids (a bug in the orchestration, never input)."""
 
 
@@ -127,7 +127,7 @@ RUN_TRANSITIONS: Mapping[RunState, frozenset[RunState]] = {
 RUN_IN_PROGRESS: frozenset[RunState] = frozenset({RunState.STARTING, RunState.RUNNING})
 
 
-class IllegalRunTransition(HoplineError):
+class IllegalRunTransition(InternalError):
     """A move :data:`RUN_TRANSITIONS` does not allow: a bug in the orchestration, never input."""
 
     def __init__(self, current: RunState, target: RunState) -> None:

@@ -19,8 +19,9 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-from hopline.budget import Budget, HoplineError
-from hopline.harness.git import GitError, run_git
+from hopline.budget import Budget
+from hopline.errors import GitError, InputError
+from hopline.harness.git import run_git
 
 GATE_CONFIG = ".hopline/gate.toml"
 PYTEST_COMMAND = ("python", "-m", "pytest", "-rA", "--tb=short", "-q", "--color", "no")
@@ -130,7 +131,7 @@ def detect(root: Path) -> TestCommand | None:
     return None
 
 
-class TestCommandError(HoplineError, ValueError):
+class TestCommandError(InputError):
     """A given or configured test command that cannot be used (the message says why)."""
 
 

@@ -35,7 +35,8 @@ from pydantic import (
     model_validator,
 )
 
-from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.errors import AgentError
 
 Severity = Literal["error", "warning", "note"]
 _FENCED_RE = re.compile(r"```(?:json)?\s*\n(.*?)\n?```", re.DOTALL)
@@ -127,7 +128,7 @@ VERDICT_FORMAT = ('{"verdict": "pass" | "fail" | "error", "summary": "one line",
                   '"findings": 1}]} (column, helpUri and analyzers are optional)')
 
 
-class VerdictInvalid(HoplineError, ValueError):
+class VerdictInvalid(AgentError, ValueError):
     """The answer holds no valid verdict; the message says why (never the answer itself)."""
 
 

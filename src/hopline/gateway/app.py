@@ -30,16 +30,17 @@ from pydantic import ValidationError
 
 from hopline import __version__
 from hopline.budget import HOP_GATEWAY, Budget
-from hopline.gateway.auth import BearerTokenMiddleware, SessionTokens
-from hopline.gateway.body_limit import BodyLimit, BodyLimitStats
-from hopline.gateway.errors import error_response
-from hopline.gateway.handlers import install_error_handlers
-from hopline.gateway.incidents import LastResort
+from hopline.errors import TurnFailure
 from hopline.gateway.providers import Provider
 from hopline.gateway.request_metrics import GatewayMetrics, MetricsMiddleware
 from hopline.gateway.schema import LlmTurnBody, field_errors
 from hopline.gateway.streaming import accepts_ndjson, stream_llm_turn, turn_failure_response
-from hopline.harness.model import LlmTurnRequest, TurnFailure
+from hopline.harness.model import LlmTurnRequest
+from hopline.http.auth import BearerTokenMiddleware, SessionTokens
+from hopline.http.body_limit import BodyLimit, BodyLimitStats
+from hopline.http.errors import error_response
+from hopline.http.handlers import install_error_handlers
+from hopline.http.incidents import LastResort
 from hopline.scripted.hints import check_model_params
 from hopline.wire.input import loads_bounded
 

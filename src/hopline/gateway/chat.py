@@ -16,8 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, LimitExceeded
+from hopline.errors import TurnFailure
 from hopline.harness.failures import CONTEXT_LENGTH_RE, malformed_output
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure, Usage
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Usage
 
 # Chat-completions parameters an llm-turn's `params` may carry to the provider. `n` is left out:
 # the gateway reads one choice.

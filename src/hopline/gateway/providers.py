@@ -35,7 +35,20 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_PROVIDER, Budget, HoplineError, LimitExceeded, redact_url
+from hopline.budget import (
+    CEILINGS_BY_KEY,
+    EXTRA_HEADERS_ENV,
+    HOP_PROVIDER,
+    MODEL_ENV,
+    OPENAI_API_KEY_ENV,
+    OPENAI_BASE_URL_ENV,
+    PROVIDER_ENV,
+    STREAM_ENV,
+    Budget,
+    LimitExceeded,
+    redact_url,
+)
+from hopline.errors import Origin, ProviderSettingError, SseEventTooLarge, TurnFailure
 from hopline.gateway.chat import (
     ChatStreamAssembler,
     ResponseTooLarge,
@@ -44,16 +57,10 @@ from hopline.gateway.chat import (
     stream_error,
 )
 from hopline.harness.failures import classify_exception, classify_http_status, malformed_output
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, Origin, TurnFailure
-from hopline.vocabulary import OPENAI_API_KEY_ENV
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
 from hopline.wire.bounded import read_bounded
-from hopline.wire.sse import SseEventTooLarge, SseParser
+from hopline.wire.sse import SseParser
 
-PROVIDER_ENV = "HOPLINE_PROVIDER"
-OPENAI_BASE_URL_ENV = "OPENAI_BASE_URL"
-MODEL_ENV = "HOPLINE_MODEL"
-STREAM_ENV = "HOPLINE_PROVIDER_STREAM"
-EXTRA_HEADERS_ENV = "HOPLINE_PROVIDER_EXTRA_HEADERS"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
@@ -61,10 +68,6 @@ DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 _FRAMING_HEADERS = frozenset({"content-type", "content-length", "transfer-encoding", "host", "connection",
                               "accept"})
 _SSE_DONE = "[DONE]"
-
-
-class ProviderSettingError(HoplineError, ValueError):
-    """A provider setting could not be used; the message names the variable, never a value."""
 
 
 class ProviderFailure(TurnFailure):

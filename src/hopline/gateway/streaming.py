@@ -26,8 +26,9 @@ import orjson
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from hopline.errors import TurnFailure
 from hopline.gateway.providers import Provider, StreamingProvider, StreamItem, TextDelta, gateway_status
-from hopline.harness.model import LlmTurnRequest, LlmTurnResponse, TurnFailure
+from hopline.harness.model import LlmTurnRequest, LlmTurnResponse
 from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.ndjson import encode
 
@@ -85,7 +86,7 @@ async def _lines(first: StreamItem, items: AsyncGenerator[StreamItem, None]) -> 
     except TurnFailure as failure:
         log.warning("llm-turn stream failed", extra={
             "origin": failure.origin, "status": gateway_status(failure), "providerStatus": failure.status,
-            "observedBytes": failure.observed_bytes})
+            "observed": failure.observed_bytes})
         yield encode({"type": LINE_ERROR, **failure.to_json()})
     finally:
         await items.aclose()

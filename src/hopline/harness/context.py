@@ -32,7 +32,8 @@ from typing import Any, Literal, ParamSpec
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HoplineError
+from hopline.budget import CEILINGS_BY_KEY
+from hopline.errors import InternalError
 from hopline.harness.loop_events import CompactionRecord
 from hopline.harness.model import Message
 from hopline.harness.tokens import body_bytes_for, message_bytes
@@ -322,7 +323,7 @@ def _sizes(messages: list[Message]) -> tuple[list[int], list[int]]:
 SUMMARY_FRAME_BYTES = int(CEILINGS_BY_KEY["summary_frame_bytes"].default)
 
 
-class InvariantBroken(HoplineError):
+class InvariantBroken(InternalError):
     """A compaction plan that breaks a named invariant: a bug in the planner, never sent."""
 
     def __init__(self, broken: list[str]) -> None:

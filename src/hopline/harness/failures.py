@@ -15,7 +15,7 @@ import enum
 import re
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_ENGINE, HOP_PROVIDER
-from hopline.harness.model import Origin, TurnFailure
+from hopline.errors import Origin, TurnFailure
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hopline.budget import CEILINGS_BY_KEY, Budget, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.errors import GitError, RepoError
 from hopline.harness.sandbox_mounts import share_tree
 
 # A commit id as hopline passes it to git: full or abbreviated hex, so it can never read as an option.
@@ -46,10 +47,6 @@ SAFE_CONFIG: tuple[str, ...] = ("-c", "core.hooksPath=/dev/null", "-c", "core.fs
 _PLAIN_PATHS = ("-c", "core.quotePath=false")
 _DRIVER_RE = re.compile(r"^(filter|diff|merge)\.(.+)\."
                         r"(clean|smudge|process|required|textconv|command|driver)$")
-
-
-class GitError(HoplineError):
-    """git failed, timed out, or is missing; the message holds git's own first line (no payload)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,10 +178,6 @@ REVISION_RE = re.compile(r"^[A-Za-z0-9._/@{}^~:+][A-Za-z0-9._/@{}^~:+-]{0,254}$"
 DEFAULT_BRANCH = "main"
 _COMMITTER = ["-c", "user.name=hopline dev agent", "-c", "user.email=dev-agent@hopline.invalid",
               "-c", "commit.gpgsign=false"]
-
-
-class RepoError(HoplineError, ValueError):
-    """The repository or a revision cannot be used; the message says which, never a path."""
 
 
 def _git(cwd: Path, budget: Budget, *args: str) -> str:

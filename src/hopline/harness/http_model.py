@@ -21,8 +21,9 @@ import httpx
 import orjson
 
 from hopline.budget import HOP_GATEWAY, Budget, KiB, LimitExceeded
+from hopline.errors import BODY_TOO_LARGE, Origin, TurnFailure
 from hopline.harness.failures import classify_http_status, over_ceiling
-from hopline.harness.model import EncodedRequest, LlmTurnResponse, Origin, TextSink, TurnFailure, Usage
+from hopline.harness.model import EncodedRequest, LlmTurnResponse, TextSink, Usage
 from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.vocabulary import LINE_DELTA, LINE_ERROR, LINE_MESSAGE, NDJSON_MEDIA_TYPE
 from hopline.wire.bounded import read_bounded
@@ -243,8 +244,7 @@ def failure_from_response(status: int, raw: bytes, size: int) -> TurnFailure:
 def failure_from_error(error: dict[str, Any], status: int | None, size: int | None) -> TurnFailure:
     """The failure of our gateway's error object; ``status`` is None inside a stream (answered 200)."""
     hop = error.get("hop") or HOP_GATEWAY
-    limit = error.get("limit", error.get("limitBytes"))  # the one limit shape; then the first one's key
-    observed = error.get("observed", error.get("observedBytes"))
+    limit, observed = error.get("limit"), error.get("observed")
     message = str(error.get("message") or f"gateway answered HTTP {status}")
     if status == 413:
         # 413 is code, never model (SPEC H-8), whatever the body says.
@@ -253,4 +253,4 @@ def failure_from_error(error: dict[str, Any], status: int | None, size: int | No
     origin = error.get("origin")
     return TurnFailure(origin if origin in ORIGINS else "model", message, status=error.get("status", status),
                        hop=hop, limit_bytes=limit, observed_bytes=observed,
-                       size_error=bool(error.get("sizeError")), retryable=bool(error.get("retryable")))
+                       size_error=error.get("type") == BODY_TOO_LARGE, retryable=bool(error.get("retryable")))

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from hopline.budget import HOP_ENGINE, Budget
+from hopline.errors import TurnFailure
 from hopline.harness import failures
 from hopline.harness.context import RepairReport, Trigger, apply_compaction, plan_compaction, repair
 from hopline.harness.loop_events import (
@@ -48,7 +49,6 @@ from hopline.harness.model import (
     Message,
     Model,
     StreamingModel,
-    TurnFailure,
 )
 from hopline.harness.plan import PlanTracker
 from hopline.harness.profiles import Profile, model_context_window

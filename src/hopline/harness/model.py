@@ -14,9 +14,6 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import orjson
 
-from hopline.budget import HoplineError, LimitExceeded
-
-Origin = Literal["code", "model", "tool", "cancelled"]
 Purpose = Literal["turn", "summary"]
 
 Message = dict[str, Any]  # OpenAI chat shape (SPEC H-1)
@@ -79,61 +76,6 @@ class LlmTurnResponse:
 
     def to_json(self) -> dict[str, Any]:
         return {"message": self.message, "usage": self.usage.to_json(), "provider": self.provider}
-
-
-class TurnFailure(HoplineError):
-    """A failed model call or turn, with its origin (SPEC H-8).
-
-    ``size_error`` marks code-origin failures caused by a body too large for a hop (413, a reset
-    while uploading, a context-length error): the loop compacts and retries once. ``retryable``
-    marks transient model-origin failures (429, 5xx, timeouts): the loop retries with backoff.
-    """
-
-    def __init__(
-        self,
-        origin: Origin,
-        message: str,
-        *,
-        status: int | None = None,
-        hop: str | None = None,
-        limit_bytes: int | None = None,
-        observed_bytes: int | None = None,
-        size_error: bool = False,
-        retryable: bool = False,
-        setting: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.origin: Origin = origin
-        self.message = message
-        self.status = status
-        self.hop = hop
-        self.limit_bytes = limit_bytes
-        self.observed_bytes = observed_bytes
-        self.size_error = size_error
-        self.retryable = retryable
-        self.setting = setting  # the budget setting of the ceiling a size error passed, when known
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON error shape shared by the gateway and the harness."""
-        error: dict[str, Any] = {"type": "turn_failure", "origin": self.origin, "message": self.message}
-        for key, value in (("status", self.status), ("hop", self.hop), ("setting", self.setting)):
-            if value is not None:
-                error[key] = value
-        if self.limit_bytes is not None and self.observed_bytes is not None:
-            # a byte limit passed: the one limit shape's keys (hopline.errors.LimitExceeded.fields)
-            exceeded = LimitExceeded("", "", self.limit_bytes, self.observed_bytes)
-            # (sizeError is this failure's own: a byte limit passed is not always one to compact for)
-            own = ("hop", "setting", "sizeError")
-            error.update({k: v for k, v in exceeded.fields().items() if k not in own})
-        else:
-            for key, value in (("limitBytes", self.limit_bytes), ("observedBytes", self.observed_bytes)):
-                if value is not None:
-                    error[key] = value
-        if self.size_error:
-            error["sizeError"] = True
-        if self.retryable:
-            error["retryable"] = True
-        return {"error": error}
 
 
 class Model(Protocol):

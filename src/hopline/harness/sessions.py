@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import HoplineError
+from hopline.budget import DATA_DIR_ENV
+from hopline.errors import StoreError
 from hopline.store.private import private_dir, private_file
-from hopline.vocabulary import DATA_DIR_ENV
 
 DB_FILE = "sessions.sqlite3"
 # Waiting for another agent process's write lock, not a payload ceiling.
@@ -81,7 +81,7 @@ class AgentSessionRecord:
     updated_at: str
 
 
-class SessionNotFound(HoplineError, KeyError):
+class SessionNotFound(StoreError, KeyError):
     pass
 
 

@@ -15,7 +15,8 @@ from typing import Literal, Protocol
 import orjson
 
 from hopline.budget import Budget
-from hopline.harness.model import LlmTurnRequest, Message, Model, TurnFailure, encode_request
+from hopline.errors import TurnFailure
+from hopline.harness.model import LlmTurnRequest, Message, Model, encode_request
 
 SUMMARY_SYSTEM_PROMPT = (
     "You compress the earlier part of an agent's tool loop. Keep: the task, decisions, files read "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, SCRIPTED_SEED_RANGE, Budget
-from hopline.wire.input import InputRefused
+from hopline.errors import InputRefused
 
 # Each hint and the budget ceiling that bounds it (the hint ``seed`` is not a cost: a fixed range).
 HINT_CEILINGS: dict[str, str | None] = {

@@ -8,7 +8,8 @@ import re
 import secrets
 from typing import Any
 
-from hopline.budget import HOP_SIDECARS, HoplineError
+from hopline.budget import HOP_SIDECARS
+from hopline.errors import StoreError
 
 SIDECAR_ID_BYTES = 24
 # token_urlsafe(24) -> 32 characters; \Z (not $) so a trailing newline never matches.
@@ -60,7 +61,7 @@ def safe_media_type(value: object) -> str:
     return DEFAULT_MEDIA_TYPE
 
 
-class SidecarRefused(HoplineError):
+class SidecarRefused(StoreError):
     """A sidecar was not stored: ``reason`` is one of the ``REASON_*`` values.
 
     ``limit`` is the ceiling that was hit (``None`` for a disk or object-store error) and ``observed``

@@ -41,7 +41,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import Budget
+from hopline.errors import InputError
 from hopline.sidecars.entry import REASON_DISK_ERROR, SidecarEntry, SidecarRefused
 from hopline.vocabulary import META_SIDECAR, META_TRUNCATED
 
@@ -212,8 +213,8 @@ def _walk_fields(update: dict[str, Any]) -> Iterator[tuple[int, JsonPath, Any]]:
     return iter(found)
 
 
-class _Unencodable(HoplineError):
-    pass
+class _Unencodable(InputError):
+    """An agent's update holds a value JSON cannot encode: it is walked no further."""
 
 
 # --- the projection -------------------------------------------------------------------------

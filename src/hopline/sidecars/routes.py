@@ -16,7 +16,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS, HoplineError
+from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS
+from hopline.errors import InputError
 from hopline.sidecars.entry import SidecarEntry, is_valid_sidecar_id
 from hopline.sidecars.store import SidecarStore
 
@@ -25,7 +26,7 @@ _RANGE_RE = re.compile(r"\A\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*\Z")
 _RANGE_HEADER_MAX_CHARS = int(CEILINGS_BY_KEY["range_header_max_chars"].default)
 
 
-class RangeNotSatisfiable(HoplineError):
+class RangeNotSatisfiable(InputError):
     pass
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
+from hopline.errors import ObjectStoreUnavailable
 from hopline.sidecars.entry import (
     FALLBACK_KEYS,
     REASON_DISK_ERROR,
@@ -46,7 +47,7 @@ from hopline.sidecars.entry import (
 )
 from hopline.sidecars.expiry import ADOPT, LIVE_ELSEWHERE, TOUCH, RunningClock
 from hopline.sidecars.index import INDEX_FILE, IndexTransaction, SidecarIndex
-from hopline.store.blobs import BlobStore, FileBlobs, ObjectStoreUnavailable, S3Blobs
+from hopline.store.blobs import BlobStore, FileBlobs, S3Blobs
 from hopline.store.index_check import require_usable_index
 from hopline.store.locations import S3, SidecarLocation, StoreLocation
 

@@ -25,15 +25,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from hopline.budget import HOP_SIDECARS, Budget, HoplineError
+from hopline.budget import HOP_SIDECARS, SIDECAR_DIR_ENV, Budget
+from hopline.errors import SidecarWriterError
 from hopline.sidecars.entry import REASON_TOKEN_REVOKED, SidecarEntry, SidecarRefused
 from hopline.sidecars.index import INDEX_FILE
 from hopline.sidecars.store import SidecarStore
-from hopline.vocabulary import SIDECAR_DIR_ENV
-
-
-class SidecarWriterError(HoplineError, RuntimeError):
-    pass
 
 
 def open_store(budget: Budget, environ: Mapping[str, str] | None = None) -> SidecarStore | None:

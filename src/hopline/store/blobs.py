@@ -24,9 +24,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, TypeVar
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_SIDECARS
+from hopline.budget import CEILINGS_BY_KEY
+from hopline.errors import ObjectStoreUnavailable
 from hopline.store.locations import S3Options
-from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
 
 READ_CHUNK_BYTES = 64 * 1024  # I/O granularity, not a ceiling
@@ -193,19 +193,6 @@ class FileBlobs:
             except OSError:
                 pass
         return removed
-
-
-class ObjectStoreUnavailable(StoreUnavailable, OSError):
-    """The object store failed, could not be reached, or did not answer within
-    ``HOPLINE_OBJECT_STORE_TIMEOUT``. An ``OSError``, so the sidecar store refuses the write (the
-    update goes out degraded, ``object_store_unavailable``); a :class:`StoreUnavailable`, so a route
-    answers 503 with ``Retry-After``. The message names neither the bucket nor a key."""
-
-    hop = HOP_SIDECARS
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 _io_loop: asyncio.AbstractEventLoop | None = None

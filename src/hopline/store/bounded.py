@@ -26,21 +26,13 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from hopline.budget import Budget
-from hopline.store.postgres import StoreUnavailable, aconnect
+from hopline.budget import CEILINGS_BY_KEY, Budget
+from hopline.errors import StoreBusy, StoreUnavailable
+from hopline.store.postgres import aconnect
 
 T = TypeVar("T")
 
-STATEMENT_TIMEOUT_SETTING = "HOPLINE_STORE_STATEMENT_TIMEOUT_SECONDS"
-
-
-class StoreBusy(StoreUnavailable):
-    """A row this statement needs is locked by another daemon's transaction (perhaps a frozen one,
-    which PostgreSQL ends once it stays idle past ``HOPLINE_STORE_IDLE_TRANSACTION_SECONDS``)."""
-
-    def __init__(self, message: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
+STATEMENT_TIMEOUT_SETTING = CEILINGS_BY_KEY["store_statement_timeout_seconds"].name
 
 
 def retry_after_of(exc: BaseException, default: float = 1.0) -> int:

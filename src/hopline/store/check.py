@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hopline.errors import StoreDamaged, StoreUnavailable
 from hopline.store.event_groups import covering_row, newer_format, ungroup
 from hopline.store.integrity import QUARANTINED, QUARANTINED_CRC, ROW_UNREADABLE
 from hopline.store.locations import SEGMENTS_DIR, journal_quarantine
-from hopline.store.postgres import StoreUnavailable
 from hopline.store.private import private_dir
 from hopline.store.recovery import Gap, Recovery, recorded_gaps, recover
 from hopline.store.segments import SEGMENT_SUFFIX, read_rows, segment_name
@@ -38,10 +38,6 @@ from hopline.store.segments import SEGMENT_SUFFIX, read_rows, segment_name
 SQLITE_HEADER = b"SQLite format 3\x00"
 # A query's work, not a payload ceiling: the rows one step of the full check reads.
 CHECK_PAGE_ROWS = 2048
-
-
-class StoreDamaged(StoreUnavailable):
-    """The store cannot be used as it is; the message names the file and the next step."""
 
 
 @dataclasses.dataclass

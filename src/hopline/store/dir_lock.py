@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import HoplineError
+from hopline.errors import DataDirBusy
 
 LOCK_FILE = "daemon.lock"
 _HOLDER_MAX_BYTES = 4096  # what a holder writes: its pid and URL as a small JSON object
@@ -28,16 +28,6 @@ def holder_text(holder: dict[str, Any]) -> str:
     pid = holder.get("pid")
     who = f"pid {pid}" if isinstance(pid, int) else "its pid not yet written"
     return f"{who}, {holder.get('url') or 'its URL not yet known: it is starting'}"
-
-
-class DataDirBusy(HoplineError):
-    """Another live process holds the data directory's lock."""
-
-    def __init__(self, root: Path, holder: dict[str, Any]) -> None:
-        self.root = root
-        self.holder = holder
-        super().__init__(f"another hopline daemon ({holder_text(holder)}) is serving the data directory "
-                         f"{root}; stop it, or give this one another --data-dir")
 
 
 def read_holder(root: Path) -> dict[str, Any]:
@@ -69,7 +59,10 @@ class DataDirLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise DataDirBusy(root, read_holder(root)) from None
+            holder = read_holder(root)
+            raise DataDirBusy(f"another hopline daemon ({holder_text(holder)}) is serving the data "
+                              f"directory {root}; stop it, or give this one another --data-dir",
+                              holder) from None
         except BaseException:
             os.close(fd)
             raise

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence, Set
 from typing import Any, Protocol, TypeVar
 
-from hopline.errors import HoplineError
+from hopline.errors import StoreError
 from hopline.store.integrity import CHECKSUM_MISMATCH, QUARANTINED_CRC, checksum, verified
 from hopline.store.journal import JournalRow
 
@@ -59,7 +59,7 @@ def newer_format(db: sqlite3.Connection) -> str | None:
             f"{JOURNAL_FORMAT}): run that hopline, or a newer one")
 
 
-class JournalTooNew(HoplineError):
+class JournalTooNew(StoreError):
     """The journal was written in a newer format than this hopline reads."""
 
 

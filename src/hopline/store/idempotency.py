@@ -20,7 +20,7 @@ import dataclasses
 import struct
 from typing import Any
 
-from hopline.errors import HoplineError
+from hopline.errors import KeyRecordDamaged, KeyTaken
 from hopline.store.integrity import checksum
 
 COUNTER = "idempotency_keys"
@@ -66,20 +66,6 @@ _INSERT = (f"INSERT INTO idempotency_keys ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?,
 _COUNT = f"UPDATE counters SET value = value + ? WHERE name = '{COUNTER}'"
 _PURGE = "DELETE FROM idempotency_keys WHERE expires_at <= ?"
 _FORGET = "DELETE FROM idempotency_keys WHERE session_id = ?"
-
-
-class KeyTaken(HoplineError):
-    """Another write stored this key (and what it created) first: this one was not applied."""
-
-    def __init__(self) -> None:
-        super().__init__("another request with this idempotency key was stored first")
-
-
-class KeyRecordDamaged(HoplineError):
-    """A stored key's bytes fail their checksum: its answer cannot be given, nor the write run again."""
-
-    def __init__(self) -> None:
-        super().__init__("the stored idempotency record fails its checksum")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,8 +19,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from hopline.errors import StoreUnavailable
 from hopline.store.bounded import session_options, sync_deadline
-from hopline.store.postgres import StoreUnavailable
 
 INDEX_POOL_SIZE = 2  # one statement or transaction at a time (the store's lock), one spare
 

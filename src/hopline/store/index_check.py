@@ -17,8 +17,9 @@ import sqlite3
 import time
 from pathlib import Path
 
+from hopline.errors import StoreDamaged
 from hopline.store.blobs import BLOBS_PREFIX
-from hopline.store.check import StoreDamaged, move_sqlite_file, sqlite_problem
+from hopline.store.check import move_sqlite_file, sqlite_problem
 from hopline.store.private import private_dir, private_file
 
 QUARANTINE_DIR = "sidecars.quarantine"

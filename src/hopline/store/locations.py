@@ -16,7 +16,17 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 
-from hopline.budget import SETTINGS_BY_KEY, HoplineError, redact_url
+from hopline.budget import SETTINGS_BY_KEY, redact_url
+from hopline.budget.variables import (
+    AWS_ACCESS_KEY_ID_ENV,
+    AWS_DEFAULT_REGION_ENV,
+    AWS_ENDPOINT_URL_ENV,
+    AWS_ENDPOINT_URL_S3_ENV,
+    AWS_REGION_ENV,
+    AWS_SECRET_ACCESS_KEY_ENV,
+    AWS_SESSION_TOKEN_ENV,
+)
+from hopline.errors import StoreSettingError
 
 JOURNAL_FILE = "journal.sqlite3"
 SEGMENTS_DIR = "journal.segments"  # beside the journal file, wherever it is
@@ -44,10 +54,6 @@ def store_sync(value: str) -> str:
 def journal_quarantine(journal: Path) -> Path:
     """Where one check or recovery of the journal at ``journal`` moves what it quarantines."""
     return journal.parent / QUARANTINE_DIR / time.strftime("%Y%m%dT%H%M%S")
-
-
-class StoreSettingError(HoplineError, ValueError):
-    """A store or sidecar URL that hopline cannot use; the message names the setting."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +131,8 @@ def sidecar_location(url: str, data_dir: Path, environ: Mapping[str, str]) -> Si
 
         return SidecarLocation(S3, s3=S3Options(
             bucket=parsed.netloc, prefix=parsed.path.strip("/"),
-            endpoint=env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL"),
-            region=env("AWS_REGION") or env("AWS_DEFAULT_REGION"),
-            access_key_id=env("AWS_ACCESS_KEY_ID"), secret_access_key=env("AWS_SECRET_ACCESS_KEY"),
-            session_token=env("AWS_SESSION_TOKEN")))
+            endpoint=env(AWS_ENDPOINT_URL_S3_ENV) or env(AWS_ENDPOINT_URL_ENV),
+            region=env(AWS_REGION_ENV) or env(AWS_DEFAULT_REGION_ENV),
+            access_key_id=env(AWS_ACCESS_KEY_ID_ENV), secret_access_key=env(AWS_SECRET_ACCESS_KEY_ENV),
+            session_token=env(AWS_SESSION_TOKEN_ENV)))
     raise _error("sidecar_url", url, "expected file:///PATH or s3://BUCKET/PREFIX")

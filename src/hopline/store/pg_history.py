@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from hopline.budget import Budget
+from hopline.budget import CEILINGS_BY_KEY, Budget
 from hopline.store import bounded
 from hopline.store.integrity import checksum
 from hopline.store.pg_statements import COVERED_UP_TO, MISSING_RUNS, WRITE_BACK
@@ -25,7 +25,7 @@ from hopline.store.postgres import EVENTS_CHANNEL
 T = TypeVar("T")
 
 
-DEADLINE_SETTING = "HOPLINE_STORE_REQUEST_DEADLINE_SECONDS"
+DEADLINE_SETTING = CEILINGS_BY_KEY["store_request_deadline_seconds"].name
 
 
 class PgHistory:

@@ -30,7 +30,8 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import Budget, HoplineError
+from hopline.budget import Budget
+from hopline.errors import LeaseLost, StoreError
 from hopline.store import bounded
 from hopline.store import idempotency as keys
 from hopline.store import pg_statements as sql
@@ -52,14 +53,6 @@ from hopline.vocabulary import TURN_END_TYPES
 log = logging.getLogger("hopline.store.journal")
 
 _RECONNECT_PAUSE_SECONDS = 0.2  # between reconnect attempts while the store is away
-
-
-class LeaseLost(HoplineError):
-    """This daemon no longer owns these sessions: their events were not written."""
-
-    def __init__(self, session_ids: Sequence[str]) -> None:
-        super().__init__(f"the lease of {len(session_ids)} session(s) was taken by another daemon")
-        self.session_ids = tuple(session_ids)
 
 
 @dataclasses.dataclass
@@ -487,7 +480,7 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
             await self._conn.close()
 
 
-class _GivenUp(HoplineError):
+class _GivenUp(StoreError):
     """A statement whose caller stopped waiting: its transaction is rolled back."""
 
 

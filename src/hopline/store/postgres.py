@@ -18,7 +18,7 @@ import hmac
 import logging
 from typing import Any
 
-from hopline.budget import HoplineError
+from hopline.errors import StoreUnavailable
 from hopline.store.idempotency import PG_MIGRATION as IDEMPOTENCY_KEYS
 from hopline.store.locations import StoreSettingError
 
@@ -124,10 +124,6 @@ CREATE TABLE sidecar_sessions (
 """),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
-
-
-class StoreUnavailable(HoplineError, RuntimeError):
-    """The store could not be reached or used; the message never holds its URL."""
 
 
 class SchemaTooNew(StoreUnavailable):

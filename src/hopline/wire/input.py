@@ -17,7 +17,8 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HoplineError
+from hopline.budget import CEILINGS_BY_KEY
+from hopline.errors import InputRefused
 
 # The largest id a client may send: SQLite INTEGER, the journal's event ids and cursors.
 MAX_DECIMAL_ID = 2**63 - 1
@@ -25,16 +26,6 @@ _MAX_DECIMAL_DIGITS = len(str(MAX_DECIMAL_ID))
 # orjson refuses documents nested deeper than this on its own (its message says "depth limit").
 _ORJSON_MAX_DEPTH = 1024
 _ASCII_DIGITS = frozenset("0123456789")
-
-
-class InputRefused(HoplineError, ValueError):
-    """Client input refused before use: ``kind`` names the rule, ``fields`` the numbers seen."""
-
-    def __init__(self, kind: str, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.fields = fields
 
 
 def nesting_depth(value: Any, limit: int) -> int:

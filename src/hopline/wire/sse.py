@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from hopline.budget import CEILINGS_BY_KEY, LimitExceeded
+from hopline.budget import CEILINGS_BY_KEY
+from hopline.errors import SseEventTooLarge
 
 _BOM = b"\xef\xbb\xbf"
 # Fields whose values become part of the delivered event; `retry` and unknown fields are dropped.
 _KEPT_FIELDS = (b"data", b"event", b"id")
 _LONGEST_FIELD = max(len(name) for name in _KEPT_FIELDS)
-
-
-class SseEventTooLarge(LimitExceeded):
-    """An SSE event passed the reader's limit; nothing past the limit was buffered."""
 
 
 @dataclasses.dataclass(frozen=True)

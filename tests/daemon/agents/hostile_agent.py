@@ -5,7 +5,7 @@ misbehave), one thread reading stdin and one per prompt. A prompt's text is a co
   ``perms N SIZE``        sends N ``session/request_permission`` requests whose tool call carries
                           SIZE bytes of text, from another thread while stdin is still read; once
                           every one was answered, says ``perms: <outcome or error code>=<count> ...``
-                          and ends the turn
+                          (a limit error's code followed by ``/<setting>/<unit>``) and ends the turn
   ``asks N``              sends N requests of a method the daemon does not serve (``fs/write_text_file``),
                           then says how they were answered
   ``grandchild DIR``      forks a grandchild that calls ``setsid()`` and one more (forked by a
@@ -70,7 +70,10 @@ def wait_answers(ids: list[int]) -> Counter[str]:
                 _answered.wait()
             answer = _answers.pop(request_id)
             if "error" in answer:
-                outcomes[f"error{answer['error'].get('code')}"] += 1
+                data = answer["error"].get("data")
+                limited = isinstance(data, dict) and "limit" in data
+                shape = f"/{data['setting']}/{data['unit']}" if limited else ""
+                outcomes[f"error{answer['error'].get('code')}{shape}"] += 1
             else:
                 outcome = (answer.get("result") or {}).get("outcome") or {}
                 outcomes[str(outcome.get("optionId") or outcome.get("outcome"))] += 1
@@ -127,7 +130,7 @@ MALFORMED: list[dict[str, Any]] = [
     {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": [None, 5, {"type": "content"}],
      "_meta": {"hopline.sidecar": "not a list"}},
     {"sessionUpdate": "tool_call_update", "toolCallId": "call-m", "content": {"type": "content"},
-     "_meta": {"hopline.dropped": {"bytes": "many", "limitBytes": None}}},
+     "_meta": {"hopline.dropped": {"bytes": "many", "limit": None}}},
     {"sessionUpdate": "plan", "entries": "not a list"},
     {"sessionUpdate": "plan", "entries": [None, 3, {"content": {"x": 1}, "status": [], "priority": {}}]},
     {"sessionUpdate": "available_commands_update", "availableCommands": "not a list"},

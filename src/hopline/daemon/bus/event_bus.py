@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 
-from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_SSE, Budget
+from hopline.budget import CEILINGS_BY_KEY, Budget
 from hopline.daemon.bus.bus_event import LOST_PAST_COMMIT_POINT, BusEvent, exact_bytes, missing_ids, synthetic
 from hopline.daemon.bus.commits import CommitQueue
 from hopline.daemon.bus.ring import Ring
 from hopline.daemon.bus.subscriber import Subscriber
-from hopline.errors import HoplineError
+from hopline.errors import StoreError
 from hopline.store import bounded
 from hopline.store.idempotency import KeyRecord
 from hopline.store.integrity import CorruptCount, corrupt_json
@@ -29,7 +29,7 @@ log = logging.getLogger("hopline.daemon.bus")
 _LOST = ("by the store (a crash cut them, `hopline store check` names the gap; or a failover to a "
          "replica that lacked them)")
 
-class JournalReadFailed(HoplineError):
+class JournalReadFailed(StoreError):
     """Reading the journal failed (not a client's disconnect): the stream says so and ends."""
 
     def __init__(self, cause: BaseException) -> None:
@@ -180,12 +180,12 @@ class EventBus:
         event = BusEvent(self.journal.next_id(session_id), event_type, payload)  # sized with its id
         if event.size > limit:
             self.oversize_dropped += 1
+            exceeded = CEILINGS_BY_KEY["sse_max_event_bytes"].exceeded(limit, event.size)
             self.publish_synthetic(session_id, FRAME_DROPPED, {
-                "direction": "sse", "bytes": len(payload), "limitBytes": limit,
-                "reason": "sse_max_event_bytes", "hop": HOP_DAEMON_SSE, "eventType": event_type,
-                "setting": CEILINGS_BY_KEY["sse_max_event_bytes"].name})
+                "direction": "sse", "bytes": len(payload), **exceeded.fields(),
+                "reason": "sse_max_event_bytes", "eventType": event_type})
             log.warning("event over the sse event limit dropped",
-                        extra={"eventType": event_type, "bytes": len(payload), "limitBytes": limit})
+                        extra={"eventType": event_type, "bytes": len(payload), "limit": limit})
             return None
         if self.journal.stage(session_id, event_type, payload) != event.id:  # next_id's contract
             raise RuntimeError("the journal staged an event under another id than next_id gave")

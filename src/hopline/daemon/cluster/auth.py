@@ -7,9 +7,9 @@ import hmac
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopline.budget import HOP_CLUSTER, SETTINGS_BY_KEY
-from hopline.gateway.auth import bearer_token
-from hopline.gateway.body_limit import send_json
-from hopline.gateway.errors import error_body
+from hopline.http.auth import bearer_token
+from hopline.http.body_limit import send_json
+from hopline.http.errors import error_body
 from hopline.vocabulary import FORWARDED_BY_HEADER
 
 FORWARDED_SCOPE_KEY = "hopline.forwarded"  # set on a request the cluster credential let in

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_CLUSTER, Budget
 from hopline.daemon.cluster.leases import Owner
-from hopline.gateway.errors import error_response
+from hopline.http.errors import error_response
 from hopline.vocabulary import FORWARDED_BY_HEADER, IDEMPOTENCY_HEADER, REPLAYED_HEADER
 
 

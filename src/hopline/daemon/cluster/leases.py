@@ -14,7 +14,8 @@ import secrets
 from typing import Any
 
 from hopline.budget import CEILINGS_BY_KEY, Budget
-from hopline.store.bounded import BoundedConnection, StoreBusy, tcp_options
+from hopline.errors import StoreBusy
+from hopline.store.bounded import BoundedConnection, tcp_options
 
 
 def new_daemon_id() -> str:

@@ -96,7 +96,8 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         async with keys.claim(idempotency_key, shape) as claim:
             session = await session_of(session_id)
             gates.check_prompt(session.id)  # a dev session awaiting a gate takes no prompt (409, K-2)
-            await owner.here(request, session)
+            if (answer := await owner.forward(request, session)) is not None:
+                return answer
             blocks = prompt_blocks(body.text, body.prompt, budget)
             return {"promptId": await manager.prompt(session, blocks, claim)}
 
@@ -105,13 +106,15 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         async with keys.claim(idempotency_key, request_shape("POST /session/{id}/cancel", (session_id,),
                                                              None)) as claim:
             session = await session_of(session_id)
-            await owner.here(request, session)
+            if (answer := await owner.forward(request, session)) is not None:
+                return answer
             return {"cancelled": await manager.cancel(session, claim)}
 
     @router.post("/session/{session_id}/load", responses={**ERRORS, 502: {}, 503: {}, 504: {}})
     async def load(session_id: str, request: Request) -> Any:
         session = await session_of(session_id)
-        await owner.here(request, session)
+        if (answer := await owner.forward(request, session)) is not None:
+            return answer
         return await manager.load(session)
 
     @router.post("/session/{session_id}/permission/{request_id}", responses=ERRORS)
@@ -121,7 +124,8 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
         shape = request_shape("POST /session/{id}/permission/{requestId}", (session_id, request_id), body)
         async with keys.claim(idempotency_key, shape) as claim:
             session = await session_of(session_id)
-            await owner.here(request, session)
+            if (answer := await owner.forward(request, session)) is not None:
+                return answer
             outcome = await manager.answer_permission(session, request_id, option_id=body.optionId,
                                                       reject=body.outcome == "reject", key=claim)
             return {"requestId": request_id, "outcome": outcome}
@@ -129,7 +133,8 @@ def session_router(parts: DaemonParts, route_class: Any) -> APIRouter:
     @router.delete("/session/{session_id}", responses=ERRORS)
     async def delete_session(session_id: str, request: Request) -> Any:
         session = await session_of(session_id)
-        await owner.here(request, session, spawn=False)  # no agent needed to delete
+        if (answer := await owner.forward(request, session, spawn=False)) is not None:  # no agent to delete
+            return answer
         await manager.delete(session)
         return {"deleted": True}
 
@@ -157,10 +162,10 @@ def _create_route(router: APIRouter, parts: DaemonParts, owner: OwnerWrites) -> 
         if body.scripted is not None:
             scripted_hints(body.scripted, budget, unknown=True)
 
-        async def created(record: KeyRecord) -> None:
+        async def created(record: KeyRecord) -> Response | None:
             # Answered by the session's owner (forwarded, with the key): the first create may still be
             # starting the agent there, and the retry's answer waits for it; a dead owner's is adopted.
-            await owner.here(request, await manager.get(record.session_id))
+            return await owner.forward(request, await manager.get(record.session_id))
 
         shape = request_shape("POST /session", (), body)
         async with manager.keys.claim(idempotency_key, shape, on_replay=created) as claim:

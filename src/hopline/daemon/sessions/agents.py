@@ -16,26 +16,24 @@ from pathlib import Path
 from typing import Any
 
 from hopline import __version__
-from hopline.budget import Budget
+from hopline.budget import DATA_DIR_ENV, SIDECAR_DIR_ENV, Budget
 from hopline.daemon.child import AcpChild, child_environment
 from hopline.daemon.credentials import takes_credentials
 from hopline.daemon.errors import SessionError, agent_timeout
 from hopline.daemon.pool import WarmPool
 from hopline.daemon.sessions.relay import ChildEvents, Relay
 from hopline.daemon.sessions.state import DaemonSession
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import (
     CREDENTIAL_GATEWAY_TOKEN,
     CREDENTIAL_SIDECAR_WRITE_TOKEN,
-    DATA_DIR_ENV,
     META_CREDENTIALS,
     META_PERMISSION_MODE,
     META_PROFILE,
     META_SCRIPTED,
-    SIDECAR_DIR_ENV,
 )
 
 PROTOCOL_VERSION = 1

@@ -34,7 +34,8 @@ from fastapi.responses import Response
 
 from hopline.budget import CEILINGS_BY_KEY, HOP_DAEMON_API, Budget, HoplineError
 from hopline.daemon.errors import SessionError
-from hopline.store.idempotency import FoundKey, KeyRecord, KeyRecordDamaged, KeyTaken
+from hopline.errors import KeyRecordDamaged, KeyTaken
+from hopline.store.idempotency import FoundKey, KeyRecord
 from hopline.store.journal import EventJournal
 from hopline.vocabulary import IDEMPOTENCY_HEADER, REPLAYED_HEADER
 
@@ -65,13 +66,14 @@ def record_of(claim: KeyClaim | None, session_id: str, status: int,
 
 
 class Replayed(HoplineError):
-    """Not an error: the first answer to this key, given again (the app sends ``response``)."""
+    """Not an error: the first answer to this key, given again (the app sends ``response``): the one
+    stored here, or the session owner's, when ``on_replay`` forwarded the retry to it."""
 
-    def __init__(self, record: KeyRecord) -> None:
+    def __init__(self, record: KeyRecord, response: Response | None = None) -> None:
         super().__init__("answered from the idempotency key")
         self.record = record
-        self.response = Response(record.answer, status_code=record.status, media_type="application/json",
-                                 headers={REPLAYED_HEADER: "true"})
+        self.response = response or Response(record.answer, status_code=record.status,
+                                             media_type="application/json", headers={REPLAYED_HEADER: "true"})
 
 
 def request_shape(route: str, ids: tuple[str, ...], body: Any) -> bytes:
@@ -93,10 +95,11 @@ class IdempotentWrites:
 
     @contextlib.asynccontextmanager
     async def claim(self, key: str | None, shape: bytes, *,
-                    on_replay: Callable[[KeyRecord], Awaitable[None]] | None = None,
+                    on_replay: Callable[[KeyRecord], Awaitable[Response | None]] | None = None,
                     ) -> AsyncIterator[KeyClaim | None]:
         """The write runs inside (given the claim its journal write takes; None without a key),
-        unless the key answers it: then :class:`Replayed` (after ``on_replay``), or 422."""
+        unless the key answers it: then :class:`Replayed` (``on_replay``'s answer, when it gives one),
+        or 422."""
         if key is None:
             yield None
             return
@@ -120,7 +123,8 @@ class IdempotentWrites:
                 del self._running[key]
 
     async def _answered(self, key: str, fingerprint: bytes,
-                        on_replay: Callable[[KeyRecord], Awaitable[None]] | None, found: FoundKey) -> None:
+                        on_replay: Callable[[KeyRecord], Awaitable[Response | None]] | None,
+                        found: FoundKey) -> None:
         """Raise the answer a stored key gives (Replayed, or 422); return when it has none."""
         record = found.record
         if record is None:
@@ -131,8 +135,8 @@ class IdempotentWrites:
                                f"this {IDEMPOTENCY_HEADER} was already used with another request (another "
                                f"route, session or body) less than {ttl} ago; a new request needs a new key",
                                header=IDEMPOTENCY_HEADER)
-        if on_replay is not None:
-            await on_replay(record)
+        if on_replay is not None and (answer := await on_replay(record)) is not None:
+            raise Replayed(record, answer)  # the session's owner answered the retry (forwarded)
         self.replayed += 1
         log.info("write answered from its idempotency key", extra={"status": record.status})
         raise Replayed(record)

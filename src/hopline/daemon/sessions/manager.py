@@ -37,7 +37,7 @@ from hopline.daemon.sessions.relay import Relay
 from hopline.daemon.sessions.state import LIVE_STATES, DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.daemon.storage_faults import is_storage_fault, refusal
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.sidecars.store import SidecarStore
 from hopline.store.bounded import store_errors
@@ -216,12 +216,12 @@ class SessionManager:
         child = session.child
         if child is None or session.state is not SessionState.READY or session.prompts or session.permissions:
             return False
-        setting = CEILINGS_BY_KEY["session_idle_seconds"].name
+        idle = CEILINGS_BY_KEY["session_idle_seconds"].exceeded(self.budget.session_idle_seconds,
+                                                                 round(idle_seconds, 3))
         self.bus.publish(session.id, SESSION_REAPED, {
-            "reason": "idle", "idleSeconds": round(idle_seconds, 3), "setting": setting,
-            "limitSeconds": self.budget.session_idle_seconds,
+            "reason": "idle", **idle.fields(),
             "message": f"no prompt, subscriber, permission request or client request for "
-                       f"{idle_seconds:.0f} s ({setting}): the agent was stopped; the session's events "
+                       f"{idle_seconds:.0f} s ({idle.setting}): the agent was stopped; the session's events "
                        "stay readable, and POST /session/{id}/load gives it a new agent"})
         await self.bus.flushed()
         if session.child is not child or session.prompts:  # a prompt came while the event was stored

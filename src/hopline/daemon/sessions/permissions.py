@@ -131,14 +131,13 @@ class AgentRequests:
     def _refuse(self, session: DaemonSession, child: AcpChild, frame: Frame, reason: str, limit: int,
                 observed: int) -> Awaitable[None]:
         """The one limit shape (hop, setting, limit, observed, unit) as the JSON-RPC error's data."""
-        ceiling = CEILINGS_BY_KEY[reason]
-        setting = ceiling.name
+        exceeded = CEILINGS_BY_KEY[reason].exceeded(limit, observed, hop=HOP_PIPE)
         session.refused_requests += 1
-        self.drop_frame(session, frame.size, reason, limit=limit, observed=observed, setting=setting)
+        self.drop_frame(session, frame.size, reason, **exceeded.limit_fields())
         error = {"code": JSONRPC_LIMIT_EXCEEDED,
-                 "message": f"{HOP_PIPE}: request refused, {observed} over the limit of {limit} ({setting})",
-                 "data": {"hop": HOP_PIPE, "setting": setting, "limit": limit, "observed": observed,
-                          "unit": ceiling.unit.value}}
+                 "message": f"{HOP_PIPE}: request refused, {observed} over the limit of {limit} "
+                            f"({exceeded.setting})",
+                 "data": exceeded.fields()}
         return child.respond(frame.message["id"], error=error)
 
 

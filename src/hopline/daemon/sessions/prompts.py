@@ -24,12 +24,11 @@ from hopline.daemon.sessions.state import DaemonSession, PendingPermission, Sess
 from hopline.daemon.sessions.tasks import BackgroundTasks
 from hopline.daemon.storage_faults import STORAGE_UNAVAILABLE, commit_first, is_storage_fault, refusal
 from hopline.daemon.turn_end import turn_complete_of, turn_error_of
+from hopline.errors import LeaseLost, StoreUnavailable
 from hopline.sidecars.store import SidecarStore
 from hopline.sidecars.store_projection import StoreSink
 from hopline.store.idempotency import KeyRecord
 from hopline.store.journal import EventJournal
-from hopline.store.pg_journal import LeaseLost
-from hopline.store.postgres import StoreUnavailable
 from hopline.vocabulary import CANCEL_REQUESTED, TURN_COMPLETE, TURN_ERROR
 
 log = logging.getLogger("hopline.daemon.sessions")

@@ -24,7 +24,7 @@ from hopline.daemon.projection import InboundProjector, losses
 from hopline.daemon.sessions.permissions import AgentRequests, resolve_all
 from hopline.daemon.sessions.state import DaemonSession, SessionState
 from hopline.daemon.sessions.tasks import BackgroundTasks
-from hopline.gateway.auth import SessionTokens
+from hopline.http.auth import SessionTokens
 from hopline.observe.pipe import PipeObservability
 from hopline.vocabulary import (
     FRAME_DROPPED,
@@ -225,9 +225,9 @@ class Relay:
     def on_frame_error(self, session: DaemonSession | None, error: FrameError | None, size: int,
                        reason: str) -> None:
         limit = error.limit if isinstance(error, FrameTooLarge) else None
-        details: dict[str, Any] = {"limitBytes": limit}
+        details: dict[str, Any] = {}
         if limit is not None:
-            details["setting"] = CEILINGS_BY_KEY["pipe_max_frame_bytes"].name
+            details = CEILINGS_BY_KEY["pipe_max_frame_bytes"].exceeded(limit, size).fields()
         self.drop_frame(session, size, reason, decoded=False, **details)
         if session is not None and session.loading is not None and limit is not None:
             session.loading.frame_error_size = size

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hopline.budget import HoplineError
 from hopline.daemon.child import AgentExited, AgentNotReading
+from hopline.errors import InternalError
 
 if TYPE_CHECKING:
     from hopline.daemon.child import AcpChild
@@ -49,7 +49,7 @@ class Activity(enum.StrEnum):
     IDLE = "idle"
 
 
-class IllegalTransition(HoplineError):
+class IllegalTransition(InternalError):
     """A move the transition table does not allow: a bug in the daemon, never client input."""
 
     def __init__(self, current: SessionState, target: SessionState) -> None:

@@ -14,8 +14,9 @@ Wire names (relayed by the daemon):
   only: never in the session store, a log, or a tool's environment.
 - ``session/prompt`` answers ``{stopReason, _meta: {"hopline.turn": {iterations, compactions,
   maxBodyBytes, ceilingBytes, stopReason, repairs, summarizerFailures}}}``; a failed turn answers a
-  JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, hop?, limitBytes?, observedBytes?,
-  retryable?}`` (``retryable``: a transient failure the loop already retried).
+  JSON-RPC error (code ``-32603``) whose ``data`` is ``{origin, message, status?, hop?, setting?, limit?,
+  observed?, unit?, retryable?}`` (:meth:`hopline.errors.TurnFailure.fields`;
+  ``retryable``: a transient failure the loop already retried).
 - Progress: notification ``_hopline/progress`` with ``{sessionId, progress}`` before every llm-turn
   and ``{sessionId, compaction}`` per compaction.
 - ``session/load`` ``_meta["hopline.session.loadReplayMode"] = "bulk"`` answers
@@ -59,7 +60,8 @@ from acp.schema import (
     NewSessionResponse,
 )
 
-from hopline.budget import Budget
+from hopline.budget import PERMISSION_MODE_ENV, Budget
+from hopline.errors import InputRefused
 from hopline.harness.acp.content import PROMPT_CAPABILITIES, echo_blocks, prompt_content
 from hopline.harness.acp.messages import (
     ALLOW_ONCE,
@@ -102,11 +104,9 @@ from hopline.vocabulary import (
     META_SCRIPTED,
     META_TAKES_CREDENTIALS,
     META_TURN,
-    PERMISSION_MODE_ENV,
     PROGRESS_METHOD,
 )
 from hopline.vocabulary import REVIEW_META as META_REVIEW
-from hopline.wire.input import InputRefused
 
 log = logging.getLogger("hopline.agent")
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from acp import RequestError
 
+from hopline.errors import TurnFailure
 from hopline.harness.acp.sidecars import tool_meta
+from hopline.errors import TurnFailure
 from hopline.harness.loop_events import ToolCallFinished, ToolCallStarted
-from hopline.harness.model import TurnFailure
 from hopline.vocabulary import META_TOOL
 
 TURN_FAILED_CODE = -32603
@@ -82,15 +83,5 @@ def stop_reason_of(loop_stop: str) -> str:
 
 
 def turn_error_of(failure: TurnFailure) -> RequestError:
-    data: dict[str, Any] = {"origin": failure.origin, "message": failure.message}
-    if failure.status is not None:
-        data["status"] = failure.status
-    if failure.hop is not None:
-        data["hop"] = failure.hop
-    if failure.limit_bytes is not None:
-        data["limitBytes"] = failure.limit_bytes
-    if failure.observed_bytes is not None:
-        data["observedBytes"] = failure.observed_bytes
-    if failure.retryable:  # a transient failure the turn's loop already retried as the budget allows
-        data["retryable"] = True
-    return RequestError(TURN_FAILED_CODE, f"turn failed ({failure.origin}): {failure.message}", data)
+    return RequestError(TURN_FAILED_CODE, f"turn failed ({failure.origin}): {failure.message}",
+                        failure.fields())

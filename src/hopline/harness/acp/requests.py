@@ -10,10 +10,11 @@ from typing import Any
 
 from acp import RequestError
 
+from hopline.errors import InputRefused
 from hopline.harness.tools import ReviewRange
 from hopline.vocabulary import CREDENTIAL_GATEWAY_TOKEN, CREDENTIAL_SIDECAR_WRITE_TOKEN, META_CREDENTIALS
 from hopline.vocabulary import REVIEW_META as META_REVIEW
-from hopline.wire.input import InputRefused, parse_decimal_id
+from hopline.wire.input import parse_decimal_id
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hopline.budget import Budget
+from hopline.budget import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV, Budget
 from hopline.harness.acp.agent import HintCheck, HoplineAgent, LiveSession, ModelFactory, serve
 from hopline.harness.acp.pipe import PipeTransport, claim_stdio
 from hopline.harness.acp.requests import SessionCredentials
@@ -28,7 +28,6 @@ from hopline.harness.model import Model
 from hopline.harness.sessions import SessionStore, default_data_dir
 from hopline.harness.sizing import BUDGETED, Sizing
 from hopline.logs import configure_json_logging
-from hopline.vocabulary import GATEWAY_URL_ENV, INTERNAL_TOKEN_ENV
 
 log = logging.getLogger("hopline.agent")
 

@@ -21,9 +21,10 @@ from typing import Any
 import orjson
 
 from hopline.budget import Budget
+from hopline.errors import SidecarWriterError
 from hopline.sidecars.projection import project_fields
 from hopline.sidecars.store import SidecarStore
-from hopline.sidecars.writer import SidecarWriter, SidecarWriterError, open_store
+from hopline.sidecars.writer import SidecarWriter, open_store
 
 log = logging.getLogger("hopline.agent.sidecars")
 

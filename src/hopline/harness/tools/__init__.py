@@ -4,10 +4,11 @@ a gate session's sandboxed commands and diff (:mod:`.reviewing`), which commands
 markers (:mod:`.capping`), running a command (:mod:`.commands`), the schemas (:mod:`.schemas`).
 """
 
+from hopline.errors import ToolError
 from hopline.harness.tools.capping import Cut, cap_for_model, cap_with_cut
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.policy import REVIEW_COMMANDS, check_review_command
-from hopline.harness.tools.results import ToolError, ToolInfo, ToolOutcome, resolve_inside
+from hopline.harness.tools.results import ToolInfo, ToolOutcome, resolve_inside
 from hopline.harness.tools.reviewing import ReviewRange
 from hopline.harness.tools.schemas import TOOL_NAMES, tool_schemas
 from hopline.harness.tools.workspace import OUTPUT_PREFIX, TOOLS, Workspace

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from hopline.budget import CEILINGS
-from hopline.vocabulary import CREDENTIAL_ENV, HOPLINE_ENV_PREFIX
+from hopline.budget import CEILINGS, CREDENTIAL_ENV, HOPLINE_ENV_PREFIX
 
 _CEILING_ENV = frozenset(c.env for c in CEILINGS if c.env)
 

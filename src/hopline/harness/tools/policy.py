@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from hopline.harness.tools.results import ToolError, resolve_inside
+from hopline.errors import ToolError
+from hopline.harness.tools.results import resolve_inside
 
 # Chaining, redirection, substitution, escapes: a review command is one program with its arguments.
 _SHELL_SYNTAX = re.compile(r"[;&|<>`$(){}\\\n\r]")

@@ -8,14 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from hopline.budget import HoplineError
+from hopline.errors import ToolError
 from hopline.harness.loop_events import ToolKind
 
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"})
-
-
-class ToolError(HoplineError):
-    """An expected tool failure: its message goes to the model as a failed result."""
 
 
 @dataclasses.dataclass(frozen=True)

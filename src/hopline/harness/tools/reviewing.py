@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hopline.budget import Budget
+from hopline.errors import ToolError
 from hopline.harness import git, sandbox
 from hopline.harness.analyzers import ANALYZERS
 from hopline.harness.sandbox_mounts import COVERAGE_LIB, coverage_package, interpreter_dirs, share_tree
@@ -43,7 +44,7 @@ from hopline.harness.tools import coverage_run, secrets_cache
 from hopline.harness.tools.commands import CommandRun, ResultsPipe, run_captured
 from hopline.harness.tools.env import tool_environment
 from hopline.harness.tools.policy import check_review_command
-from hopline.harness.tools.results import ToolError, check_relative
+from hopline.harness.tools.results import check_relative
 
 PYTHON_NAMES = frozenset({"python", "python3"})
 # Analyzers run as the programs installed beside the agent's interpreter (its venv), when they are

@@ -33,13 +33,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hopline.budget import Budget
+from hopline.errors import ToolError
 from hopline.harness import git
 from hopline.harness.loop_events import ToolKind
 from hopline.harness.testresults import same_behaviour, sides_of_diff
 from hopline.harness.tools.capping import Cut, cap_with_cut
 from hopline.harness.tools.commands import run_captured, shown_run
 from hopline.harness.tools.env import tool_environment
-from hopline.harness.tools.results import ToolError, ToolInfo, ToolOutcome, resolve_inside, walk_files
+from hopline.harness.tools.results import ToolInfo, ToolOutcome, resolve_inside, walk_files
 from hopline.harness.tools.reviewing import ReviewCommands, ReviewRange, ReviewRun, diff_path
 from hopline.harness.tools.test_said import tests_record, tests_said
 from hopline.vocabulary import META_COMMAND, META_CUT, META_DIFF, META_TESTS

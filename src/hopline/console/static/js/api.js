@@ -108,3 +108,13 @@ export function ceilingOf(budget, name) {
   if (!row) return undefined;
   return row.bytes !== undefined ? row.bytes : row.value;
 }
+
+/** The client reader's ceilings (hop client.sse), as the daemon's budget declares them: an
+ * EventStream's options. */
+export function clientSseOptions(budget) {
+  return {
+    maxEventBytes: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES'),
+    reconnectAttempts: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_ATTEMPTS'),
+    backoffSeconds: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_BACKOFF'),
+  };
+}

@@ -49,3 +49,8 @@ export function doing(row) {
   }
   return { text: row.state, cls: `state-${row.state}` };
 }
+
+/** A value of the one limit shape ({limit, observed, unit}) in its unit: bytes as `bytes` shows them. */
+export function amount(n, unit) {
+  return unit === undefined || unit === 'bytes' ? bytes(n) : `${exact(n)} ${unit}`;
+}

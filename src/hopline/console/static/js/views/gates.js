@@ -4,7 +4,7 @@
 // findings; each dev fix with its commit and how it was verified; the dev session's states. The
 // event types are the daemon's own names (GET /gate/vocabulary), never spelled here.
 
-import { ceilingOf, getJson, postJson } from '../api.js';
+import { clientSseOptions, getJson, postJson } from '../api.js';
 import { h, render } from '../dom.js';
 import { exact, human, shortId } from '../format.js';
 import { refreshEvery } from '../refresh.js';
@@ -115,9 +115,7 @@ class GateRunView {
     const status = await getJson('/daemon/status');
     const budget = status.budget || {};
     this.stream = new EventStream(`/gate/${encodeURIComponent(this.gateId)}/events`, {
-      maxEventBytes: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES'),
-      reconnectAttempts: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_ATTEMPTS'),
-      backoffSeconds: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_BACKOFF'),
+      ...clientSseOptions(budget),
       onEvent: (event) => this.onEvent(event),
       onState: (state) => {
         if (state.kind === 'live' || state.kind === 'resumed') this.streamLine.textContent = `live · ${exact(state.replayed)} events replayed`;

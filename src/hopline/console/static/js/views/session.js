@@ -2,9 +2,9 @@
 // compactions, the progress line, permission requests, the prompt box; the stream resumes with
 // Last-Event-ID after a dropped connection and says so.
 
-import { ceilingOf, getJson, postJson, sessionPath } from '../api.js';
+import { clientSseOptions, getJson, postJson, sessionPath } from '../api.js';
 import { h, render } from '../dom.js';
-import { bytes, count, doing, exact, human, shortId, tokens } from '../format.js';
+import { amount, bytes, count, doing, exact, human, shortId, tokens } from '../format.js';
 import { fetchVerified, fileName, saveBytes, sidecarEntries } from '../sidecars.js';
 import { refreshEvery } from '../refresh.js';
 import { EventStream } from '../sse.js';
@@ -123,11 +123,8 @@ class SessionView {
       return;
     }
     if (this.stopped) return;
-    // The client reader's ceilings, as the daemon's budget declares them (hop client.sse).
     this.streamOptions = {
-      maxEventBytes: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_MAX_EVENT_BYTES'),
-      reconnectAttempts: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_ATTEMPTS'),
-      backoffSeconds: ceilingOf(budget, 'HOPLINE_CLIENT_SSE_RECONNECT_BACKOFF'),
+      ...clientSseOptions(budget),
       onEvent: (event) => this.onEvent(event),
       onState: (state) => this.onState(state),
     };
@@ -256,7 +253,7 @@ class SessionView {
       case 'turn_error': this.onTurnEnd(data, true); break;
       case 'frame_dropped':
         this.item('warn', `Frame dropped on ${data.hop || 'the pipe'}: ${bytes(data.bytes || 0)}`
-          + (data.limitBytes ? ` over the limit of ${bytes(data.limitBytes)}${data.setting ? ` (${data.setting})` : ''}` : '')
+          + (data.limit !== undefined ? ` over the limit of ${amount(data.limit, data.unit)}${data.setting ? ` (${data.setting})` : ''}` : '')
           + ` · ${data.reason}`);
         break;
       case 'sidecar_delayed':
@@ -327,7 +324,7 @@ class SessionView {
       this.item('dim', `update ${kind}`);
     }
     if (dropped && !TEXT_KINDS[kind]) {
-      this.item('bad', `An update of ${bytes(dropped.bytes)} passed the limit of ${bytes(dropped.limitBytes)} `
+      this.item('bad', `An update of ${bytes(dropped.bytes)} passed the limit of ${amount(dropped.limit, dropped.unit)} `
         + `on ${dropped.hop}: its payload was not relayed.`);
     }
   }
@@ -382,7 +379,7 @@ class SessionView {
         card.kind ? h('span', { class: 'hint' }, card.kind) : null),
       output,
       card.dropped ? h('p', { class: 'bad' }, `Output of ${bytes(card.dropped.bytes)} passed the limit of `
-        + `${bytes(card.dropped.limitBytes)} on ${card.dropped.hop}: not relayed.`) : null,
+        + `${amount(card.dropped.limit, card.dropped.unit)} on ${card.dropped.hop}: not relayed.`) : null,
       card.sidecars.length ? this.sidecarPanel(card.sidecars) : null);
     card.el.dataset.status = card.status;
   }
@@ -548,8 +545,8 @@ class SessionView {
     if (failed) {
       const parts = [`origin ${data.origin}`];
       if (data.hop) parts.push(`hop ${data.hop}`);
-      if (data.limitBytes !== undefined) parts.push(`limit ${bytes(data.limitBytes)}`);
-      if (data.observedBytes !== undefined) parts.push(`observed ${bytes(data.observedBytes)}`);
+      if (data.limit !== undefined) parts.push(`limit ${amount(data.limit, data.unit)}`);
+      if (data.observed !== undefined) parts.push(`observed ${amount(data.observed, data.unit)}`);
       if (data.reason) parts.push(data.reason);
       this.append(h('div', { class: 'item turn-end bad', 'data-testid': 'turn-error' },
         h('span', { class: 'label' }, 'turn failed'), ' ', parts.join(' · '),

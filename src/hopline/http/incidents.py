@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hopline.gateway.errors import error_response
+from hopline.http.errors import error_response
 
 log = logging.getLogger("hopline.incident")
 _INCIDENT_ATTR = "_hopline_incident_id"

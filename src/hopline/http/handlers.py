@@ -1,6 +1,6 @@
 """Both apps' exception handlers: FastAPI's own errors (request validation 422, unknown route 404,
-method 405) and every refused input in hopline's error shape (:mod:`hopline.gateway.errors`), and
-the last resort for anything else (:mod:`hopline.gateway.incidents`)."""
+method 405) and every refused input in hopline's error shape (:mod:`hopline.http.errors`), and
+the last resort for anything else (:mod:`hopline.http.incidents`)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hopline.gateway.errors import (
+from hopline.errors import InputRefused
+from hopline.http.errors import (
     STATUS_KINDS,
     RefusedBody,
     RequestError,
     error_response,
     request_error_response,
 )
-from hopline.gateway.incidents import answer_incident_for
-from hopline.wire.input import InputRefused
+from hopline.http.incidents import answer_incident_for
 
 
 def install_error_handlers(app: FastAPI, hop: str) -> None:

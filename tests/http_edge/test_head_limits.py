@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from hopline.budget import HOP_DAEMON_API, Budget
-from hopline.cli._http_server import guarded_protocol, h11_guarded_protocol, uvicorn_config
+from hopline.http.server import guarded_protocol, h11_guarded_protocol, uvicorn_config
 
 HEAD_MAX = 2048
 HEADERS_MAX = 10
@@ -101,7 +101,7 @@ def test_a_head_at_the_byte_ceiling_is_served_and_one_byte_more_is_a_431(server:
     assert len(head_of(HEAD_MAX)) == HEAD_MAX
     assert exchange(server, head_of(HEAD_MAX)).startswith(b"HTTP/1.1 200")
     error = body_of(exchange(server, head_of(HEAD_MAX + 1)))
-    assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limitBytes"] == HEAD_MAX
+    assert error["setting"] == "HOPLINE_REQUEST_HEAD_MAX_BYTES" and error["limit"] == HEAD_MAX
     assert error["receivedBytes"] == HEAD_MAX + 1
     assert (error["limit"], error["observed"], error["unit"]) == (HEAD_MAX, HEAD_MAX + 1, "bytes")
 
@@ -119,7 +119,7 @@ def test_a_body_after_a_head_within_the_ceiling_is_no_head(server: tuple[str, in
 def test_a_huge_header_is_refused_at_the_ceiling(server: tuple[str, int]) -> None:
     raw = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"x" * (8 * 1024 * 1024)
     error = body_of(exchange(server, raw))  # the server closes long before it is all sent
-    assert error["limitBytes"] == HEAD_MAX and error["receivedBytes"] > HEAD_MAX
+    assert error["limit"] == HEAD_MAX and error["receivedBytes"] > HEAD_MAX
 
 
 def test_header_fields_at_the_ceiling_are_served_and_one_more_is_a_431(server: tuple[str, int]) -> None:

@@ -31,10 +31,11 @@ from typing import Any
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hopline.budget import CEILINGS_BY_KEY, HoplineError
+from hopline.budget import CEILINGS_BY_KEY
+from hopline.errors import InputError
 
 
-class BodyReadTimeout(HoplineError):
+class BodyReadTimeout(InputError):
     """Raised from ``receive()`` when the body is still incomplete at its deadline; answered 408."""
 
     def __init__(self, timeout: float, received: int) -> None:
@@ -61,7 +62,7 @@ class BodyLimitStats:
 
 def too_large_error(ceiling: str, limit: int, observed: int, *, cut: bool) -> dict[str, Any]:
     """The 413 body: the :class:`~hopline.budget.LimitExceeded` of ``ceiling``. ``cut``: the body
-    was read until it passed the limit (``observedBytes`` is what was read, also ``receivedBytes``),
+    was read until it passed the limit (``observed`` is what was read, also ``receivedBytes``),
     else its declared ``Content-Length`` alone was over it."""
     hop = CEILINGS_BY_KEY[ceiling].hop
     if cut:

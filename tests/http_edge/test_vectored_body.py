@@ -1,5 +1,5 @@
 """A streamed body's large chunks go out in one vectored write, not joined first (``vectored_cycle``
-in ``cli/_http_server.py``, issue 30): the bytes on the wire are exactly uvicorn's chunked framing,
+in ``http/server.py``, issue 30): the bytes on the wire are exactly uvicorn's chunked framing,
 each ASGI body one HTTP chunk, at the threshold and one byte under it. A real uvicorn server with
 hopline's httptools protocol on 127.0.0.1 in a thread (tests/gateway/_server.py); a raw socket
 reads the response."""
@@ -17,7 +17,7 @@ import pytest
 
 from gateway._server import serve
 from hopline.budget import HOP_DAEMON_SSE, Budget
-from hopline.cli._http_server import VECTORED_BODY_MIN_BYTES, guarded_protocol
+from hopline.http.server import VECTORED_BODY_MIN_BYTES, guarded_protocol
 
 T = VECTORED_BODY_MIN_BYTES
 # The app's bodies, in order (the last ends the response): around the threshold, large ones, an

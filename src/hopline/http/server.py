@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from hopline.budget import CEILINGS_BY_KEY, Budget
-from hopline.gateway.errors import error_body
+from hopline.http.errors import error_body
 
 log = logging.getLogger("hopline.http")
 

@@ -1,7 +1,7 @@
 """hopline's HTTP error shape, for every error the daemon API and the gateway answer (SPEC D-10).
 
 One shape: ``{"error": {"type", "hop", "message", ...}}``, with the limit and the size or count
-seen when a ceiling refused the request. :func:`~hopline.gateway.handlers.install_error_handlers`
+seen when a ceiling refused the request. :func:`~hopline.http.handlers.install_error_handlers`
 puts FastAPI's own errors
 (request validation 422, unknown route 404, method 405) in that shape, never echoing the input,
 and answers every :class:`~hopline.wire.input.InputRefused` a route raises with a 400;
@@ -19,8 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 
-from hopline.budget import HoplineError
-from hopline.wire.input import InputRefused, loads_bounded
+from hopline.errors import InputError, InputRefused
+from hopline.wire.input import loads_bounded
 
 STATUS_KINDS = {404: "not_found", 405: "method_not_allowed", 406: "not_acceptable",
                  415: "unsupported_media_type"}
@@ -48,11 +48,11 @@ def field_errors_of(errors: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]
     return out
 
 
-class RefusedBody(HoplineError, HTTPException):
+class RefusedBody(InputError, HTTPException):
     """:class:`InputRefused` raised while FastAPI parses a body (it re-raises HTTP exceptions only)."""
 
     def __init__(self, refused: InputRefused) -> None:
-        super().__init__(400, refused.message)
+        HTTPException.__init__(self, 400, refused.message)  # named: ValueError precedes it in the MRO
         self.refused = refused
 
 

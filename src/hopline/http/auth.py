@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hopline.gateway.body_limit import send_json
-from hopline.vocabulary import INTERNAL_TOKEN_ENV
+from hopline.budget import INTERNAL_TOKEN_ENV
+from hopline.http.body_limit import send_json
 
 
 def route_path(scope: Scope) -> str:
