@@ -58,8 +58,7 @@ JSONRPC_METHOD_NOT_FOUND = -32601
 LARGE_READ_BYTES = 256 * 1024
 # I/O granularity too: after a read whose frames averaged at least this, the next read takes up to
 # LARGE_READ_BYTES, which then carries at most 64 such frames, as a 64 KiB read of 1 KiB frames
-# does (one journal commit, one burst per subscriber). Frames of 64 KiB read 64 KiB at a time
-# would be one commit each, and a commit costs CPU whatever its size.
+# does (one journal commit, one burst per subscriber): a commit costs CPU whatever its size.
 LARGE_FRAME_BYTES = LARGE_READ_BYTES // 64
 # How many ids of requests given up before their answer came (a waiter cancelled, as when the
 # daemon stops while a warm child's initialize is in flight, or past its deadline) are remembered:

@@ -10,7 +10,6 @@ from acp import RequestError
 
 from hopline.errors import TurnFailure
 from hopline.harness.acp.sidecars import tool_meta
-from hopline.errors import TurnFailure
 from hopline.harness.loop_events import ToolCallFinished, ToolCallStarted
 from hopline.vocabulary import META_TOOL
 
