@@ -87,6 +87,13 @@ class PgJournal(StagedIds, PgHistory, EventJournal):
         # Called after the writer reconnected (the store restarted, or failed over to another server).
         self.on_reconnect: Callable[[], None] | None = None
 
+    # PgHistory is not compiled: mypyc would bind the protocol's bodies unless these name its own.
+    async def gaps(self, session_id: str, after: int, upto: int) -> list[tuple[int, int]]:
+        return await PgHistory.gaps(self, session_id, after, upto)
+
+    def ensure_above(self, session_id: str, floor: int) -> None:
+        PgHistory.ensure_above(self, session_id, floor)
+
     async def open(self) -> PgJournal:
         self._conn = await self._connect_writer()
         self._pool = self._new_pool()
