@@ -2,7 +2,7 @@
 (:data:`CEILINGS`, each read from its variable) and the fixed values (:data:`FIXED`), each a
 :class:`~hopline.budget.ceiling.Ceiling` naming its key, hop, unit, default and bounds. No module
 hard-codes a ceiling: they all read a :class:`~hopline.budget.Budget`. A limit that exists only as a
-library default is a failure waiting for the right payload (ADR 0098), so none is left implicit.
+library default is a failure waiting for the right payload, so none is left implicit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The PR gate (ADR 0098): its runs, rounds, verdicts and findings."""
+"""The PR gate (SPEC K): its runs, rounds, verdicts and findings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hopline.errors import HOP_GATE
 
 
 class GateLimits(HopSettings, hop=HOP_GATE):
-    """The PR gate's runs, rounds and verdicts (ADR 0098)."""
+    """The PR gate's runs, rounds and verdicts (SPEC K)."""
 
     gate_concurrency: Count = limit(2, "HOPLINE_GATE_CONCURRENCY",
                                     "gate agent sessions running at once in one daemon (the others wait, "
