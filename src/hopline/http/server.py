@@ -38,6 +38,9 @@ from hopline.http.errors import error_body
 log = logging.getLogger("hopline.http")
 
 
+REFUSED_LINGER_SECONDS = 2.0  # how long a refused connection's late input is read and dropped
+
+
 def _response(status: int, reason: str, body: dict[str, Any]) -> bytes:
     payload = orjson.dumps(body)
     return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
@@ -131,9 +134,18 @@ class _HeadLimits:
     def _refuse(self, response: bytes) -> None:
         self._refused = True
         log.warning("connection closed: request head over its ceiling", extra={"hop": self._hop})
-        if not self.transport.is_closing():
-            self.transport.write(response)
-            self.transport.close()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(response)
+        # A lingering close: the client may still be sending its head, and a socket closed with bytes
+        # unread makes the kernel send a RST that can discard the answer before the client reads it.
+        # Writing stops, what comes is discarded (_refused), and the close follows within a bound.
+        if transport.can_write_eof():
+            transport.write_eof()
+            asyncio.get_running_loop().call_later(REFUSED_LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
 
 
 def h11_guarded_protocol(budget: Budget, hop: str) -> type[Any]:
